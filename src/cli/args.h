@@ -1,0 +1,25 @@
+// Minimal command-line flags: --name value, --flag, positional words. Unknown flags are reported by the command.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lily {
+
+struct Args {
+  std::string command;
+  std::map<std::string, std::string> flags;   // "--model DIR" -> flags["model"] = "DIR"; bare "--x" -> "1"
+  std::vector<std::string> positional;
+
+  bool has(const std::string& k) const { return flags.count(k) != 0; }
+  std::string get(const std::string& k, const std::string& def = "") const;
+  long get_int(const std::string& k, long def) const;      // throws lily::Error on a non-number
+  double get_double(const std::string& k, double def) const;
+  // Throws lily::Error naming the first flag not in `known`.
+  void check_known(const std::vector<std::string>& known) const;
+};
+
+// Flags listed in `bool_flags` take no value.
+Args parse_args(int argc, char** argv, const std::vector<std::string>& bool_flags);
+
+}  // namespace lily

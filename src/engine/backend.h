@@ -1,0 +1,48 @@
+// The one narrow interface between the engine (generation, server, bench) and a compute backend (CPU, CUDA).
+// A backend owns the model's weights in its memory and runs tokens through the model for a SeqState.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "model/weights.h"
+
+namespace lily {
+
+// Everything one sequence needs to continue: KV cache of the full-attention layers, conv and recurrent
+// state of the DeltaNet layers, and the position. Copyable (clone) for the session cache and speculation.
+struct SeqState {
+  int pos = 0;        // tokens already consumed
+  int max_ctx = 0;    // KV capacity in tokens
+  virtual ~SeqState() = default;
+  virtual std::unique_ptr<SeqState> clone() const = 0;
+  virtual size_t bytes() const = 0;  // memory held
+};
+
+struct ForwardOptions {
+  int prefill_chunk = 512;                 // tokens per chunk; scratch memory is bounded by this
+  std::function<bool()> cancelled;         // checked between chunks; true -> throws lily::Cancelled
+  std::function<void(int done, int total)> progress;  // called after each chunk
+};
+
+struct Cancelled : std::exception {
+  const char* what() const noexcept override { return "cancelled"; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual std::unique_ptr<SeqState> new_state(int max_ctx) = 0;
+  // Consumes ids[0..n) at st.pos (st.pos += n). Writes the logits of the last n_logits positions to
+  // out [n_logits, vocab] (n_logits in 0..n; out may be null when n_logits == 0).
+  virtual void forward(SeqState& st, const int32_t* ids, int n, int n_logits, float* out,
+                       const ForwardOptions& opt) = 0;
+};
+
+// Backend selection: "cpu", "cuda" or "auto" (cuda when built and a device is present, else cpu).
+std::unique_ptr<Backend> make_backend(const std::string& kind, std::shared_ptr<ModelWeights> w);
+
+}  // namespace lily

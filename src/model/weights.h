@@ -1,0 +1,99 @@
+// Views of the model's weights as the forward pass uses them. Big matrices point into the memory-mapped
+// checkpoint (never expanded); small 1-D tensors (norms, gates' constants, conv taps) are decoded to f32
+// at load, with the zero-centred norms' +1 folded in so every backend uses y = x/rms * w.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+
+namespace lily {
+
+// A weight matrix W [rows=out, cols=in], y = W x.
+//  Dense: `w` points to rows*cols elements of `dtype` (BF16, F16 or F32), row-major.
+//  Affine (MLX): `w` points to u32 [rows, cols*bits/32] (element k of a word in bits [k*bits, (k+1)*bits)),
+//    `scales`/`biases` to [rows, cols/group] of `sdtype` (BF16/F16/F32); w = scale*q + bias per group.
+struct QMatrix {
+  enum class Kind { Dense, Affine };
+  Kind kind = Kind::Dense;
+  DType dtype = DType::BF16;   // Dense element type
+  DType sdtype = DType::BF16;  // Affine scale/bias type
+  const void* w = nullptr;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  int bits = 0;     // Affine: 4 or 8
+  int group = 0;    // Affine: 64 (32/128 accepted)
+  int64_t rows = 0, cols = 0;
+
+  bool valid() const { return w != nullptr && rows > 0 && cols > 0; }
+  size_t row_bytes() const;     // bytes of one row of `w`
+  size_t bytes() const;         // all bytes read for a full GEMV (w + scales + biases)
+};
+
+// A stack of E matrices of the same shape, one per expert.
+struct ExpertStack {
+  std::vector<QMatrix> e;       // [n_experts]
+};
+
+struct LinearAttnWeights {      // Gated DeltaNet
+  QMatrix in_qkv;               // [conv_dim, H]
+  QMatrix in_z;                 // [value_dim, H]
+  QMatrix in_b;                 // [Hv, H]
+  QMatrix in_a;                 // [Hv, H]
+  std::vector<float> conv;      // [conv_dim][K] (tap K-1 multiplies the current input)
+  std::vector<float> dt_bias;   // [Hv]
+  std::vector<float> a_neg;     // [Hv] = -exp(A_log)
+  std::vector<float> norm;      // [Dv] gated RMSNorm weight (plain, never +1)
+  QMatrix out;                  // [H, value_dim]
+};
+
+struct FullAttnWeights {
+  QMatrix q;                    // [2*nq*hd, H] per head [query hd | gate hd]
+  QMatrix k;                    // [nkv*hd, H]
+  QMatrix v;                    // [nkv*hd, H]
+  QMatrix o;                    // [H, nq*hd]
+  std::vector<float> q_norm;    // [hd] (+1 folded)
+  std::vector<float> k_norm;    // [hd] (+1 folded)
+};
+
+struct MoeWeights {
+  QMatrix router;               // [E, H]
+  ExpertStack gate, up;         // each e: [I, H]
+  ExpertStack down;             // each e: [H, I]
+  QMatrix sh_gate, sh_up;       // [Is, H]
+  QMatrix sh_down;              // [H, Is]
+  QMatrix sh_gate_w;            // [1, H] shared-expert sigmoid gate
+};
+
+struct LayerWeights {
+  bool is_full = false;
+  std::vector<float> in_norm;   // [H] (+1 folded)
+  std::vector<float> post_norm; // [H] (+1 folded)
+  LinearAttnWeights lin;        // when !is_full
+  FullAttnWeights attn;         // when is_full
+  MoeWeights moe;
+};
+
+class MappedFile;  // io/safetensors.h
+
+struct ModelWeights {
+  ModelConfig cfg;
+  std::string layout;           // "hf-bf16" or "mlx-affine"
+  QMatrix embed;                // [V, H] (rows read one at a time)
+  QMatrix lm_head;              // [V, H]
+  std::vector<float> final_norm;// [H] (+1 folded)
+  std::vector<LayerWeights> layers;
+  std::vector<std::shared_ptr<const void>> keep_alive;  // mappings / owned buffers the views point into
+};
+
+// Loads config.json + safetensors (single file or sharded with index) from a directory.
+// Throws lily::Error naming file, tensor, expected and actual on any problem.
+std::shared_ptr<ModelWeights> load_model(const std::string& dir);
+
+// Decodes one row of a matrix to f32 (reference path; out has cols entries).
+void dequant_row(const QMatrix& m, int64_t row, float* out);
+
+}  // namespace lily
