@@ -1,6 +1,8 @@
 // 4-bit affine (MLX, group 64) matrix x activations with AVX-512 VNNI: nibbles are unpacked in registers
 // and multiplied as u8 x s8 (vpdpbusd) against the quantised activations; per group
 // y += scale·dx·Σ(q·xq) + bias·Σx. Two groups per 512-bit register.
+// GCC 12 reports a false maybe-uninitialized inside its own AVX-512 intrinsic headers (_mm512_undefined_*).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
