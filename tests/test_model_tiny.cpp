@@ -173,7 +173,10 @@ TEST_P(TinyModel, LongPromptWholeAndSplitMatchReference) {
   EXPECT_LE(cs.max_abs, tol());
   double chunk_diff = 0;
   for (size_t i = 0; i < a.size(); ++i) chunk_diff = std::max(chunk_diff, std::fabs(double(a[i]) - c3[i]));
-  EXPECT_LE(chunk_diff, 1e-5) << "chunked prefill differs from whole prefill";
+  // Reference kernels: chunking only regroups the same arithmetic. Fast kernels: a different chunking gives
+  // experts other row counts, hence other kernel variants (1-row GEMV vs row blocks) with other rounding.
+  const bool ref_kernels = std::string(std::get<1>(GetParam())) == "cpu-ref";
+  EXPECT_LE(chunk_diff, ref_kernels ? 1e-5 : tol()) << "chunked prefill differs from whole prefill";
 }
 
 TEST_P(TinyModel, StateCloneContinuesIdentically) {
