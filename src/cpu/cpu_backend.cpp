@@ -8,11 +8,6 @@
 
 namespace lily {
 
-const CpuKernels& cpu_reference_kernels() {
-  static const CpuKernels k{"ref", &ref::matmul};
-  return k;
-}
-
 CpuBackend::CpuBackend(std::shared_ptr<ModelWeights> w, const CpuKernels& k) : w_(std::move(w)), k_(k) {}
 
 std::unique_ptr<SeqState> CpuBackend::new_state(int max_ctx) {
