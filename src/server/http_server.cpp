@@ -59,7 +59,7 @@ HttpServer::HttpServer(ServerContext& ctx) : c_(ctx), svr_(std::make_unique<http
                              "", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+  s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
     const int st = res.status;
     std::string msg = st == 404   ? "Unknown route: " + req.method + " " + req.path
@@ -69,7 +69,7 @@ HttpServer::HttpServer(ServerContext& ctx) : c_(ctx), svr_(std::make_unique<http
     send_error(res, ApiError(st, msg, "", st == 404 ? "unknown_route" : ""));
     res.status = st;
     return httplib::Server::HandlerResponse::Handled;
-  });
+  }));
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
