@@ -111,7 +111,7 @@ void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float*
       beta[j] = ref::sigmoid(b[t * Hv + j]);
       g[j] = L.lin.a_neg[j] * ref::softplus(a[t * Hv + j] + L.lin.dt_bias[j]);
     }
-    ref::gdn_step(s.S.data(), q, k, v, g.data(), beta.data(), Hk, Hv, Dk, Dv, o.data());
+    k_.gdn_step(s.S.data(), q, k, v, g.data(), beta.data(), Hk, Hv, Dk, Dv, o.data());
     ref::gated_rmsnorm(o.data(), &z[static_cast<size_t>(t) * VD], L.lin.norm.data(), Hv, Dv, c.rms_eps,
                        &y[static_cast<size_t>(t) * VD]);
   }
@@ -144,7 +144,7 @@ void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float
       ref::rope_neox(&q[hh * hd], c.rope_dim, pos, c.rope_theta);
     }
     float* ot = &o[static_cast<size_t>(t) * nq * hd];
-    ref::attention_one(q.data(), s.k.data(), s.v.data(), pos + 1, nq, nkv, hd, ot);
+    k_.attention_one(q.data(), s.k.data(), s.v.data(), pos + 1, nq, nkv, hd, ot);
     for (int hh = 0; hh < nq; ++hh)
       for (int i = 0; i < hd; ++i) ot[hh * hd + i] *= ref::sigmoid(qgt[hh * 2 * hd + hd + i]);
   }
