@@ -38,6 +38,7 @@ int chat(const Args& a) {
     sp.seed = static_cast<uint64_t>(a.get_int("seed", 0));
   }
   const bool think = !a.has("no-think");
+  const int32_t im_start = tok->token_to_id("<|im_start|>");
   const bool tty = isatty(STDOUT_FILENO);
   const char* dim = tty ? "\033[2m" : "";
   const char* reset = tty ? "\033[0m" : "";
@@ -81,6 +82,11 @@ int chat(const Args& a) {
     job.chat = true;
     job.parser.thinking_open_at_start = tail.size() >= 7 && tail.compare(tail.size() - 7, 7, "<think>") == 0;
     job.max_tokens = max_tokens;
+    for (int i = static_cast<int>(job.prompt.size()) - 1; i > 0 && im_start >= 0; --i)
+      if (job.prompt[i] == im_start) {
+        job.snapshot_at.push_back(i);  // the next turn shares the prompt up to the final assistant header
+        break;
+      }
     job.sampling = sp;
     bool in_reasoning = false, line_start = true;
     auto emit = [&](GenChunk&& c) {

@@ -70,8 +70,21 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   }
   if (!st) st = be_.new_state(ctx_);
   if (res.cached_tokens < n) {
-    be_.forward(*st, job.prompt.data() + res.cached_tokens, n - res.cached_tokens, 1, logits.data(), fo);
-    if (cache_) cache_->insert(job.prompt, job.cache_key, *st, logits);
+    std::vector<int> bounds;
+    if (cache_)
+      for (int b : job.snapshot_at)
+        if (b > res.cached_tokens && b < n) bounds.push_back(b);
+    std::sort(bounds.begin(), bounds.end());
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    bounds.push_back(n);
+    for (int b : bounds) {
+      const int from = st->pos;
+      be_.forward(*st, job.prompt.data() + from, b - from, 1, logits.data(), fo);
+      if (cache_) {
+        std::vector<int32_t> head(job.prompt.begin(), job.prompt.begin() + b);
+        cache_->insert(head, job.cache_key, *st, logits);
+      }
+    }
   }
   auto t1 = Clock::now();
   res.prefill_s = secs(t0, t1);

@@ -28,6 +28,10 @@ struct GenJob {
   bool logprobs = false;           // report per-token logprobs
   bool single_tool_call = false;   // parallel_tool_calls=false: end after the first tool call
   std::string cache_key;           // prompt_cache_key
+  // Extra prompt positions (0 < p < n) to snapshot during prefill, e.g. where the final assistant header
+  // starts: the next turn of the conversation shares the prompt up to there even when the template
+  // renders the reply differently from how it was generated.
+  std::vector<int> snapshot_at;
 };
 
 struct TokenInfo {                 // one generated token's log-probabilities

@@ -64,6 +64,13 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   job.logprobs = r.opt.logprobs;
   job.single_tool_call = !r.parallel_tool_calls;
   job.cache_key = r.opt.cache_key;
+  // Snapshot where the final assistant header starts: the next turn's prompt matches up to there.
+  const int32_t im_start = c.tok->token_to_id("<|im_start|>");
+  for (int i = static_cast<int>(job.prompt.size()) - 1; i > 0 && im_start >= 0; --i)
+    if (job.prompt[i] == im_start) {
+      job.snapshot_at.push_back(i);
+      break;
+    }
   return job;
 }
 
