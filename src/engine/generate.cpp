@@ -14,12 +14,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-bool delta_empty(const ParsedDelta& d) { return d.reasoning.empty() && d.content.empty() && d.tool_calls.empty(); }
+bool delta_empty(const ParsedDelta& d) {
+  return d.reasoning.empty() && d.content.empty() && d.tool_calls.empty() && d.dropped_tool_calls.empty();
+}
 
 void append(ParsedDelta& into, ParsedDelta&& d) {
   into.reasoning += d.reasoning;
   into.content += d.content;
   for (auto& t : d.tool_calls) into.tool_calls.push_back(std::move(t));
+  for (int i : d.dropped_tool_calls) into.dropped_tool_calls.push_back(i);
 }
 
 }  // namespace
@@ -102,7 +105,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   auto take = [&](ParsedDelta&& d) {
     if (job.single_tool_call) {
       auto& tc = d.tool_calls;
-      auto it = std::remove_if(tc.begin(), tc.end(), [](const ToolDelta& t) { return t.index > 0; });
+      auto it = std::remove_if(tc.begin(), tc.end(), [](const auto& t) { return t.index > 0; });
       if (it != tc.end()) tool_limit = true;
       tc.erase(it, tc.end());
     }
