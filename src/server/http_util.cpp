@@ -7,7 +7,7 @@ namespace lily {
 
 void send_json(httplib::Response& res, int status, const nlohmann::ordered_json& body) {
   res.status = status;
-  res.set_content(dump_json(body), "application/json");
+  res.set_content(wire_json(body), "application/json");
 }
 
 void send_error(httplib::Response& res, const ApiError& e) {

@@ -96,10 +96,10 @@ void handle_chat(ServerContext& c, const httplib::Request& req, httplib::Respons
     };
     relay.on_done = [meta, logprobs, want_lp, &tok](Ticket& tk, const Writer& w) {
       if (!tk.error.empty() || tk.cancelled) {
-        w(dump_json(error_event(tk)));
+        w(wire_json(error_event(tk)));
         return;
       }
-      w(dump_json(chat_completion_json(meta, tk.result, want_lp ? logprobs.get() : nullptr, tok)));
+      w(wire_json(chat_completion_json(meta, tk.result, want_lp ? logprobs.get() : nullptr, tok)));
     };
     relay_ticket(res, "application/json", t, std::move(relay));
     return;

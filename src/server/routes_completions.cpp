@@ -47,11 +47,11 @@ void handle_completion(ServerContext& c, const httplib::Request& req, httplib::R
     };
     relay.on_done = [meta, acc, want_lp, echo, fail, &tok](Ticket& tk, const Writer& w) {
       if (!tk.error.empty() || tk.cancelled) {
-        w(dump_json(fail(tk)));
+        w(wire_json(fail(tk)));
         return;
       }
       ojson lp = want_lp ? completion_logprobs_json(*acc, tok, echo.size()) : ojson(nullptr);
-      w(dump_json(completion_json(meta, echo + tk.result.content, tk.result, std::move(lp))));
+      w(wire_json(completion_json(meta, echo + tk.result.content, tk.result, std::move(lp))));
     };
     relay_ticket(res, "application/json", t, std::move(relay));
     return;

@@ -2,13 +2,13 @@
 
 namespace lily {
 
-std::string dump_json(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+std::string wire_json(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
-std::string dump_json(const nlohmann::ordered_json& j) {
+std::string wire_json(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-std::string sse_event(const nlohmann::ordered_json& j) { return "data: " + dump_json(j) + "\n\n"; }
+std::string sse_event(const nlohmann::ordered_json& j) { return "data: " + wire_json(j) + "\n\n"; }
 
 std::string sse_done() { return "data: [DONE]\n\n"; }
 

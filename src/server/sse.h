@@ -6,8 +6,8 @@
 namespace lily {
 
 // Serialises JSON for the wire; invalid UTF-8 (a token split inside a character) becomes U+FFFD.
-std::string dump_json(const nlohmann::json& j);
-std::string dump_json(const nlohmann::ordered_json& j);
+std::string wire_json(const nlohmann::json& j);
+std::string wire_json(const nlohmann::ordered_json& j);
 
 std::string sse_event(const nlohmann::ordered_json& j);  // "data: " + json + "\n\n"
 std::string sse_done();                                  // "data: [DONE]\n\n"
