@@ -1,6 +1,7 @@
 // OutputParser: tool calls (Qwen3.5 XML and Qwen3 JSON forms), schema conversion, malformed output.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
 
 #include "output_parser_harness.h"
@@ -164,6 +165,10 @@ TEST(OutputParserTools, Qwen3JsonForm) {
   r = parse_all_ways(with_tools(false), R"(<tool_call>{"name": "f", "arguments": "{\"a\": 1}"}</tool_call>)");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments_json, R"({"a":1})");
+  // Braces and escaped quotes inside strings do not end the object.
+  r = parse_all_ways(with_tools(false), R"(<tool_call>{"name": "f", "arguments": {"s": "}{\"]"}}</tool_call>)");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(json::parse(r.calls[0].arguments_json)["s"], "}{\"]");
 }
 
 TEST(OutputParserTools, DuplicatedParameterCloseTolerated) {
@@ -201,6 +206,7 @@ TEST(OutputParserTools, MalformedCallsBecomeContent) {
       "<tool_call>\n{\"name\": \"f\"} extra\n</tool_call>",
       "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>",
       "<tool_call>\n{\"name\": \"f\", \"arguments\": {\n",
+      "<tool_call>\n{\"name\": \"f\", </tool_call>",
       "<tool_call>",
       "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call",
   };
@@ -270,4 +276,20 @@ TEST(OutputParserTools, InvalidUtf8AndOddToolsNeverThrow) {
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(json::parse(r.calls[0].arguments_json)["a"], "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(r.calls[1].arguments_json, R"({"a":12})");
+}
+
+// Long arguments streamed in small pieces stay linear: a 400 kB value full of closing-tag look-alikes.
+TEST(OutputParserTools, LongValuesStreamInLinearTime) {
+  std::string val, str;
+  for (int i = 0; i < 16000; ++i) val += "a->b </parameter> x<y> </tool_call>\n", str += "abc </tool_call> {[";
+  const std::string xml = xml_call("write_file", {{"path", "p"}, {"content", val}});
+  const std::string js = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"" + str + "\"}}\n</tool_call>";
+  auto t0 = std::chrono::steady_clock::now();
+  for (const std::string* text : {&xml, &js}) {
+    OutputParser p(with_tools(false));
+    for (size_t i = 0; i < text->size(); i += 3) p.push(std::string_view(*text).substr(i, 3));
+    p.finish();
+    ASSERT_EQ(p.tool_calls().size(), 1u);
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }

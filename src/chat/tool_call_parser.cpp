@@ -178,48 +178,65 @@ bool ToolCallScanner::scan_value() {
   }
 }
 
-// JSON form: the object ends at a </tool_call> before which the text parses as a complete JSON
-// object. A </tool_call> inside a JSON string leaves the text incomplete, so the search goes on.
+// JSON form: a lexer tracks strings and nesting so that the object's end is found in one pass
+// (a "</tool_call>" inside a JSON string is string text). The object is parsed once it closes, and
+// only whitespace may separate it from </tool_call>.
 bool ToolCallScanner::scan_json() {
   std::string_view body = body_;
-  for (;;) {
-    std::size_t q = body.find(tags::kToolCallClose, scan_);
-    if (q == std::string_view::npos) {
-      scan_ = resume_point(scan_, body.size(), tags::kToolCallClose.size());
-      return false;
-    }
-    std::string_view text = body.substr(value_start_, q - value_start_);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text.begin(), text.end());
-    } catch (const nlohmann::json::parse_error& e) {
-      if (e.byte > text.size()) {  // ran out of input: the tag sits inside the JSON
-        scan_ = q + 1;
-        continue;
+  if (json_end_ == 0) {
+    for (; scan_ < body.size(); ++scan_) {
+      char c = body[scan_];
+      if (json_in_string_) {
+        if (json_escape_) json_escape_ = false;
+        else if (c == '\\') json_escape_ = true;
+        else if (c == '"') json_in_string_ = false;
+      } else if (c == '"') {
+        json_in_string_ = true;
+      } else if (c == '{' || c == '[') {
+        ++json_depth_;
+      } else if (c == '}' || c == ']') {
+        if (--json_depth_ == 0) {
+          json_end_ = scan_ + 1;
+          break;
+        }
+      } else if (c == '<') {  // cannot occur in JSON outside a string: the object was cut off
+        status_ = Status::Invalid;
+        return false;
       }
-      status_ = Status::Invalid;
-      return false;
-    } catch (const nlohmann::json::exception&) {
-      status_ = Status::Invalid;
-      return false;
     }
+    if (json_end_ == 0) return false;
     status_ = Status::Invalid;
-    if (!j.is_object()) return false;
-    auto name = j.find("name");
-    if (name == j.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return false;
-    auto args = j.find("arguments");
-    if (args == j.end()) args = j.find("parameters");
-    nlohmann::json a = args == j.end() ? nlohmann::json::object() : *args;
-    if (a.is_null()) a = nlohmann::json::object();
-    if (a.is_string()) a = parse_quiet(a.get_ref<const std::string&>());
-    if (!a.is_object()) return false;
-    name_ = name->get<std::string>();
-    has_name_ = true;
-    json_args_ = std::move(a);
-    end_ = q + tags::kToolCallClose.size();
-    status_ = Status::Done;
-    return false;
+    if (!accept_json(body.substr(value_start_, json_end_ - value_start_))) return false;
+    status_ = Status::Open;
   }
+  std::size_t p = tags::skip_space(body, json_end_);
+  std::string_view rest = body.substr(p);
+  if (starts_with(rest, tags::kToolCallClose)) {
+    end_ = p + tags::kToolCallClose.size();
+    status_ = Status::Done;
+  } else if (!rest.empty() && !tags::is_proper_prefix(rest, tags::kToolCallClose)) {
+    status_ = Status::Invalid;
+  }
+  return false;
+}
+
+// Checks the shape {"name": "...", "arguments": {...}} ("parameters" also accepted; arguments given
+// as a JSON string holding an object are decoded) and keeps name and arguments.
+bool ToolCallScanner::accept_json(std::string_view text) {
+  nlohmann::json j = parse_quiet(text);
+  if (!j.is_object()) return false;
+  auto name = j.find("name");
+  if (name == j.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return false;
+  auto args = j.find("arguments");
+  if (args == j.end()) args = j.find("parameters");
+  nlohmann::json a = args == j.end() ? nlohmann::json::object() : *args;
+  if (a.is_null()) a = nlohmann::json::object();
+  if (a.is_string()) a = parse_quiet(a.get_ref<const std::string&>());
+  if (!a.is_object()) return false;
+  name_ = name->get<std::string>();
+  has_name_ = true;
+  json_args_ = std::move(a);
+  return true;
 }
 
 namespace {

@@ -44,6 +44,7 @@ class ToolCallScanner {
   bool read_name(std::string& out);
   bool scan_value();
   bool scan_json();
+  bool accept_json(std::string_view text);
 
   std::string body_;
   Status status_ = Status::Open;
@@ -57,6 +58,10 @@ class ToolCallScanner {
   std::vector<std::pair<std::string, std::string>> params_;
   nlohmann::json json_args_;
   std::size_t end_ = 0;
+  // Json: lexer state and the offset just past the closing brace (0 while open)
+  int json_depth_ = 0;
+  bool json_in_string_ = false, json_escape_ = false;
+  std::size_t json_end_ = 0;
 };
 
 // Converts one raw XML parameter value to JSON using the tool's JSON schema for that parameter
