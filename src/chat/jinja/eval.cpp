@@ -88,6 +88,8 @@ void Interpreter::assign(const Expr& target, const Value& v, const ScopePtr& sco
     scope->set(target.name, v);
   } else if (target.kind == Expr::Kind::Tuple) {
     require_defined(v);
+    if (!v.is_string() && !v.is_seq() && !v.is_mapping())
+      throw Error("cannot unpack non-iterable " + v.type_name() + " object");
     List items = iterate(v);
     if (items.size() != target.args.size())
       throw Error(items.size() < target.args.size()

@@ -57,7 +57,7 @@ class Interpreter {
 };
 
 constexpr int kMaxCallDepth = 100;
-constexpr size_t kMaxIterations = 10'000'000;
+constexpr size_t kMaxIterations = 1'000'000;
 constexpr size_t kMaxOutput = 64u << 20;
 
 // filters.cpp / tests.cpp

@@ -270,7 +270,11 @@ Value run_filter(Interpreter& in, const std::string& name, const Value& v, CallA
   }
   if (name == "attr") {
     ArgReader r(a, "attr", {"name"});
-    return get_attr(v, to_str(r.get(0)));
+    std::string n = to_str(r.get(0));
+    require_defined(v);
+    if (v.type == Value::Type::Namespace || n.empty() || n[0] == '_') return get_attr(v, n);
+    Value m = bound_method(v, n);  // attributes only: a dict's keys are not attributes
+    return m.is_undefined() ? Value::undefined(std::string("'") + v.type_name() + " object' has no attribute '" + n + "'") : m;
   }
   if (name == "batch") {
     ArgReader r(a, "batch", {"linecount", "fill_with"});
@@ -372,7 +376,7 @@ Value run_filter(Interpreter& in, const std::string& name, const Value& v, CallA
     return Value::make_list(std::move(items));
   }
   if (name == "pprint") return Value::string(to_repr(v));
-  throw Error("no filter named '" + name + "'");
+  throw Error("No filter named '" + name + "'.");
 }
 
 }  // namespace lily::jinja

@@ -84,7 +84,7 @@ bool run_test(Interpreter& in, const std::string& name, const Value& v, CallArgs
     return false;
   }
   (void)in;
-  throw Error("no test named '" + name + "'");
+  throw Error("No test named '" + name + "'.");
 }
 
 }  // namespace lily::jinja
