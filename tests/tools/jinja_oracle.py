@@ -45,9 +45,14 @@ def make_env():
     return env
 
 
+_compiled = {}
+
+
 def render(env, source, context):
     try:
-        return {"rendered": env.from_string(source).render(**context)}
+        if source not in _compiled:
+            _compiled[source] = env.from_string(source)
+        return {"rendered": _compiled[source].render(**context)}
     except TemplateRaised as e:
         return {"raised": str(e)}
     except Exception as e:  # any other template error
