@@ -30,9 +30,14 @@ void Progress::set(uint64_t done) {
   if (enabled_) draw(done, false);
 }
 
+void Progress::update(uint64_t done, uint64_t total) {
+  total_.store(total);
+  set(done);
+}
+
 void Progress::finish() {
   if (!enabled_ || finished_) return;
-  draw(total_, true);
+  draw(total_.load(), true);
   std::lock_guard<std::mutex> lk(mu_);
   std::fputc('\n', stderr);
   finished_ = true;
@@ -45,7 +50,8 @@ void Progress::draw(uint64_t done, bool force) {
   if (!lk.owns_lock()) lk.lock();
   if (!force && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
-  double frac = total_ ? double(done) / double(total_) : 1.0;
+  const uint64_t total = total_.load();
+  double frac = total ? double(done) / double(total) : 1.0;
   if (frac > 1) frac = 1;
   constexpr int kWidth = 30;
   int filled = int(frac * kWidth);

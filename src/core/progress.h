@@ -18,6 +18,7 @@ class Progress {
 
   void add(uint64_t n);          // n more units done; redraws at most ~10 times a second
   void set(uint64_t done);       // absolute position
+  void update(uint64_t done, uint64_t total);  // absolute position and a (new) total
   void finish();                 // draws 100% and ends the line
   bool enabled() const { return enabled_; }
 
@@ -26,7 +27,7 @@ class Progress {
  private:
   void draw(uint64_t done, bool force);
   std::string label_;
-  uint64_t total_;
+  std::atomic<uint64_t> total_;
   std::atomic<uint64_t> done_{0};
   bool enabled_;
   bool finished_ = false;
