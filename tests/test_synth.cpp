@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "engine/backend.h"
-#include "eval/tensor_file.h"
+#include "io/safetensors.h"
 #include "synth/checkpoint_writer.h"
 #include "synth/module_plan.h"
 #include "synth/presets.h"
@@ -33,6 +33,20 @@ bool same_bytes(const QMatrix& a, const QMatrix& b) {
   size_t wb = size_t(a.rows) * size_t(a.cols) * size_t(a.bits) / 8;
   size_t sb = size_t(a.rows) * size_t(a.cols / a.group) * 2;
   return !std::memcmp(a.w, b.w, wb) && !std::memcmp(a.scales, b.scales, sb) && !std::memcmp(a.biases, b.biases, sb);
+}
+
+// Bytes and shape of one tensor of a safetensors file.
+struct Raw {
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> shape;
+  DType dtype;
+};
+Raw read_tensor(const fs::path& file, const std::string& name) {
+  auto f = SafetensorsFile::open(file.string());
+  const TensorView* t = f->find(name);
+  if (!t) throw Error(file.string() + ": no tensor " + name);
+  const auto* p = static_cast<const uint8_t*>(t->data);
+  return {std::vector<uint8_t>(p, p + t->nbytes), t->shape, t->dtype};
 }
 
 }  // namespace
@@ -160,15 +174,12 @@ TEST(Synth, MlxCheckpointRoundTrip) {
   EXPECT_EQ(cfg["quantization"]["language_model.model.layers.2.mlp.shared_expert_gate"]["bits"], 8);
   EXPECT_TRUE(fs::exists(dir / "tokenizer.json"));
 
-  auto file_of = [&](const std::string& name) {
-    return TensorFile((dir / index["weight_map"][name].get<std::string>()).string());
-  };
+  auto get = [&](const std::string& name) { return read_tensor(dir / index["weight_map"][name].get<std::string>(), name); };
   // Every matrix: .weight/.scales/.biases bytes equal the in-memory ones (experts stacked along axis 0).
   for (const auto& m : plan_modules(w->cfg)) {
-    auto f = file_of(m.name + ".weight");
-    auto wt = f.raw(m.name + ".weight");
-    auto sc = file_of(m.name + ".scales").raw(m.name + ".scales");
-    auto bi = file_of(m.name + ".biases").raw(m.name + ".biases");
+    auto wt = get(m.name + ".weight").bytes;
+    auto sc = get(m.name + ".scales").bytes;
+    auto bi = get(m.name + ".biases").bytes;
     size_t wb = size_t(m.rows) * size_t(m.cols) * size_t(m.bits) / 8, sb = size_t(m.rows) * size_t(m.cols / 64) * 2;
     ASSERT_EQ(wt.size(), wb * size_t(m.count)) << m.name;
     for (int e = 0; e < m.count; ++e) {
@@ -180,14 +191,16 @@ TEST(Synth, MlxCheckpointRoundTrip) {
   }
   // Vectors round-trip (norms exactly, A_log to float precision).
   for (const auto& v : plan_vectors(w->cfg)) {
-    auto f = file_of(v.name);
-    EXPECT_EQ(f.info(v.name).shape, v.shape) << v.name;
+    auto t = get(v.name);
+    EXPECT_EQ(t.shape, v.shape) << v.name;
     const auto& mem = slot_vector(*w, v);
     if (v.slot == VecSlot::ALog) {
-      auto a = f.f32(v.name);
+      ASSERT_EQ(t.dtype, DType::F32);
+      std::vector<float> a(t.bytes.size() / 4);
+      std::memcpy(a.data(), t.bytes.data(), t.bytes.size());
       for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(-std::exp(a[i]), mem[i], 1e-5f * std::fabs(mem[i]));
     } else {
-      auto raw = f.raw(v.name);
+      const auto& raw = t.bytes;
       ASSERT_EQ(raw.size(), mem.size() * 2);
       for (size_t i = 0; i < mem.size(); ++i) {
         uint16_t h;
@@ -215,13 +228,11 @@ TEST(Synth, HfCheckpointLayout) {
   EXPECT_TRUE(map.contains("model.language_model.layers.3.self_attn.q_proj.weight"));
   std::ifstream cf(dir / "config.json");
   EXPECT_FALSE(nlohmann::json::parse(cf).contains("quantization"));
-  TensorFile f((dir / map["model.language_model.layers.0.mlp.experts.gate_up_proj"].get<std::string>()).string());
-  const auto& info = f.info("model.language_model.layers.0.mlp.experts.gate_up_proj");
-  EXPECT_EQ(info.shape, (std::vector<int64_t>{16, 128, 128}));
+  const std::string gu = "model.language_model.layers.0.mlp.experts.gate_up_proj";
+  EXPECT_EQ(read_tensor(dir / map[gu].get<std::string>(), gu).shape, (std::vector<int64_t>{16, 128, 128}));
   // Zero-centred norms are stored as w - 1.
   const std::string n = "model.language_model.layers.0.input_layernorm.weight";
-  TensorFile fn((dir / map[n].get<std::string>()).string());
-  auto raw = fn.raw(n);
+  auto raw = read_tensor(dir / map[n].get<std::string>(), n).bytes;
   uint16_t h;
   std::memcpy(&h, raw.data(), 2);
   EXPECT_EQ(bf16_to_f32(h) + 1.0f, w->layers[0].in_norm[0]);
