@@ -53,7 +53,8 @@ void matmul(const QMatrix& W, const float* X, int n, float* Y, bool precise) {
   const int64_t block = std::max<int64_t>(4, std::min<int64_t>(64, W.rows / (8 * pool.size()) + 1));
   const int tasks = static_cast<int>((W.rows + block - 1) / block);
   if (is_q4g64(W)) {
-    thread_local QuantX q;  // owned by the calling thread; the workers only read it
+    thread_local QuantX tq;  // owned by the calling thread; the workers read it through `q`
+    QuantX& q = tq;          // (a lambda naming `tq` would see each worker's own thread_local)
     quantize_x(X, n, static_cast<int>(W.cols), precise, q);
     const bool avx = use_avx512();
     pool.parallel_for(tasks, [&](int t, int) {

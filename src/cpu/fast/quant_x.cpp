@@ -14,6 +14,7 @@ void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q) {
   if (precise && q.lo.size() < pairs * 128) q.lo.resize(pairs * 128);
   if (q.dx.size() < pairs * 16) q.dx.resize(pairs * 16);
   if (q.sum.size() < static_cast<size_t>(n) * q.G) q.sum.resize(static_cast<size_t>(n) * q.G);
+  if (q.dxg.size() < static_cast<size_t>(n) * q.G) q.dxg.resize(static_cast<size_t>(n) * q.G);
   for (int i = 0; i < n; ++i) {
     for (int p = 0; p < q.P; ++p) {
       int8_t* hi = &q.hi[(static_cast<size_t>(i) * q.P + p) * 128];
@@ -39,6 +40,7 @@ void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q) {
         const float d = amax > 0.0f ? amax / 127.0f : 0.0f;
         const float inv = d > 0.0f ? 1.0f / d : 0.0f;
         for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = d;
+        q.dxg[static_cast<size_t>(i) * q.G + g] = d;
         for (int k = 0; k < 64; ++k) {
           const float v = x[k] * inv;
           const float h = std::nearbyint(v);

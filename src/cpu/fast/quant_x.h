@@ -14,6 +14,7 @@ struct QuantX {
   std::vector<int8_t> hi, lo;  // [n][P][128]: per pair [g even 32 | g+1 even 32 | g odd 32 | g+1 odd 32]
   std::vector<float> dx;       // [n][P][16]: lanes 0-7 dx_g, lanes 8-15 dx_{g+1} (0 past the end)
   std::vector<float> sum;      // [n][G]: Σx over the group (exact f32)
+  std::vector<float> dxg;      // [n][G]: dx per group
 };
 
 // X [n, cols] f32 (cols % 64 == 0) -> q (buffers grow, never shrink: no allocation in steady state).
