@@ -16,6 +16,7 @@
 #include "synth/presets.h"
 #include "synth/synth_tokenizer.h"
 #include "synth/synthetic_model.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace lily;
 namespace fs = std::filesystem;
@@ -249,6 +250,11 @@ TEST(Synth, LoadModelReadsWhatSynthWrote) {
     opt.bpe_vocab = 4096;
     write_checkpoint(*w, dir.string(), opt);
     auto l = load_model(dir.string());
+    auto tok = Tokenizer::load((dir / "tokenizer.json").string());
+    auto ids = tok->encode("hello world<|im_end|>");
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids.back(), 4096 + 2);  // <|im_end|> at bpe_vocab + 2
+    for (auto id : ids) EXPECT_LT(id, l->cfg.vocab);
     EXPECT_EQ(l->cfg.hidden, w->cfg.hidden);
     EXPECT_EQ(l->cfg.is_full, w->cfg.is_full);
     EXPECT_EQ(l->cfg.vocab, w->cfg.vocab);

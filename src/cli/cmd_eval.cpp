@@ -1,7 +1,7 @@
 // `lily eval (--model DIR | --synthetic P) --ref F.safetensors`: teacher-forced consistency of this engine
 // against reference logits (prompt_ids / prompt_logits, as in tests/fixtures/*/reference-*.safetensors or
 // written by `lily logits`); thresholds turn it into a gate (exit status 1 when not met).
-// `lily perplexity (--model DIR | --synthetic P) --ids F [--window N --stride S]`: sliding-window perplexity.
+// `lily perplexity --model DIR --text F | (--model DIR | --synthetic P) --ids F [--window N --stride S]`: sliding-window perplexity.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -13,6 +13,8 @@
 #include "core/error.h"
 #include "eval/logit_metrics.h"
 #include "eval/teacher_forced.h"
+#include "io/text_file.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lily {
 namespace {
@@ -92,14 +94,20 @@ int run_perplexity(const Args& a) {
   auto known = model_flags();
   for (const char* k : {"ids", "text", "backend", "window", "stride", "prefill-chunk", "json"}) known.push_back(k);
   a.check_known(known);
-  if (a.has("text"))
-    throw Error("--text needs the tokenizer module, which this build does not have yet; pass --ids F (token ids)");
-  if (!a.has("ids")) throw Error("--ids F (a file of token ids) is required");
-  auto ids = read_ids_file(a.get("ids"));
-  if (ids.size() < 2) throw Error(a.get("ids") + ": need at least 2 token ids");
+  if (a.has("text") == a.has("ids")) throw Error("pass --text F (tokenized with the model's tokenizer.json) or --ids F");
+  std::vector<int32_t> ids;
+  std::string src = a.has("text") ? a.get("text") : a.get("ids");
+  if (a.has("text")) {
+    if (!a.has("model")) throw Error("--text needs --model DIR (its tokenizer.json); with --synthetic use --ids F");
+    auto tok = Tokenizer::load(a.get("model") + "/tokenizer.json");
+    ids = tok->encode(read_text_file(src));
+  } else {
+    ids = read_ids_file(src);
+  }
+  if (ids.size() < 2) throw Error(src + ": need at least 2 tokens");
   auto w = open_model(a);
   for (auto id : ids)
-    if (id < 0 || id >= w->cfg.vocab) throw Error(a.get("ids") + ": id " + std::to_string(id) + " outside the vocabulary");
+    if (id < 0 || id >= w->cfg.vocab) throw Error(src + ": id " + std::to_string(id) + " outside the vocabulary");
   auto be = make_backend(a.get("backend", "auto"), w);
   int window = int(a.get_int("window", 2048));
   int stride = int(a.get_int("stride", window / 2));
@@ -114,7 +122,7 @@ int run_perplexity(const Args& a) {
 }
 
 LILY_COMMAND("eval", "teacher-forced logits vs a reference file: top-1, KL, logit error, perplexity", run_eval, {});
-LILY_COMMAND("perplexity", "sliding-window perplexity over token ids (--ids F [--window N --stride S])",
+LILY_COMMAND("perplexity", "sliding-window perplexity of a text or token ids (--text F | --ids F) [--window N --stride S]",
              run_perplexity, {});
 
 }  // namespace
