@@ -1,0 +1,133 @@
+#include "bench/bench_report.h"
+
+#include <cstdio>
+
+#include "bench/bench_math.h"
+#include "bench/cost_model.h"
+#include "bench/machine_info.h"
+#include "synth/synthetic_model.h"
+
+namespace lily {
+
+namespace {
+
+using J = nlohmann::ordered_json;
+
+J stats_json(const SampleStats& s) { return {{"median", s.median}, {"min", s.min}, {"max", s.max}, {"n", s.n}}; }
+
+// tokens/s of each sample
+std::vector<double> rates(const std::vector<double>& secs, double tokens) {
+  std::vector<double> r;
+  for (double s : secs) r.push_back(s > 0 ? tokens / s : 0.0);
+  return r;
+}
+
+}  // namespace
+
+J limits_json(const DeviceLimits& d) {
+  return {{"device", d.device},
+          {"copy_gbps", d.copy_gbps},
+          {"copy_method", d.copy_method},
+          {"matmul_tflops", d.matmul_tflops},
+          {"matmul_method", d.matmul_method}};
+}
+
+J bench_json(const BenchContext& ctx, const std::vector<BenchLengthResult>& results) {
+  const ModelWeights& w = *ctx.weights;
+  auto m = machine_info();
+  J j;
+  j["schema"] = "lily-bench-1";
+  j["machine"] = {{"cpu_model", m.cpu_model},
+                  {"threads", m.threads},
+                  {"memory_bytes", m.memory_bytes},
+                  {"hostname", m.hostname},
+                  {"gpu", ctx.limits && ctx.backend.rfind("cpu", 0) != 0 ? J(ctx.limits->device) : J(nullptr)}};
+  j["backend"] = ctx.backend;
+  j["model"] = {{"label", ctx.model_label},
+                {"layout", w.layout},
+                {"weight_bytes", model_weight_bytes(w)},
+                {"active_params", active_params(w)},
+                {"layers", w.cfg.n_layers},
+                {"vocab", w.cfg.vocab}};
+  j["protocol"] = {{"batch", 1},
+                   {"prompt_ids", "((i*2654435761) mod 2^32) mod vocab"},
+                   {"reps", ctx.options.reps},
+                   {"decode_steps", ctx.options.decode_steps},
+                   {"prefill_chunk", ctx.options.prefill_chunk},
+                   {"kv_elem_bytes", ctx.kv_elem_bytes}};
+  j["limits"] = ctx.limits ? limits_json(*ctx.limits) : J(nullptr);
+  J prefill = J::array(), decode = J::array();
+  bool all_consistent = true;
+  for (const auto& r : results) {
+    if (r.prefill_measured) {
+      auto st = sample_stats(rates(r.prefill_s, r.length));
+      double tflops = st.median * prefill_flops(w, r.length) / r.length / 1e12;
+      J e = {{"length", r.length}, {"samples_s", r.prefill_s}, {"tok_s", stats_json(st)}, {"tflops", tflops}};
+      e["fraction_of_limit"] = ctx.limits && ctx.limits->matmul_tflops > 0 ? J(tflops / ctx.limits->matmul_tflops) : J(nullptr);
+      prefill.push_back(e);
+    }
+    if (r.decode_measured) {
+      auto st = sample_stats(rates(r.decode_s, ctx.options.decode_steps));
+      // The mean context over the 64 steps is length + 32; bytes are taken at that context.
+      auto b = decode_bytes_per_token(w, r.length + ctx.options.decode_steps / 2, ctx.kv_elem_bytes);
+      double gbps = st.median * double(b.total()) / 1e9;
+      J digests = J::array();
+      for (auto d : r.digests) digests.push_back(hex64(d));
+      J e = {{"context", r.length},
+             {"samples_s", r.decode_s},
+             {"tok_s", stats_json(st)},
+             {"bytes_per_token",
+              {{"total", b.total()}, {"dense", b.dense}, {"experts", b.experts}, {"lm_head", b.lm_head},
+               {"embed_row", b.embed_row}, {"kv", b.kv}, {"recurrent", b.recurrent}}},
+             {"gbps", gbps}};
+      e["fraction_of_limit"] = ctx.limits && ctx.limits->copy_gbps > 0 ? J(gbps / ctx.limits->copy_gbps) : J(nullptr);
+      e["digest"] = r.digests.empty() ? J(nullptr) : J(hex64(r.digests.front()));
+      e["digests"] = digests;
+      e["digest_consistent"] = r.digest_consistent;
+      all_consistent = all_consistent && r.digest_consistent;
+      decode.push_back(e);
+    }
+  }
+  j["prefill"] = prefill;
+  j["decode"] = decode;
+  j["digests_consistent"] = all_consistent;
+  return j;
+}
+
+std::string bench_table(const J& j) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "backend %s, model %s\n", j["backend"].get<std::string>().c_str(),
+                j["model"]["label"].get<std::string>().c_str());
+  out += line;
+  auto frac = [](const J& e) {
+    char b[32];
+    if (e["fraction_of_limit"].is_null()) return std::string("-");
+    std::snprintf(b, sizeof b, "%.1f%%", 100.0 * e["fraction_of_limit"].get<double>());
+    return std::string(b);
+  };
+  if (!j["prefill"].empty()) {
+    out += "prefill   length      tok/s (median)   [min, max]            TFLOP/s  of limit\n";
+    for (const auto& e : j["prefill"]) {
+      std::snprintf(line, sizeof line, "          %-8s %12.1f    [%.1f, %.1f] %14.4f  %s\n",
+                    length_label(e["length"].get<int>()).c_str(), e["tok_s"]["median"].get<double>(),
+                    e["tok_s"]["min"].get<double>(), e["tok_s"]["max"].get<double>(), e["tflops"].get<double>(),
+                    frac(e).c_str());
+      out += line;
+    }
+  }
+  if (!j["decode"].empty()) {
+    out += "decode    context     tok/s (median)   [min, max]            GB/s     of limit  digest\n";
+    for (const auto& e : j["decode"]) {
+      std::snprintf(line, sizeof line, "          %-8s %12.2f    [%.2f, %.2f] %14.2f  %-8s  %s%s\n",
+                    length_label(e["context"].get<int>()).c_str(), e["tok_s"]["median"].get<double>(),
+                    e["tok_s"]["min"].get<double>(), e["tok_s"]["max"].get<double>(), e["gbps"].get<double>(),
+                    frac(e).c_str(), e["digest"].is_null() ? "-" : e["digest"].get<std::string>().c_str(),
+                    e["digest_consistent"].get<bool>() ? "" : " MISMATCH");
+      out += line;
+    }
+  }
+  return out;
+}
+
+}  // namespace lily

@@ -1,0 +1,87 @@
+#include "bench/bench_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "bench/bench_math.h"
+#include "core/error.h"
+
+namespace lily {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RunOut {
+  double prefill_s = 0, decode_s = 0;
+  std::vector<int32_t> generated;
+};
+
+RunOut run_once(Backend& be, const std::vector<int32_t>& prompt, int steps, const ForwardOptions& fo) {
+  const int V = be.config().vocab;
+  std::vector<float> logits(static_cast<size_t>(V));
+  auto st = be.new_state(int(prompt.size()) + steps + 1);
+  RunOut r;
+  auto t0 = Clock::now();
+  be.forward(*st, prompt.data(), int(prompt.size()), 1, logits.data(), fo);
+  int32_t next = argmax(logits.data(), V);
+  auto t1 = Clock::now();
+  r.prefill_s = std::chrono::duration<double>(t1 - t0).count();
+  r.generated.reserve(size_t(steps));
+  for (int s = 0; s < steps; ++s) {
+    be.forward(*st, &next, 1, 1, logits.data(), fo);
+    next = argmax(logits.data(), V);
+    r.generated.push_back(next);
+  }
+  r.decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  return r;
+}
+
+}  // namespace
+
+std::vector<BenchLengthResult> run_bench(Backend& be, const BenchOptions& opt) {
+  if (opt.reps < 1) throw Error("--reps must be at least 1");
+  if (opt.prefill_chunk < 1) throw Error("--prefill-chunk must be at least 1");
+  std::set<int> all(opt.prefill_lengths.begin(), opt.prefill_lengths.end());
+  all.insert(opt.decode_contexts.begin(), opt.decode_contexts.end());
+  const auto& cfg = be.config();
+  if (cfg.max_pos > 0)
+    for (int n : all)
+      if (n + opt.decode_steps + 1 > cfg.max_pos)
+        throw Error("length " + std::to_string(n) + " + " + std::to_string(opt.decode_steps) +
+                    " decode steps exceeds the model's max_position_embeddings " + std::to_string(cfg.max_pos));
+  ForwardOptions fo;
+  fo.prefill_chunk = opt.prefill_chunk;
+  const int total = int(all.size()) * (opt.reps + 1);
+  int done = 0;
+  std::vector<BenchLengthResult> out;
+  for (int n : all) {
+    BenchLengthResult r;
+    r.length = n;
+    r.prefill_measured = std::count(opt.prefill_lengths.begin(), opt.prefill_lengths.end(), n) > 0;
+    r.decode_measured = std::count(opt.decode_contexts.begin(), opt.decode_contexts.end(), n) > 0;
+    const auto prompt = bench_prompt(n, cfg.vocab);
+    const int steps = r.decode_measured ? opt.decode_steps : 0;
+    if (opt.progress) opt.progress("warm-up " + length_label(n), done, total);
+    run_once(be, prompt, std::min(steps, opt.warmup_decode), fo);
+    ++done;
+    for (int rep = 0; rep < opt.reps; ++rep) {
+      if (opt.progress)
+        opt.progress(length_label(n) + " rep " + std::to_string(rep + 1) + "/" + std::to_string(opt.reps), done, total);
+      auto o = run_once(be, prompt, steps, fo);
+      if (r.prefill_measured) r.prefill_s.push_back(o.prefill_s);
+      if (r.decode_measured) {
+        r.decode_s.push_back(o.decode_s);
+        r.digests.push_back(fnv1a_ids(o.generated));
+        if (r.digests.back() != r.digests.front()) r.digest_consistent = false;
+      }
+      ++done;
+    }
+    out.push_back(std::move(r));
+  }
+  if (opt.progress) opt.progress("done", total, total);
+  return out;
+}
+
+}  // namespace lily

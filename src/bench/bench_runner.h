@@ -1,0 +1,40 @@
+// The benchmark protocol (anchors.md §1a), batch 1 on one Backend:
+//  for each length n in prefill_lengths ∪ decode_contexts:
+//    warm-up: one prefill of exactly n prompt tokens on a fresh state plus `warmup_decode` decode steps;
+//    then `reps` times, on a fresh state: prefill the n deterministic prompt ids (timed when n is a prefill
+//    length; ends when the last position's logits are on the host; next id = argmax), then exactly 64 greedy
+//    decode steps each feeding the previous argmax (timed when n is a decode context); the FNV-1a digest of
+//    the 64 generated ids must be the same in every repetition.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+
+namespace lily {
+
+struct BenchOptions {
+  std::vector<int> prefill_lengths;
+  std::vector<int> decode_contexts;
+  int reps = 3;
+  int decode_steps = 64;
+  int warmup_decode = 4;
+  int prefill_chunk = 512;
+  // called at the start of each phase: ("prefill 4K rep 2/3", done phases, total phases)
+  std::function<void(const std::string& what, int done, int total)> progress;
+};
+
+struct BenchLengthResult {
+  int length = 0;
+  bool prefill_measured = false, decode_measured = false;
+  std::vector<double> prefill_s;       // seconds per rep
+  std::vector<double> decode_s;        // seconds for all decode steps per rep
+  std::vector<uint64_t> digests;       // per rep
+  bool digest_consistent = true;
+};
+
+std::vector<BenchLengthResult> run_bench(Backend& be, const BenchOptions& opt);
+
+}  // namespace lily

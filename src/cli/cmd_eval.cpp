@@ -1,0 +1,129 @@
+// `lily eval (--model DIR | --synthetic P) --ref F.safetensors`: teacher-forced consistency of this engine
+// against reference logits (prompt_ids / prompt_logits, as in tests/fixtures/*/reference-*.safetensors or
+// written by `lily logits`); thresholds turn it into a gate (exit status 1 when not met).
+// `lily perplexity --model DIR --text F | (--model DIR | --synthetic P) --ids F [--window N --stride S]`: sliding-window perplexity.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/model_args.h"
+#include "cli/registry.h"
+#include "core/error.h"
+#include "eval/logit_metrics.h"
+#include "eval/teacher_forced.h"
+#include "io/text_file.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lily {
+namespace {
+
+void write_json(const std::string& path, const nlohmann::ordered_json& j) {
+  std::ofstream f(path);
+  if (!f) throw Error("cannot create " + path);
+  f << j.dump(2) << "\n";
+  if (!f) throw Error("writing " + path + " failed");
+}
+
+int run_eval(const Args& a) {
+  auto known = model_flags();
+  for (const char* k : {"ref", "backend", "prefill-chunk", "min-top1", "max-kl", "max-abs", "json"}) known.push_back(k);
+  a.check_known(known);
+  if (!a.has("ref")) throw Error("--ref F.safetensors (prompt_ids, prompt_logits) is required");
+  auto ref = load_reference_logits(a.get("ref"));
+  auto w = open_model(a);
+  if (w->cfg.vocab != ref.vocab)
+    throw Error(a.get("ref") + " has logits over " + std::to_string(ref.vocab) + " ids, the model's vocab is " +
+                std::to_string(w->cfg.vocab));
+  auto be = make_backend(a.get("backend", "auto"), w);
+  auto ours = teacher_forced_logits(*be, ref.ids, int(a.get_int("prefill-chunk", 512)));
+  std::vector<int32_t> next(ref.ids.begin() + (ref.ids.empty() ? 0 : 1), ref.ids.end());
+  const int L = int(ref.ids.size());
+  auto c = compare_logits(ref.logits.data(), ours.data(), L, ref.vocab, next);
+
+  std::printf("eval %s vs %s (%s), %d positions\n", model_label(a).c_str(), a.get("ref").c_str(), be->name().c_str(), L);
+  std::printf("  top-1 agreement  %.4f\n  max |dlogit|     %.6g\n  RMS dlogit       %.6g\n", c.top1_agreement,
+              c.max_abs_err, c.rms_err);
+  std::printf("  KL(ref||ours)    mean %.6g  max %.6g\n  perplexity       ref %.6g  ours %.6g (%d next tokens)\n",
+              c.mean_kl, c.max_kl, c.ppl_ref, c.ppl_ours, c.scored);
+
+  std::vector<std::string> failed;
+  if (a.has("min-top1") && c.top1_agreement < a.get_double("min-top1", 0)) failed.push_back("top-1 agreement");
+  if (a.has("max-kl") && c.mean_kl > a.get_double("max-kl", 0)) failed.push_back("mean KL");
+  if (a.has("max-abs") && c.max_abs_err > a.get_double("max-abs", 0)) failed.push_back("max |dlogit|");
+  if (a.has("json")) {
+    nlohmann::ordered_json j = {{"schema", "lily-eval-1"},
+                                {"model", model_label(a)},
+                                {"reference", a.get("ref")},
+                                {"backend", be->name()},
+                                {"positions", L},
+                                {"top1_agreement", c.top1_agreement},
+                                {"max_abs_err", c.max_abs_err},
+                                {"rms_err", c.rms_err},
+                                {"mean_kl", c.mean_kl},
+                                {"max_kl", c.max_kl},
+                                {"ppl_ref", c.ppl_ref},
+                                {"ppl_ours", c.ppl_ours},
+                                {"scored", c.scored},
+                                {"failed", failed},
+                                {"pass", failed.empty()}};
+    write_json(a.get("json"), j);
+  }
+  for (const auto& f : failed) std::fprintf(stderr, "lily eval: threshold not met: %s\n", f.c_str());
+  return failed.empty() ? 0 : 1;
+}
+
+std::vector<int32_t> read_ids_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error("cannot open " + path);
+  std::vector<int32_t> ids;
+  std::string tok;
+  while (f >> tok) {
+    for (auto& ch : tok)
+      if (ch == ',' || ch == '[' || ch == ']') ch = ' ';
+    std::stringstream ss(tok);
+    long v;
+    while (ss >> v) ids.push_back(int32_t(v));
+    if (!ss.eof()) throw Error(path + ": expected token ids (integers separated by spaces or commas), got '" + tok + "'");
+  }
+  return ids;
+}
+
+int run_perplexity(const Args& a) {
+  auto known = model_flags();
+  for (const char* k : {"ids", "text", "backend", "window", "stride", "prefill-chunk", "json"}) known.push_back(k);
+  a.check_known(known);
+  if (a.has("text") == a.has("ids")) throw Error("pass --text F (tokenized with the model's tokenizer.json) or --ids F");
+  std::vector<int32_t> ids;
+  std::string src = a.has("text") ? a.get("text") : a.get("ids");
+  if (a.has("text")) {
+    if (!a.has("model")) throw Error("--text needs --model DIR (its tokenizer.json); with --synthetic use --ids F");
+    auto tok = Tokenizer::load(a.get("model") + "/tokenizer.json");
+    ids = tok->encode(read_text_file(src));
+  } else {
+    ids = read_ids_file(src);
+  }
+  if (ids.size() < 2) throw Error(src + ": need at least 2 tokens");
+  auto w = open_model(a);
+  for (auto id : ids)
+    if (id < 0 || id >= w->cfg.vocab) throw Error(src + ": id " + std::to_string(id) + " outside the vocabulary");
+  auto be = make_backend(a.get("backend", "auto"), w);
+  int window = int(a.get_int("window", 2048));
+  int stride = int(a.get_int("stride", window / 2));
+  auto r = windowed_perplexity(*be, ids, window, stride, int(a.get_int("prefill-chunk", 512)));
+  std::printf("perplexity %.6g over %lld tokens (%d windows of %d, stride %d)\n", r.ppl(), (long long)r.scored,
+              r.windows, window, stride);
+  if (a.has("json"))
+    write_json(a.get("json"), {{"schema", "lily-perplexity-1"}, {"model", model_label(a)}, {"backend", be->name()},
+                               {"perplexity", r.ppl()}, {"nll_sum", r.nll_sum}, {"scored", r.scored},
+                               {"windows", r.windows}, {"window", window}, {"stride", stride}});
+  return 0;
+}
+
+LILY_COMMAND("eval", "teacher-forced logits vs a reference file: top-1, KL, logit error, perplexity", run_eval, {});
+LILY_COMMAND("perplexity", "sliding-window perplexity of a text or token ids (--text F | --ids F) [--window N --stride S]",
+             run_perplexity, {});
+
+}  // namespace
+}  // namespace lily

@@ -1,0 +1,82 @@
+// `lily run`: greedy generation from a prompt, streamed to stdout, then prompt and decode speed on stderr.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "chat/template.h"
+#include "cli/model_source.h"
+#include "cli/registry.h"
+#include "core/error.h"
+#include "engine/backend.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lily {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int32_t> stop_ids(const ModelConfig& c, const Tokenizer& tok) {
+  std::vector<int32_t> s(c.eos_ids.begin(), c.eos_ids.end());
+  for (const char* t : {"<|im_end|>", "<|endoftext|>"}) {
+    int32_t id = tok.token_to_id(t);
+    if (id >= 0) s.push_back(id);
+  }
+  return s;
+}
+
+int run(const Args& a) {
+  a.check_known({"model", "prompt", "chat", "max-tokens", "backend", "prefill-chunk", "no-think", "ctx"});
+  if (!a.has("prompt")) throw Error("--prompt TEXT is required");
+  const std::string dir = model_dir_or_demo(a);
+  auto w = load_model(dir);
+  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  auto be = make_backend(a.get("backend", "auto"), w);
+  std::string text = a.get("prompt");
+  if (a.has("chat")) {
+    nlohmann::ordered_json ctx;
+    ctx["messages"] = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
+    ctx["add_generation_prompt"] = true;
+    ctx["enable_thinking"] = !a.has("no-think");
+    text = ChatTemplate::load_for_model(dir).render(ctx);
+  }
+  std::vector<int32_t> ids = tok->encode(text);
+  if (ids.empty()) throw Error("the prompt encodes to no tokens");
+  const int max_new = static_cast<int>(a.get_int("max-tokens", 128));
+  const int ctx_len = static_cast<int>(a.get_int("ctx", static_cast<long>(ids.size()) + max_new + 1));
+  if (static_cast<int>(ids.size()) + max_new > ctx_len)
+    throw Error("prompt (" + std::to_string(ids.size()) + " tokens) + --max-tokens " + std::to_string(max_new) +
+                " exceed the context of " + std::to_string(ctx_len));
+  const auto stops = stop_ids(w->cfg, *tok);
+  ForwardOptions opt;
+  opt.prefill_chunk = static_cast<int>(a.get_int("prefill-chunk", 512));
+  auto st = be->new_state(ctx_len);
+  const int V = w->cfg.vocab;
+  std::vector<float> logits(V);
+  auto t0 = Clock::now();
+  be->forward(*st, ids.data(), static_cast<int>(ids.size()), 1, logits.data(), opt);
+  auto t1 = Clock::now();
+  StreamDecoder dec(*tok);
+  int generated = 0;
+  for (; generated < max_new; ++generated) {
+    int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
+    std::fputs(dec.push(next).c_str(), stdout);
+    std::fflush(stdout);
+    if (generated + 1 < max_new) be->forward(*st, &next, 1, 1, logits.data(), opt);
+  }
+  std::fputs(dec.flush().c_str(), stdout);
+  std::fputs("\n", stdout);
+  auto t2 = Clock::now();
+  double ps = std::chrono::duration<double>(t1 - t0).count(), ds = std::chrono::duration<double>(t2 - t1).count();
+  std::fprintf(stderr, "[%s] prompt %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s)\n",
+               be->name().c_str(), ids.size(), ps, ids.size() / std::max(ps, 1e-9), generated, ds,
+               generated / std::max(ds, 1e-9));
+  return 0;
+}
+
+}  // namespace
+
+LILY_COMMAND("run", "greedy generation: --prompt TEXT [--chat] [--max-tokens N] [--model DIR]", run,
+             {"chat", "no-think"});
+
+}  // namespace lily

@@ -1,0 +1,18 @@
+// Named model shapes for synthetic weights: the real Qwen3.6-35B-A3B and scaled-down ones for tests.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace lily {
+
+// "qwen3.6-35b-a3b" (the real shapes), "small" (real head sizes, hidden 512, 4 layers, 32 experts top-8) and
+// "tiny" (the shapes of tests/fixtures/tiny). Throws lily::Error listing the known names otherwise.
+ModelConfig make_synthetic_config(const std::string& preset);
+std::vector<std::string> synthetic_presets();
+
+// Number of BPE tokens (byte-level) the preset's tokenizer has before the added special tokens.
+int synthetic_bpe_vocab(const std::string& preset);
+
+}  // namespace lily
