@@ -110,6 +110,7 @@ int chat(const Args& a) {
     gen.save_reply_snapshot();
     if (in_reasoning) std::fputs(reset, stdout);
     std::fputs("\n", stdout);
+    std::fflush(stdout);
     std::fprintf(stderr, "%s[%d prompt tokens (%d cached), %d generated, %.1f tok/s, %s]%s\n", dim, r.prompt_tokens,
                  r.cached_tokens, r.completion_tokens, r.completion_tokens / std::max(r.decode_s, 1e-9),
                  r.finish_reason.c_str(), reset);

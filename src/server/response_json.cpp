@@ -51,13 +51,13 @@ ojson tool_calls_json(const std::vector<ToolCallOut>& calls) {
 ojson chat_logprobs_json(const std::vector<TokenInfo>& toks, const Tokenizer& tok) {
   ojson content = ojson::array();
   for (const auto& t : toks) {
-    std::string s = tok.decode({t.id});
     ojson top = ojson::array();
-    for (const auto& a : t.top) {
-      std::string ts = tok.decode({a.id});
-      top.push_back({{"token", ts}, {"logprob", a.logprob}, {"bytes", bytes_of(ts)}});
-    }
-    content.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+    for (const auto& a : t.top)
+      top.push_back({{"token", tok.decode({a.id})}, {"logprob", a.logprob}, {"bytes", bytes_of(tok.token_bytes(a.id))}});
+    content.push_back({{"token", tok.decode({t.id})},
+                       {"logprob", t.logprob},
+                       {"bytes", bytes_of(tok.token_bytes(t.id))},
+                       {"top_logprobs", top}});
   }
   return {{"content", content}, {"refusal", nullptr}};
 }

@@ -144,6 +144,8 @@ void register_chat_routes(httplib::Server& svr, ServerContext& c) {
       handle_chat(c, req, res);
     } catch (const ApiError& e) {
       send_error(res, e);
+    } catch (const Error& e) {  // tokenizer / template input problems
+      send_error(res, bad_request(e.what()));
     } catch (const std::exception& e) {
       send_error(res, ApiError(500, e.what()));
     }

@@ -1,6 +1,7 @@
 // POST /v1/completions: raw text (or token ids) in, text out; streamed (SSE) or whole.
 #include <httplib.h>
 
+#include "core/error.h"
 #include "server/http_server.h"
 #include "server/http_util.h"
 #include "server/response_json.h"
@@ -91,6 +92,8 @@ void register_completion_routes(httplib::Server& svr, ServerContext& c) {
       handle_completion(c, req, res);
     } catch (const ApiError& e) {
       send_error(res, e);
+    } catch (const Error& e) {  // tokenizer / template input problems
+      send_error(res, bad_request(e.what()));
     } catch (const std::exception& e) {
       send_error(res, ApiError(500, e.what()));
     }
