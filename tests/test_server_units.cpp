@@ -3,6 +3,7 @@
 
 #include "engine/stop_strings.h"
 #include "server/request_parse.h"
+#include "server/response_json.h"
 #include "server/session_cache.h"
 #include "server/sse.h"
 
@@ -271,4 +272,61 @@ TEST(SessionCache, KeyPreferredButTokensChecked) {
   c.insert({7, 8}, "alice", state_of({7, 8}), {});
   EXPECT_EQ(c.lookup({1, 2, 3}, "alice", 1).n_tokens, 3);  // key alone never matches wrong tokens
   EXPECT_FALSE(c.lookup({9}, "alice", 1).state);
+}
+
+TEST(ResponseJson, ToolCallDeltasAsTheSdkAssemblesThem) {
+  ParsedDelta d;
+  d.tool_calls.push_back({0, "call_abc", "get_weather", "{\"city\":"});
+  d.tool_calls.push_back({0, "", "", "\"Paris\"}"});
+  ojson j = chat_delta_json(d);
+  ASSERT_EQ(j["tool_calls"].size(), 2u);
+  const ojson& first = j["tool_calls"][0];
+  EXPECT_EQ(first["index"], 0);
+  EXPECT_EQ(first["id"], "call_abc");
+  EXPECT_EQ(first["type"], "function");
+  EXPECT_EQ(first["function"]["name"], "get_weather");
+  EXPECT_EQ(first["function"]["arguments"], "{\"city\":");
+  const ojson& more = j["tool_calls"][1];
+  EXPECT_FALSE(more.contains("id"));
+  EXPECT_FALSE(more.contains("type"));
+  EXPECT_FALSE(more["function"].contains("name"));
+  EXPECT_EQ(more["function"]["arguments"], "\"Paris\"}");
+  EXPECT_FALSE(j.contains("content"));
+}
+
+TEST(ResponseJson, CompletionWithToolCallsAndUsage) {
+  auto tok = Tokenizer::load(std::string(LILY_TEST_DIR) + "/../demo/tiny-model/tokenizer.json");
+  GenResult r;
+  r.finish_reason = "tool_calls";
+  r.prompt_tokens = 10;
+  r.cached_tokens = 4;
+  r.completion_tokens = 5;
+  r.reasoning = "thinking";
+  r.tool_calls.push_back({"call_1", "f", "{\"a\":1}"});
+  ojson j = chat_completion_json({"chatcmpl-x", 123, "m"}, r, nullptr, *tok);
+  EXPECT_EQ(j["object"], "chat.completion");
+  const ojson& m = j["choices"][0]["message"];
+  EXPECT_EQ(m["role"], "assistant");
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["reasoning_content"], "thinking");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(j["usage"]["total_tokens"], 15);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+  ojson chunk = chat_chunk_json({"chatcmpl-x", 123, "m"}, ojson::object(), "stop", nullptr, true);
+  EXPECT_EQ(chunk["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(chunk["usage"].is_null());
+  ojson u = usage_chunk_json({"chatcmpl-x", 123, "m"}, "chat.completion.chunk", r);
+  EXPECT_TRUE(u["choices"].empty());
+}
+
+TEST(ResponseJson, ErrorShape) {
+  ojson e = error_json(ApiError(404, "no such model", "model", "model_not_found"));
+  EXPECT_EQ(e["error"]["message"], "no such model");
+  EXPECT_EQ(e["error"]["type"], "not_found_error");
+  EXPECT_EQ(e["error"]["param"], "model");
+  EXPECT_EQ(e["error"]["code"], "model_not_found");
+  ojson b = error_json(bad_request("bad"));
+  EXPECT_TRUE(b["error"]["param"].is_null());
+  EXPECT_TRUE(b["error"]["code"].is_null());
 }
