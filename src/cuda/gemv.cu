@@ -1,0 +1,123 @@
+// Row-parallel fused GEMV for decode (batch 1): one warp per output row, 16-byte coalesced weight loads,
+// dequantisation in registers (s*Sum(xq) + b*Sum(x)), optional RMSNorm prologue, several matrices sharing one x
+// in one launch, optional residual accumulation. Also the embedding-row kernel.
+#include "cuda/device_util.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+struct GemvParams {  // passed by value (kernel parameter space)
+  GemvSeg seg[kMaxSegs];
+  int nseg;
+  int total_rows;
+  const float* x;
+  const float* norm_w;
+  float eps;
+  int cols;
+};
+
+template <int FMT>
+__global__ void __launch_bounds__(kThreads) k_gemv(const GemvParams p) {
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  float* xsum16 = xs + p.cols;
+  __shared__ float red[32];
+  const int lane = threadIdx.x & 31;
+  const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
+  const int nwarps = gridDim.x * (kThreads / 32);
+
+  // weights do not depend on the previous kernel: start pulling this warp's first row before waiting
+  if (warp < p.total_rows) {
+    int r = warp, s = 0;
+    while (s + 1 < p.nseg && r >= p.seg[s].m.rows) r -= p.seg[s++].m.rows;
+    prefetch_row(p.seg[s].m, r, lane);
+  }
+  pdl_wait();
+  load_x(p.x, p.norm_w, p.eps, p.cols, xs, xsum16, red);
+  pdl_trigger();
+
+  for (int row = warp; row < p.total_rows; row += nwarps) {
+    int r = row, s = 0;
+    while (s + 1 < p.nseg && r >= p.seg[s].m.rows) r -= p.seg[s++].m.rows;
+    const GemvSeg& sg = p.seg[s];
+    float acc = warp_sum(row_dot_lane<FMT>(sg.m, r, xs, xsum16, 0, lane));
+    if (lane == 0) sg.y[r] = sg.accumulate ? sg.y[r] + acc : acc;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) k_embed(const DMat E, const int32_t* in_ids, const StepCtl* ctl,
+                                                    float* x) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t id = in_ids[ctl->cursor];
+  for (int i = threadIdx.x; i < E.cols; i += blockDim.x) {
+    float v;
+    if (E.fmt == kBF16) {
+      v = bf2f(reinterpret_cast<const uint16_t*>(E.w + id * E.row_bytes)[i]);
+    } else {
+      const uint32_t* wr = reinterpret_cast<const uint32_t*>(E.w + id * E.row_bytes);
+      const int per = 32 / E.fmt;
+      const uint32_t q = (wr[i / per] >> ((i % per) * E.fmt)) & ((1u << E.fmt) - 1u);
+      const uint32_t sb = E.sb[id * E.sb_row + i / E.group];
+      v = bf_lo(sb) * float(q) + bf_hi(sb);
+    }
+    x[i] = v;
+  }
+}
+
+int num_sms() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    LILY_CUDA_CHECK(cudaGetDevice(&dev));
+    LILY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
+}  // namespace
+
+size_t gemv_smem_bytes(int cols) { return size_t(cols) * 4 + size_t(cols / 16) * 4; }
+
+void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
+          bool pdl) {
+  if (nseg < 1 || nseg > kMaxSegs) throw Error("gemv: bad segment count");
+  GemvParams p = {};
+  p.nseg = nseg;
+  p.x = x;
+  p.norm_w = norm_w;
+  p.eps = eps;
+  p.cols = segs[0].m.cols;
+  for (int i = 0; i < nseg; ++i) {
+    if (segs[i].m.fmt != segs[0].m.fmt || segs[i].m.cols != p.cols)
+      throw Error("gemv: segments differ in format or cols");
+    p.seg[i] = segs[i];
+    p.total_rows += segs[i].m.rows;
+  }
+  if (p.cols % 32 != 0) throw Error("gemv: cols must be a multiple of 32");
+  const int wpb = kThreads / 32;
+  const int blocks = std::min((p.total_rows + wpb - 1) / wpb, num_sms() * 8);
+  const size_t smem = gemv_smem_bytes(p.cols);
+  auto run = [&](auto kern) {
+    static bool attr_set = false;  // one per instantiation
+    if (!attr_set) {
+      LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+      attr_set = true;
+    }
+    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, p);
+  };
+  switch (segs[0].m.fmt) {
+    case kQ4: run(k_gemv<kQ4>); break;
+    case kQ8: run(k_gemv<kQ8>); break;
+    case kBF16: run(k_gemv<kBF16>); break;
+    default: throw Error("gemv: unknown format");
+  }
+}
+
+void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, cudaStream_t s, bool pdl) {
+  launch(k_embed, dim3(1), dim3(kThreads), 0, s, pdl, E, in_ids, ctl, x);
+}
+
+}  // namespace lily::cuda
