@@ -31,6 +31,7 @@ struct ModelConfig {
   int expert_inter = 0;          // I (512)
   int shared_inter = 0;          // 512
   int max_pos = 0;               // max_position_embeddings
+  bool tie_embeddings = false;   // tie_word_embeddings: lm_head shares embed_tokens when no lm_head tensor
   std::vector<int> eos_ids;      // stop ids known from config / generation_config
 
   int key_dim() const { return lin_k_heads * lin_k_dim; }            // 2048
@@ -43,5 +44,8 @@ struct ModelConfig {
 
 // Parses config.json text (throws lily::Error naming `path` and the field on any problem).
 ModelConfig parse_config(const std::string& json_text, const std::string& path);
+
+// Adds generation_config.json's eos_token_id (int or list) to cfg->eos_ids (throws lily::Error naming `path`).
+void merge_generation_config(const std::string& json_text, const std::string& path, ModelConfig* cfg);
 
 }  // namespace lily

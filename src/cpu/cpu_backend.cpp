@@ -1,0 +1,201 @@
+#include "cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "cpu/ref_ops.h"
+
+namespace lily {
+
+CpuBackend::CpuBackend(std::shared_ptr<ModelWeights> w, const CpuKernels& k) : w_(std::move(w)), k_(k) {}
+
+std::unique_ptr<SeqState> CpuBackend::new_state(int max_ctx) {
+  const ModelConfig& c = w_->cfg;
+  auto st = std::make_unique<CpuState>();
+  st->max_ctx = max_ctx;
+  st->layers.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    if (c.is_full[i]) continue;
+    st->layers[i].conv.assign(static_cast<size_t>(c.conv_kernel - 1) * c.conv_dim(), 0.0f);
+    st->layers[i].S.assign(static_cast<size_t>(c.lin_v_heads) * c.lin_v_dim * c.lin_k_dim, 0.0f);
+  }
+  return st;
+}
+
+void CpuBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits, float* out,
+                         const ForwardOptions& opt) {
+  auto* st = dynamic_cast<CpuState*>(&sst);
+  if (!st) throw Error("cpu backend: state was made by another backend");
+  if (n < 0 || n_logits < 0 || n_logits > n) throw Error("forward: bad token/logit counts");
+  if (st->pos + n > st->max_ctx)
+    throw Error("context full: " + std::to_string(st->pos) + " + " + std::to_string(n) + " tokens exceed " +
+                std::to_string(st->max_ctx));
+  for (int i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= w_->cfg.vocab)
+      throw Error("token id " + std::to_string(ids[i]) + " out of range [0, " + std::to_string(w_->cfg.vocab) + ")");
+  const int chunk = std::max(1, opt.prefill_chunk);
+  const int first_logit = n - n_logits;
+  const size_t V = static_cast<size_t>(w_->cfg.vocab);
+  for (int s = 0; s < n; s += chunk) {
+    if (opt.cancelled && opt.cancelled()) throw Cancelled();
+    int m = std::min(chunk, n - s);
+    // logits wanted from this chunk: positions in [max(s, first_logit), s + m)
+    int lo = std::max(s, first_logit);
+    int want = std::max(0, s + m - lo);
+    forward_chunk(*st, ids + s, m, want, want ? out + static_cast<size_t>(lo - first_logit) * V : nullptr);
+    if (opt.progress) opt.progress(s + m, n);
+  }
+}
+
+void CpuBackend::forward_chunk(CpuState& st, const int32_t* ids, int n, int n_logits, float* out) {
+  const ModelConfig& c = w_->cfg;
+  const int H = c.hidden;
+  const size_t nH = static_cast<size_t>(n) * H;
+  std::vector<float> x(nH), h(nH), a(nH);
+  for (int t = 0; t < n; ++t) dequant_row(w_->embed, ids[t], x.data() + static_cast<size_t>(t) * H);
+  if (on_hidden) on_hidden(-1, x.data(), n);
+  for (int li = 0; li < c.n_layers; ++li) {
+    const LayerWeights& L = w_->layers[li];
+    for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.in_norm.data(), H, c.rms_eps, &h[t * H]);
+    if (L.is_full)
+      attn_layer(L, st.layers[li], h.data(), n, st.pos, a.data());
+    else
+      gdn_layer(L, st.layers[li], h.data(), n, a.data());
+    for (size_t i = 0; i < nH; ++i) x[i] += a[i];
+    for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.post_norm.data(), H, c.rms_eps, &h[t * H]);
+    moe_layer(L.moe, h.data(), n, a.data());
+    for (size_t i = 0; i < nH; ++i) x[i] += a[i];
+    if (on_hidden) on_hidden(li, x.data(), n);
+  }
+  st.pos += n;
+  for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], w_->final_norm.data(), H, c.rms_eps, &h[t * H]);
+  if (on_hidden) on_hidden(c.n_layers, h.data(), n);
+  if (n_logits > 0) k_.matmul(w_->lm_head, h.data() + static_cast<size_t>(n - n_logits) * H, n_logits, out);
+}
+
+namespace {
+// x <- x / sqrt(sum(x^2) + eps) * scale, per head of `dim`
+void l2norm_heads(float* x, int heads, int dim, float scale) {
+  for (int hh = 0; hh < heads; ++hh) {
+    float* p = x + hh * dim;
+    double ss = 0.0;
+    for (int i = 0; i < dim; ++i) ss += static_cast<double>(p[i]) * p[i];
+    float inv = static_cast<float>(1.0 / std::sqrt(ss + 1e-6)) * scale;
+    for (int i = 0; i < dim; ++i) p[i] *= inv;
+  }
+}
+}  // namespace
+
+void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, float* out) {
+  const ModelConfig& c = w_->cfg;
+  const int C = c.conv_dim(), Hk = c.lin_k_heads, Hv = c.lin_v_heads, Dk = c.lin_k_dim, Dv = c.lin_v_dim;
+  const int VD = c.value_dim(), KD = c.key_dim();
+  std::vector<float> m(static_cast<size_t>(n) * C), z(static_cast<size_t>(n) * VD);
+  std::vector<float> b(static_cast<size_t>(n) * Hv), a(static_cast<size_t>(n) * Hv), y(static_cast<size_t>(n) * VD);
+  k_.matmul(L.lin.in_qkv, h, n, m.data());
+  k_.matmul(L.lin.in_z, h, n, z.data());
+  k_.matmul(L.lin.in_b, h, n, b.data());
+  k_.matmul(L.lin.in_a, h, n, a.data());
+  std::vector<float> conv_out(C), o(VD), g(Hv), beta(Hv);
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
+  for (int t = 0; t < n; ++t) {
+    ref::conv_step(s.conv.data(), L.lin.conv.data(), &m[static_cast<size_t>(t) * C], C, c.conv_kernel,
+                   conv_out.data());
+    float* q = conv_out.data();
+    float* k = q + KD;
+    float* v = k + KD;
+    l2norm_heads(q, Hk, Dk, qscale);
+    l2norm_heads(k, Hk, Dk, 1.0f);
+    for (int j = 0; j < Hv; ++j) {
+      beta[j] = ref::sigmoid(b[t * Hv + j]);
+      g[j] = L.lin.a_neg[j] * ref::softplus(a[t * Hv + j] + L.lin.dt_bias[j]);
+    }
+    ref::gdn_step(s.S.data(), q, k, v, g.data(), beta.data(), Hk, Hv, Dk, Dv, o.data());
+    ref::gated_rmsnorm(o.data(), &z[static_cast<size_t>(t) * VD], L.lin.norm.data(), Hv, Dv, c.rms_eps,
+                       &y[static_cast<size_t>(t) * VD]);
+  }
+  k_.matmul(L.lin.out, y.data(), n, out);
+}
+
+void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, int pos0,
+                            float* out) {
+  const ModelConfig& c = w_->cfg;
+  const int nq = c.n_q_heads, nkv = c.n_kv_heads, hd = c.head_dim, KV = c.kv_dim();
+  std::vector<float> qg(static_cast<size_t>(n) * c.q_proj_rows()), k(static_cast<size_t>(n) * KV),
+      v(static_cast<size_t>(n) * KV), o(static_cast<size_t>(n) * nq * hd), q(static_cast<size_t>(nq) * hd);
+  k_.matmul(L.attn.q, h, n, qg.data());
+  k_.matmul(L.attn.k, h, n, k.data());
+  k_.matmul(L.attn.v, h, n, v.data());
+  s.k.reserve(static_cast<size_t>(pos0 + n) * KV);
+  s.v.reserve(static_cast<size_t>(pos0 + n) * KV);
+  for (int t = 0; t < n; ++t) {
+    const int pos = pos0 + t;
+    float* kt = &k[static_cast<size_t>(t) * KV];
+    for (int hh = 0; hh < nkv; ++hh) {
+      ref::rmsnorm(kt + hh * hd, L.attn.k_norm.data(), hd, c.rms_eps, kt + hh * hd);
+      ref::rope_neox(kt + hh * hd, c.rope_dim, pos, c.rope_theta);
+    }
+    s.k.insert(s.k.end(), kt, kt + KV);
+    s.v.insert(s.v.end(), &v[static_cast<size_t>(t) * KV], &v[static_cast<size_t>(t) * KV] + KV);
+    const float* qgt = &qg[static_cast<size_t>(t) * c.q_proj_rows()];
+    for (int hh = 0; hh < nq; ++hh) {  // per head [query hd | gate hd]
+      ref::rmsnorm(qgt + hh * 2 * hd, L.attn.q_norm.data(), hd, c.rms_eps, &q[hh * hd]);
+      ref::rope_neox(&q[hh * hd], c.rope_dim, pos, c.rope_theta);
+    }
+    float* ot = &o[static_cast<size_t>(t) * nq * hd];
+    ref::attention_one(q.data(), s.k.data(), s.v.data(), pos + 1, nq, nkv, hd, ot);
+    for (int hh = 0; hh < nq; ++hh)
+      for (int i = 0; i < hd; ++i) ot[hh * hd + i] *= ref::sigmoid(qgt[hh * 2 * hd + hd + i]);
+  }
+  k_.matmul(L.attn.o, o.data(), n, out);
+}
+
+void CpuBackend::moe_layer(const MoeWeights& mw, const float* h, int n, float* out) {
+  const ModelConfig& c = w_->cfg;
+  const int H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_inter, Is = c.shared_inter;
+  std::vector<float> logits(static_cast<size_t>(n) * E), sg(n);
+  k_.matmul(mw.router, h, n, logits.data());
+  k_.matmul(mw.sh_gate_w, h, n, sg.data());
+  // shared expert for all rows
+  std::vector<float> g(static_cast<size_t>(n) * Is), u(static_cast<size_t>(n) * Is);
+  k_.matmul(mw.sh_gate, h, n, g.data());
+  k_.matmul(mw.sh_up, h, n, u.data());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = ref::silu(g[i]) * u[i];
+  k_.matmul(mw.sh_down, g.data(), n, out);
+  for (int t = 0; t < n; ++t) {
+    float gate = ref::sigmoid(sg[t]);
+    for (int i = 0; i < H; ++i) out[static_cast<size_t>(t) * H + i] *= gate;
+  }
+  // routing, then rows grouped per expert
+  std::vector<std::vector<std::pair<int, float>>> rows(E);
+  std::vector<int> idx(K);
+  std::vector<float> wt(K);
+  for (int t = 0; t < n; ++t) {
+    ref::route_topk(&logits[static_cast<size_t>(t) * E], E, K, idx.data(), wt.data());
+    for (int j = 0; j < K; ++j) rows[idx[j]].push_back({t, wt[j]});
+  }
+  std::vector<float> xe, ge, ue, ye;
+  for (int e = 0; e < E; ++e) {
+    const int ne = static_cast<int>(rows[e].size());
+    if (!ne) continue;
+    xe.resize(static_cast<size_t>(ne) * H);
+    for (int r = 0; r < ne; ++r)
+      std::copy(h + static_cast<size_t>(rows[e][r].first) * H, h + static_cast<size_t>(rows[e][r].first + 1) * H,
+                &xe[static_cast<size_t>(r) * H]);
+    ge.resize(static_cast<size_t>(ne) * I);
+    ue.resize(ge.size());
+    ye.resize(static_cast<size_t>(ne) * H);
+    k_.matmul(mw.gate.e[e], xe.data(), ne, ge.data());
+    k_.matmul(mw.up.e[e], xe.data(), ne, ue.data());
+    for (size_t i = 0; i < ge.size(); ++i) ge[i] = ref::silu(ge[i]) * ue[i];
+    k_.matmul(mw.down.e[e], ge.data(), ne, ye.data());
+    for (int r = 0; r < ne; ++r) {
+      float* o = out + static_cast<size_t>(rows[e][r].first) * H;
+      const float w = rows[e][r].second;
+      for (int i = 0; i < H; ++i) o[i] += w * ye[static_cast<size_t>(r) * H + i];
+    }
+  }
+}
+
+}  // namespace lily

@@ -1,0 +1,35 @@
+// CPU backend: runs the model in f32 on weights decoded on the fly (bf16 / 4-bit / 8-bit).
+#pragma once
+#include <functional>
+#include <memory>
+
+#include "cpu/cpu_kernels.h"
+#include "cpu/cpu_state.h"
+#include "engine/backend.h"
+
+namespace lily {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(std::shared_ptr<ModelWeights> w, const CpuKernels& k);
+  std::string name() const override { return std::string("cpu-") + k_.name; }
+  const ModelConfig& config() const override { return w_->cfg; }
+  std::unique_ptr<SeqState> new_state(int max_ctx) override;
+  void forward(SeqState& st, const int32_t* ids, int n, int n_logits, float* out,
+               const ForwardOptions& opt) override;
+
+  // Debug hook: called with the residual stream [n, hidden] after the embedding (layer -1), after each
+  // layer (0..L-1) and after the final norm (layer L). Used by tests to bisect a mismatch layer by layer.
+  std::function<void(int layer, const float* x, int n)> on_hidden;
+
+ private:
+  void forward_chunk(CpuState& st, const int32_t* ids, int n, int n_logits, float* out);
+  void gdn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, float* out);
+  void attn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, int pos0, float* out);
+  void moe_layer(const MoeWeights& m, const float* h, int n, float* out);
+
+  std::shared_ptr<ModelWeights> w_;
+  const CpuKernels& k_;
+};
+
+}  // namespace lily

@@ -1,0 +1,17 @@
+// The CPU backend's swappable kernels: the reference (ref_ops) or the fast SIMD set, chosen once at start.
+#pragma once
+#include "model/weights.h"
+
+namespace lily {
+
+struct CpuKernels {
+  const char* name;
+  // Y[n, W.rows] = X[n, W.cols] * W^T
+  void (*matmul)(const QMatrix& W, const float* X, int n, float* Y);
+};
+
+const CpuKernels& cpu_reference_kernels();  // f32 reference (ref_ops), double accumulation
+const CpuKernels& cpu_fast_kernels();       // SIMD + threads, ~15-bit activations (near-f32 results)
+const CpuKernels& cpu_fast_int8_kernels();  // SIMD + threads, 8-bit activations (fastest)
+
+}  // namespace lily

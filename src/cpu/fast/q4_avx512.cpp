@@ -1,0 +1,173 @@
+// 4-bit affine (MLX, group 64) matrix x activations with AVX-512 VNNI: nibbles are unpacked in registers
+// and multiplied as u8 x s8 (vpdpbusd) against the quantised activations; per group
+// y += scale·dx·Σ(q·xq) + bias·Σx. Two groups per 512-bit register.
+// GCC 12 reports a false maybe-uninitialized inside its own AVX-512 intrinsic headers (_mm512_undefined_*).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "core/dtype.h"
+#include "cpu/fast/q4_kernels.h"
+
+namespace lily::fast {
+
+#define LILY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+namespace {
+
+LILY_AVX512 inline float scale_at(const void* p, DType t, int64_t i) {
+  if (t == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  if (t == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+
+template <bool PRECISE, int NB>
+LILY_AVX512 void rows_block(const QMatrix& W, int64_t r, const QuantX& X, int i0, float* Y, const float* s,
+                            const float* b) {
+  const uint8_t* wr = static_cast<const uint8_t*>(W.w) + r * W.row_bytes();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[NB];
+  for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps();
+  for (int p = 0; p < X.P; ++p) {
+    const bool full = 2 * p + 1 < X.G;
+    const __m512i wb = _mm512_maskz_loadu_epi8(full ? ~0ULL : 0xFFFFFFFFULL, wr + p * 64);
+    const __m512i lo = _mm512_and_si512(wb, m4);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), m4);
+    const __m512 sv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(s[2 * p])),
+                                         _mm256_set1_ps(full ? s[2 * p + 1] : 0.0f), 1);
+    for (int j = 0; j < NB; ++j) {
+      const size_t pi = static_cast<size_t>(i0 + j) * X.P + p;
+      const int8_t* xh = &X.hi[pi * 128];
+      __m512i id = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xh));
+      id = _mm512_dpbusd_epi32(id, hi, _mm512_loadu_si512(xh + 64));
+      __m512 f = _mm512_cvtepi32_ps(id);
+      if constexpr (PRECISE) {
+        const int8_t* xl = &X.lo[pi * 128];
+        __m512i il = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xl));
+        il = _mm512_dpbusd_epi32(il, hi, _mm512_loadu_si512(xl + 64));
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_set1_ps(1.0f / 254.0f), f);
+      }
+      acc[j] = _mm512_fmadd_ps(f, _mm512_mul_ps(sv, _mm512_loadu_ps(&X.dx[pi * 16])), acc[j]);
+    }
+  }
+  for (int j = 0; j < NB; ++j) {
+    const float* xs = &X.sum[static_cast<size_t>(i0 + j) * X.G];
+    float bias = 0.0f;
+    for (int g = 0; g < X.G; ++g) bias += b[g] * xs[g];
+    Y[static_cast<size_t>(i0 + j) * W.rows + r] = _mm512_reduce_add_ps(acc[j]) + bias;
+  }
+}
+
+// One activation row against 4 weight rows at a time (decode): the activation bytes are loaded once per
+// pair of groups for 4 rows, and each row's scale·dx per group is precomputed so a single permute places
+// it in the lanes of its group.
+// 16 scales (bf16/f16/f32) starting at element i, zero past `valid`
+LILY_AVX512 inline __m512 load16(const void* p, DType t, int64_t i, int valid) {
+  const __mmask16 m = valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << valid) - 1);
+  if (t == DType::BF16) {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  if (t == DType::F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i));
+  return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+}
+
+template <bool PRECISE>
+LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X, int i, float* Y) {
+  const int G = X.G;
+  alignas(64) float sd[4][256 + 16];
+  float bias[4] = {0, 0, 0, 0};
+  const float* dxg = &X.dxg[static_cast<size_t>(i) * G];
+  const float* xs = &X.sum[static_cast<size_t>(i) * G];
+  for (int k = 0; k < nr; ++k) {
+    __m512 bacc = _mm512_setzero_ps();
+    for (int g = 0; g < G; g += 16) {
+      const int valid = G - g;
+      const __m512 sv = load16(W.scales, W.sdtype, (r + k) * G + g, valid);
+      const __m512 bv = load16(W.biases, W.sdtype, (r + k) * G + g, valid);
+      const __mmask16 m = valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << valid) - 1);
+      _mm512_store_ps(&sd[k][g], _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(m, dxg + g)));
+      bacc = _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(m, xs + g), bacc);
+    }
+    bias[k] = _mm512_reduce_add_ps(bacc);
+  }
+  const uint8_t* wr[4];
+  for (int k = 0; k < 4; ++k) wr[k] = static_cast<const uint8_t*>(W.w) + (r + (k < nr ? k : 0)) * W.row_bytes();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  const int8_t* xh = &X.hi[static_cast<size_t>(i) * X.P * 128];
+  const int8_t* xl = PRECISE ? &X.lo[static_cast<size_t>(i) * X.P * 128] : nullptr;
+  for (int p = 0; p < X.P; ++p) {
+    const __mmask64 mask = 2 * p + 1 < G ? ~0ULL : 0xFFFFFFFFULL;
+    const __m512i xe = _mm512_loadu_si512(xh + p * 128), xo = _mm512_loadu_si512(xh + p * 128 + 64);
+    __m512i le, lo_;
+    if constexpr (PRECISE) {
+      le = _mm512_loadu_si512(xl + p * 128);
+      lo_ = _mm512_loadu_si512(xl + p * 128 + 64);
+    }
+    const __m512i idx = _mm512_set_epi32(2 * (p & 7) + 1, 2 * (p & 7) + 1, 2 * (p & 7) + 1, 2 * (p & 7) + 1,
+                                         2 * (p & 7) + 1, 2 * (p & 7) + 1, 2 * (p & 7) + 1, 2 * (p & 7) + 1,
+                                         2 * (p & 7), 2 * (p & 7), 2 * (p & 7), 2 * (p & 7), 2 * (p & 7),
+                                         2 * (p & 7), 2 * (p & 7), 2 * (p & 7));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512i wb = _mm512_maskz_loadu_epi8(mask, wr[k] + p * 64);
+      const __m512i lo = _mm512_and_si512(wb, m4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), m4);
+      __m512i id = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe);
+      id = _mm512_dpbusd_epi32(id, hi, xo);
+      __m512 f = _mm512_cvtepi32_ps(id);
+      if constexpr (PRECISE) {
+        __m512i il = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, le);
+        il = _mm512_dpbusd_epi32(il, hi, lo_);
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_set1_ps(1.0f / 254.0f), f);
+      }
+      const __m512 sv = _mm512_permutexvar_ps(idx, _mm512_load_ps(&sd[k][(p >> 3) * 16]));
+      acc[k] = _mm512_fmadd_ps(f, sv, acc[k]);
+    }
+  }
+  for (int k = 0; k < nr; ++k) Y[static_cast<size_t>(i) * W.rows + r + k] = _mm512_reduce_add_ps(acc[k]) + bias[k];
+}
+
+template <bool PRECISE>
+LILY_AVX512 void rows_impl(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, float* Y) {
+  // scales and biases of up to 4 rows (G <= 256 checked by the caller)
+  static thread_local float sbuf[4][256], bbuf[4][256];
+  const float* s[4] = {sbuf[0], sbuf[1], sbuf[2], sbuf[3]};
+  const float* b[4] = {bbuf[0], bbuf[1], bbuf[2], bbuf[3]};
+  for (int64_t r = r0; r < r1; r += 4) {
+    const int nr = static_cast<int>(std::min<int64_t>(4, r1 - r));
+    if (X.n < 4) {
+      for (int i = 0; i < X.n; ++i) gemv_quad<PRECISE>(W, r, nr, X, i, Y);
+      continue;
+    }
+    for (int k = 0; k < nr; ++k)
+      for (int g = 0; g < X.G; ++g) {
+        sbuf[k][g] = scale_at(W.scales, W.sdtype, (r + k) * X.G + g);
+        bbuf[k][g] = scale_at(W.biases, W.sdtype, (r + k) * X.G + g);
+      }
+    int i = 0;
+    for (int k = 0; k < nr; ++k) {
+      for (i = 0; i + 4 <= X.n; i += 4) rows_block<PRECISE, 4>(W, r + k, X, i, Y, s[k], b[k]);
+      for (; i < X.n; ++i) rows_block<PRECISE, 1>(W, r + k, X, i, Y, s[k], b[k]);
+    }
+  }
+}
+
+}  // namespace
+
+bool q4_avx512_available() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+void q4_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y) {
+  if (precise)
+    rows_impl<true>(W, r0, r1, X, Y);
+  else
+    rows_impl<false>(W, r0, r1, X, Y);
+}
+
+}  // namespace lily::fast

@@ -1,0 +1,14 @@
+// Row-range kernels for 4-bit affine (group 64) matrices against quantised activations.
+// Y [n][W.rows]: rows r0..r1 are written for every activation row.
+#pragma once
+#include "cpu/fast/quant_x.h"
+#include "model/weights.h"
+
+namespace lily::fast {
+
+bool q4_avx512_available();
+void q4_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y);
+// Portable version of the same integer arithmetic (any CPU; also the oracle of the SIMD kernel).
+void q4_rows_portable(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y);
+
+}  // namespace lily::fast

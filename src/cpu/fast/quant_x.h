@@ -1,0 +1,23 @@
+// Activations quantised for the integer 4-bit kernels (s·Σxq + b·Σx per group of 64).
+// x/dx ≈ hi + lo/254 with hi, lo int8 in [-127, 127]: hi alone gives ~8-bit activations (fast mode),
+// hi + lo gives ~15-bit (precise mode, close to f32 results).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace lily::fast {
+
+struct QuantX {
+  int n = 0;      // rows of X
+  int G = 0;      // groups of 64 per row
+  int P = 0;      // pairs of groups = ceil(G/2)
+  std::vector<int8_t> hi, lo;  // [n][P][128]: per pair [g even 32 | g+1 even 32 | g odd 32 | g+1 odd 32]
+  std::vector<float> dx;       // [n][P][16]: lanes 0-7 dx_g, lanes 8-15 dx_{g+1} (0 past the end)
+  std::vector<float> sum;      // [n][G]: Σx over the group (exact f32)
+  std::vector<float> dxg;      // [n][G]: dx per group
+};
+
+// X [n, cols] f32 (cols % 64 == 0) -> q (buffers grow, never shrink: no allocation in steady state).
+void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q);
+
+}  // namespace lily::fast

@@ -1,0 +1,112 @@
+// Safetensors files: a read-only memory-mapped reader that validates every header entry before handing out
+// views, a checkpoint directory (single file, sharded with an index, or a set of files), and a small writer.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace lily {
+
+// A file's bytes: memory-mapped read-only, or an owned buffer (tests, in-memory parsing).
+class MappedFile {
+ public:
+  // Maps `path` read-only (throws lily::Error naming the path on failure).
+  static std::shared_ptr<const MappedFile> open(const std::string& path);
+  // Wraps a copy of `bytes`, reported under the name `path`.
+  static std::shared_ptr<const MappedFile> from_bytes(std::vector<uint8_t> bytes, const std::string& path);
+
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+  std::vector<uint8_t> owned_;
+  std::string path_;
+};
+
+// One tensor of a safetensors file; `data` points into the file's mapping.
+struct TensorView {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  size_t nbytes = 0;
+  std::string file;  // path of the file holding it
+
+  int64_t numel() const;
+};
+
+// "[8192, 2048]"
+std::string shape_str(const std::vector<int64_t>& shape);
+
+// A parsed safetensors file. Construction validates the whole header: length within the file, JSON object,
+// known dtypes, non-negative shapes whose element count does not overflow, data_offsets ordered, inside the
+// data section, not overlapping, and matching prod(shape) * dtype size. Any violation throws lily::Error.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(std::shared_ptr<const MappedFile> file);
+  static std::shared_ptr<const SafetensorsFile> open(const std::string& path);
+
+  const TensorView* find(const std::string& name) const;  // nullptr when absent
+  const std::vector<std::string>& names() const { return names_; }  // in header order
+  const std::string& path() const { return file_->path(); }
+  const std::shared_ptr<const MappedFile>& mapping() const { return file_; }
+
+ private:
+  std::shared_ptr<const MappedFile> file_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, TensorView> tensors_;
+};
+
+// All safetensors files of a checkpoint directory:
+//  - model.safetensors.index.json present: its weight_map (name -> file) decides which file holds each tensor;
+//    every file it names must exist and parse;
+//  - else model.safetensors when present;
+//  - else every *.safetensors in the directory (a name found in two files is an error).
+class CheckpointFiles {
+ public:
+  explicit CheckpointFiles(const std::string& dir);
+
+  const TensorView* find(const std::string& name) const;   // nullptr when absent
+  const TensorView& get(const std::string& name) const;    // throws naming the tensor and the files searched
+  const std::vector<std::string>& names() const { return names_; }
+  std::string files_searched() const;  // "model-00001-of-00003.safetensors, ... in DIR" (for messages)
+  const std::string& dir() const { return dir_; }
+  bool has_index() const { return has_index_; }
+  std::vector<std::shared_ptr<const void>> keep_alive() const;
+
+ private:
+  std::string dir_;
+  bool has_index_ = false;
+  std::vector<std::string> file_names_;  // relative to dir_
+  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
+  std::unordered_map<std::string, size_t> where_;  // tensor name -> index into files_
+  std::vector<std::string> names_;
+};
+
+// A tensor to write: `data` must hold prod(shape) * dtype_size(dtype) bytes (checked).
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+};
+
+// Writes a safetensors file: header (with __metadata__ {"format": "pt"}) padded with spaces to a multiple of
+// 8 bytes, then the tensors' bytes back to back in the given order. Throws lily::Error on any problem.
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors);
+
+}  // namespace lily
