@@ -65,8 +65,6 @@ class CudaState : public SeqState {
     auto c = std::make_unique<CudaState>(be_, be_->config(), max_ctx);
     c->pos = pos;
     LILY_CUDA_CHECK(cudaDeviceSynchronize());
-    LILY_CUDA_CHECK(cudaMemcpy(c->kv, kv, std::min(kv_bytes, size_t(pos) * (kv_bytes / std::max(max_ctx, 1))),
-                               cudaMemcpyDeviceToDevice));
     LILY_CUDA_CHECK(cudaMemcpy(c->S, S, s_bytes, cudaMemcpyDeviceToDevice));
     LILY_CUDA_CHECK(cudaMemcpy(c->conv, conv, conv_bytes, cudaMemcpyDeviceToDevice));
     if (pos > 0) {  // the KV cache is [layer][K/V][head][ctx][hd]: copy every (layer, K/V, head) slab's prefix
@@ -404,7 +402,7 @@ void CudaBackend::run_step() {
   }
   if (!graph_) {
     cudaGraph_t g = nullptr;
-    LILY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    LILY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     try {
       enqueue_step(stream_);
     } catch (...) {
