@@ -2,6 +2,8 @@
 // captured CUDA graph), forward() and on-device greedy decode.
 #include "cuda/cuda_backend.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -35,6 +37,8 @@ CudaOptions CudaOptions::from_env() {
   CudaOptions o;
   o.graph = env_on("LILY_CUDA_GRAPH", true);
   o.pdl = env_on("LILY_CUDA_PDL", true);
+  o.profile = env_on("LILY_CUDA_PROFILE", false);
+  if (o.profile) o.graph = false;
   return o;
 }
 
@@ -261,6 +265,15 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
 }
 
 CudaBackend::~CudaBackend() {
+  if (prof_steps_ > 0) {
+    double tot = 0;
+    for (auto& p : prof_ms_) tot += p.second;
+    std::fprintf(stderr, "cuda profile over %d steps (ungraphed, per step):\n", prof_steps_);
+    for (auto& p : prof_ms_)
+      std::fprintf(stderr, "  %-22s %9.1f us  %5.1f%%\n", p.first.c_str(), 1e3 * p.second / prof_steps_,
+                   100.0 * p.second / tot);
+    std::fprintf(stderr, "  %-22s %9.1f us\n", "total", 1e3 * tot / prof_steps_);
+  }
   if (graph_) cudaGraphExecDestroy(graph_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (void* p : allocs_) cudaFree(p);
@@ -289,7 +302,9 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
   const ModelConfig& c = cfg_;
   const float eps = c.rms_eps;
   const bool pdl = opt_.pdl;
+  mark(nullptr);
   embed(embed_, in_ids_, ctl_, x_, s, false);
+  mark("embed");
   for (const DLayer& d : layers_) {
     if (!d.is_full) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
@@ -300,6 +315,7 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       } else {
         for (auto& sg : segs) gemv(&sg, 1, x_, d.in_norm, eps, s, pdl);
       }
+      mark("gdn in_proj gemv");
       GdnArgs g;
       g.qkv = proj_;
       g.z = proj_ + cd;
@@ -319,8 +335,10 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       g.y = y_;
       g.ctl = ctl_;
       gdn_decode(g, s, pdl);
+      mark("gdn recurrence");
       GemvSeg o = {d.out, x_, 1};
       gemv(&o, 1, y_, nullptr, eps, s, pdl);
+      mark("gdn out_proj gemv");
     } else {
       const int qr = c.q_proj_rows(), kvd = c.kv_dim();
       GemvSeg segs[3] = {{d.q, proj_, 0}, {d.k, proj_ + qr, 0}, {d.v, proj_ + qr + kvd, 0}};
@@ -329,6 +347,7 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       } else {
         for (auto& sg : segs) gemv(&sg, 1, x_, d.in_norm, eps, s, pdl);
       }
+      mark("attn qkv gemv");
       AttnArgs a;
       a.q = proj_;
       a.k = proj_ + qr;
@@ -346,8 +365,10 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       a.out = y_;
       a.ctl = ctl_;
       attn_decode(a, s, pdl);
+      mark("attention");
       GemvSeg o = {d.o, x_, 1};
       gemv(&o, 1, y_, nullptr, eps, s, pdl);
+      mark("attn o_proj gemv");
     }
     // MoE
     GemvSeg r[2] = {{d.router, rlogits_, 0}, {d.shg, shg_, 0}};
@@ -357,6 +378,7 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       gemv(&r[0], 1, x_, d.post_norm, eps, s, pdl);
       gemv(&r[1], 1, x_, d.post_norm, eps, s, pdl);
     }
+    mark("moe router gemv");
     MoeArgs m;
     m.x = x_;
     m.norm_w = d.post_norm;
@@ -376,9 +398,12 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
     m.route_w = rw_;
     m.out = x_;
     moe_gate_up(m, s, pdl);
+    mark("moe gate_up");
     moe_down(m, s, pdl);
+    mark("moe down");
   }
   lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, out_ids_, ctl_, s, pdl);
+  mark("lm_head argmax");
 }
 
 // Points the device step control at `st` (its buffers and position), with in_ids[0..n_given) given.
@@ -395,9 +420,31 @@ void CudaBackend::begin(CudaState& st, int n_given) {
   LILY_CUDA_CHECK(cudaMemcpyAsync(ctl_, ctl_host_, sizeof(StepCtl), cudaMemcpyHostToDevice, stream_));
 }
 
+void CudaBackend::mark(const char* what) {
+  if (!opt_.profile) return;
+  cudaEvent_t e;
+  LILY_CUDA_CHECK(cudaEventCreate(&e));
+  LILY_CUDA_CHECK(cudaEventRecord(e, stream_));
+  marks_.push_back({what, e});
+}
+
 void CudaBackend::run_step() {
   if (!opt_.graph) {
     enqueue_step(stream_);
+    if (opt_.profile) {
+      LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      for (size_t i = 1; i < marks_.size(); ++i) {
+        float ms = 0.f;
+        LILY_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i - 1].ev, marks_[i].ev));
+        auto it = std::find_if(prof_ms_.begin(), prof_ms_.end(),
+                               [&](const auto& p) { return p.first == marks_[i].what; });
+        if (it == prof_ms_.end()) prof_ms_.push_back({marks_[i].what, double(ms)});
+        else it->second += ms;
+      }
+      for (auto& m : marks_) LILY_CUDA_CHECK(cudaEventDestroy(m.ev));
+      marks_.clear();
+      ++prof_steps_;
+    }
     return;
   }
   if (!graph_) {

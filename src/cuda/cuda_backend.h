@@ -16,6 +16,7 @@ namespace lily::cuda {
 struct CudaOptions {
   bool graph = true;   // capture the step as a CUDA graph
   bool pdl = true;     // programmatic dependent launch between the step's kernels
+  bool profile = false;// LILY_CUDA_PROFILE=1: no graph, events between kernels, per-kernel times printed at exit
   static CudaOptions from_env();
 };
 
@@ -67,6 +68,15 @@ class CudaBackend : public Backend {
   void enqueue_step(cudaStream_t s);
   void begin(CudaState& st, int n_given);
   void run_step();
+  void mark(const char* what);  // profiling: event after the kernel(s) named `what`
+
+  struct Mark {
+    const char* what;
+    cudaEvent_t ev;
+  };
+  std::vector<Mark> marks_;
+  std::vector<std::pair<std::string, double>> prof_ms_;  // accumulated per kernel kind
+  int prof_steps_ = 0;
 
   std::shared_ptr<ModelWeights> w_;
   ModelConfig cfg_;

@@ -233,6 +233,38 @@ __device__ __forceinline__ float row_dot_lane(const DMat& m, int64_t row, const 
   return acc;
 }
 
+// Two rows at once (all their loads in flight before any math): partial dots of rows r0 of m0 and r1 of m1
+// (same format and cols). r1 < 0: only the first.
+template <int FMT>
+__device__ __forceinline__ void row_dot2_lane(const DMat& m0, int64_t r0, const DMat& m1, int64_t r1,
+                                              const float* xs, const float* xsum16, int lane, float& a0,
+                                              float& a1) {
+  constexpr int U = 2;
+  const int nch = m0.cols / FmtInfo<FMT>::kElems;
+  a0 = 0.f;
+  a1 = 0.f;
+  for (int c0 = 0; c0 < nch; c0 += 32 * U) {
+    uint4 raw0[U], raw1[U];
+    uint32_t sb0[U], sb1[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + lane + 32 * u;
+      if (c < nch) {
+        chunk_load<FMT>(m0, r0, c, raw0[u], sb0[u]);
+        if (r1 >= 0) chunk_load<FMT>(m1, r1, c, raw1[u], sb1[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + lane + 32 * u;
+      if (c < nch) {
+        a0 += chunk_dot<FMT>(raw0[u], sb0[u], xs, xsum16, c);
+        if (r1 >= 0) a1 += chunk_dot<FMT>(raw1[u], sb1[u], xs, xsum16, c);
+      }
+    }
+  }
+}
+
 // Issues L2 prefetches of the first bytes of a row (used before pdl_wait to overlap the launch gap).
 __device__ __forceinline__ void prefetch_row(const DMat& m, int64_t row, int lane) {
   const int64_t off = int64_t(lane) * 128;

@@ -38,12 +38,27 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const GemvParams p) {
   load_x(p.x, p.norm_w, p.eps, p.cols, xs, xsum16, red);
   pdl_trigger();
 
-  for (int row = warp; row < p.total_rows; row += nwarps) {
-    int r = row, s = 0;
-    while (s + 1 < p.nseg && r >= p.seg[s].m.rows) r -= p.seg[s++].m.rows;
-    const GemvSeg& sg = p.seg[s];
-    float acc = warp_sum(row_dot_lane<FMT>(sg.m, r, xs, xsum16, 0, lane));
-    if (lane == 0) sg.y[r] = sg.accumulate ? sg.y[r] + acc : acc;
+  for (int row = warp; row < p.total_rows; row += 2 * nwarps) {  // two rows per warp in flight
+    const int row1 = row + nwarps;
+    int r0 = row, s0 = 0, r1 = row1, s1 = 0;
+    while (s0 + 1 < p.nseg && r0 >= p.seg[s0].m.rows) r0 -= p.seg[s0++].m.rows;
+    if (row1 < p.total_rows) {
+      while (s1 + 1 < p.nseg && r1 >= p.seg[s1].m.rows) r1 -= p.seg[s1++].m.rows;
+    } else {
+      r1 = -1;
+    }
+    float a0, a1;
+    row_dot2_lane<FMT>(p.seg[s0].m, r0, p.seg[s1].m, r1, xs, xsum16, lane, a0, a1);
+    a0 = warp_sum(a0);
+    a1 = warp_sum(a1);
+    if (lane == 0) {
+      const GemvSeg& g0 = p.seg[s0];
+      g0.y[r0] = g0.accumulate ? g0.y[r0] + a0 : a0;
+      if (r1 >= 0) {
+        const GemvSeg& g1 = p.seg[s1];
+        g1.y[r1] = g1.accumulate ? g1.y[r1] + a1 : a1;
+      }
+    }
   }
 }
 
@@ -77,6 +92,19 @@ int num_sms() {
   return n;
 }
 
+int resident_blocks(int fmt) {  // blocks of k_gemv<fmt> resident per SM (4 KB of dynamic smem assumed)
+  static int occ[3] = {0, 0, 0};
+  const int i = fmt == kQ4 ? 0 : fmt == kQ8 ? 1 : 2;
+  if (!occ[i]) {
+    int n = 0;
+    if (fmt == kQ4) LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kQ4>, kThreads, 17408));
+    else if (fmt == kQ8) LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kQ8>, kThreads, 17408));
+    else LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kBF16>, kThreads, 17408));
+    occ[i] = std::max(n, 1);
+  }
+  return occ[i];
+}
+
 }  // namespace
 
 size_t gemv_smem_bytes(int cols) { return size_t(cols) * 4 + size_t(cols / 16) * 4; }
@@ -98,7 +126,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   }
   if (p.cols % 32 != 0) throw Error("gemv: cols must be a multiple of 32");
   const int wpb = kThreads / 32;
-  const int blocks = std::min((p.total_rows + wpb - 1) / wpb, num_sms() * 8);
+  const int blocks = std::min((p.total_rows + wpb - 1) / wpb, num_sms() * resident_blocks(segs[0].m.fmt));
   const size_t smem = gemv_smem_bytes(p.cols);
   auto run = [&](auto kern) {
     static bool attr_set = false;  // one per instantiation

@@ -94,8 +94,10 @@ __global__ void __launch_bounds__(kThreads) k_moe_gate_up(const MoeArgs a) {
       g = a.sh_gate;
       u = a.sh_up;
     }
-    const float gv = warp_sum(row_dot_lane<FMT>(g, r, xs, xsum16, 0, lane));
-    const float uv = warp_sum(row_dot_lane<FMT>(u, r, xs, xsum16, 0, lane));
+    float gv, uv;
+    row_dot2_lane<FMT>(g, r, u, r, xs, xsum16, lane, gv, uv);
+    gv = warp_sum(gv);
+    uv = warp_sum(uv);
     if (lane == 0) a.act[row] = silu_f(gv) * uv;
   }
 }

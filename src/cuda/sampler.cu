@@ -36,10 +36,18 @@ __global__ void __launch_bounds__(kThreads) k_lm_head(const DMat W, const float*
   pdl_trigger();
   float bv = -FLT_MAX;
   int bi = 0;
-  for (int row = warp; row < W.rows; row += nwarps) {
-    const float v = warp_sum(row_dot_lane<FMT>(W, row, xs, xsum16, 0, lane));
-    if (lane == 0) logits[row] = v;
-    if (v > bv) { bv = v; bi = row; }  // rows ascend per warp: strict > keeps the lowest id on ties
+  for (int row = warp; row < W.rows; row += 2 * nwarps) {  // two rows in flight; rows ascend per warp
+    const int row1 = row + nwarps < W.rows ? row + nwarps : -1;
+    float v0, v1;
+    row_dot2_lane<FMT>(W, row, W, row1, xs, xsum16, lane, v0, v1);
+    v0 = warp_sum(v0);
+    v1 = warp_sum(v1);
+    if (lane == 0) {
+      logits[row] = v0;
+      if (row1 >= 0) logits[row1] = v1;
+    }
+    if (v0 > bv) { bv = v0; bi = row; }  // strict > keeps the lowest id on ties
+    if (row1 >= 0 && v1 > bv) { bv = v1; bi = row1; }
   }
   if (lane == 0) wbest[wib] = pack_best(bv, bi);
   __syncthreads();
@@ -79,7 +87,7 @@ int num_sms() {
 
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
                     int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl) {
-  const int blocks = std::min((W.rows + 7) / 8, num_sms() * 4);
+  const int blocks = std::min((W.rows + 7) / 8, num_sms() * 3);
   const size_t smem = size_t(W.cols) * 4 + size_t(W.cols / 16) * 4;
   auto run = [&](auto kern) {
     static bool once = [&] {
