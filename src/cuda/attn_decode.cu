@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   StepCtl* ctl = a.ctl;
   const int pos = ctl->pos, max_ctx = ctl->max_ctx;
   const int T = pos + 1;
-  int nsplit = min(kAttnSplits, (T + 63) / 64);
+  int nsplit = min(kAttnSplits, (T + 255) / 256);  // >= 256 positions per split
   const int chunk = (T + nsplit - 1) / nsplit;
   nsplit = (T + chunk - 1) / chunk;
   if (split >= nsplit) return;
@@ -191,21 +191,29 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  // last block of this kv head: merge the splits, normalise, gate
+  // last block of this kv head: merge the splits (weights per split and head first, in shared memory), gate
+  float* wsp = &accs[0][0];  // reuse: [nsplit][G] merge weights (nsplit * G <= G * HD)
   const float* pk = a.part + int64_t(kvh) * kAttnSplits * stride;
-  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-    const int g = i / HD, d = i % HD;
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x;
     float mx = kNegBig;
     for (int s = 0; s < nsplit; ++s) mx = fmaxf(mx, __ldcg(pk + s * stride + G * HD + g));
-    float num = 0.f, den = 0.f;
+    float den = 0.f;
     for (int s = 0; s < nsplit; ++s) {
       const float f = exp2f(__ldcg(pk + s * stride + G * HD + g) - mx);
-      num += __ldcg(pk + s * stride + i) * f;
+      wsp[s * G + g] = f;
       den += __ldcg(pk + s * stride + G * HD + G + g) * f;
     }
+    for (int s = 0; s < nsplit; ++s) wsp[s * G + g] /= den;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int g = i / HD, d = i % HD;
+    float num = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < nsplit; ++s) num += __ldcg(pk + s * stride + i) * wsp[s * G + g];
     const int h = kvh * G + g;
-    const float gate = a.q[h * 2 * HD + HD + d];
-    a.out[h * HD + d] = num / den * sigmoid_f(gate);
+    a.out[h * HD + d] = num * sigmoid_f(a.q[h * 2 * HD + HD + d]);
   }
   if (threadIdx.x == 0) ctl->attn_done[kvh] = 0;
 }

@@ -265,6 +265,36 @@ __device__ __forceinline__ void row_dot2_lane(const DMat& m0, int64_t r0, const 
   }
 }
 
+// Software-pipelined pair of rows: the 16-byte chunks [c0, c0 + 64) of two rows held in registers.
+template <int FMT>
+struct RowPair {
+  uint4 raw0[2], raw1[2];
+  uint32_t sb0[2], sb1[2];
+  __device__ __forceinline__ void load(const DMat& m0, int64_t r0, const DMat& m1, int64_t r1, int c0, int lane) {
+    const int nch = m0.cols / FmtInfo<FMT>::kElems;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int c = c0 + lane + 32 * u;
+      if (c < nch) {
+        chunk_load<FMT>(m0, r0, c, raw0[u], sb0[u]);
+        if (r1 >= 0) chunk_load<FMT>(m1, r1, c, raw1[u], sb1[u]);
+      }
+    }
+  }
+  __device__ __forceinline__ void dot(const DMat& m0, int64_t r1, const float* xs, const float* xsum16, int c0,
+                                      int lane, float& a0, float& a1) const {
+    const int nch = m0.cols / FmtInfo<FMT>::kElems;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int c = c0 + lane + 32 * u;
+      if (c < nch) {
+        a0 += chunk_dot<FMT>(raw0[u], sb0[u], xs, xsum16, c);
+        if (r1 >= 0) a1 += chunk_dot<FMT>(raw1[u], sb1[u], xs, xsum16, c);
+      }
+    }
+  }
+};
+
 // Issues L2 prefetches of the first bytes of a row (used before pdl_wait to overlap the launch gap).
 __device__ __forceinline__ void prefetch_row(const DMat& m, int64_t row, int lane) {
   const int64_t off = int64_t(lane) * 128;

@@ -28,35 +28,44 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const GemvParams p) {
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
   const int nwarps = gridDim.x * (kThreads / 32);
 
-  // weights do not depend on the previous kernel: start pulling this warp's first row before waiting
-  if (warp < p.total_rows) {
-    int r = warp, s = 0;
-    while (s + 1 < p.nseg && r >= p.seg[s].m.rows) r -= p.seg[s++].m.rows;
-    prefetch_row(p.seg[s].m, r, lane);
-  }
+  // Resolves global row -> (segment, local row); r = -1 past the end.
+  auto resolve = [&](int row, int& sgi, int& r) {
+    if (row >= p.total_rows) { sgi = 0; r = -1; return; }
+    r = row;
+    sgi = 0;
+    while (sgi + 1 < p.nseg && r >= p.seg[sgi].m.rows) r -= p.seg[sgi++].m.rows;
+  };
+  const int nch = p.cols / FmtInfo<FMT>::kElems;
+  // Weights do not depend on the previous kernel: load this warp's first row pair before waiting on it and
+  // before the x prologue, so their latency overlaps both.
+  RowPair<FMT> P;
+  int row = warp, s0, r0, s1, r1;
+  resolve(row, s0, r0);
+  resolve(row + nwarps, s1, r1);
+  if (r0 >= 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, 0, lane);
   pdl_wait();
   load_x(p.x, p.norm_w, p.eps, p.cols, xs, xsum16, red);
   pdl_trigger();
 
-  for (int row = warp; row < p.total_rows; row += 2 * nwarps) {  // two rows per warp in flight
-    const int row1 = row + nwarps;
-    int r0 = row, s0 = 0, r1 = row1, s1 = 0;
-    while (s0 + 1 < p.nseg && r0 >= p.seg[s0].m.rows) r0 -= p.seg[s0++].m.rows;
-    if (row1 < p.total_rows) {
-      while (s1 + 1 < p.nseg && r1 >= p.seg[s1].m.rows) r1 -= p.seg[s1++].m.rows;
-    } else {
-      r1 = -1;
+  while (r0 >= 0) {  // two rows per warp in flight, next pair loaded before this pair's reductions
+    float a0 = 0.f, a1 = 0.f;
+    for (int c0 = 0; c0 < nch; c0 += 64) {
+      if (c0 > 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, c0, lane);
+      P.dot(p.seg[s0].m, r1, xs, xsum16, c0, lane, a0, a1);
     }
-    float a0, a1;
-    row_dot2_lane<FMT>(p.seg[s0].m, r0, p.seg[s1].m, r1, xs, xsum16, lane, a0, a1);
+    const int cs0 = s0, cr0 = r0, cs1 = s1, cr1 = r1;
+    row += 2 * nwarps;
+    resolve(row, s0, r0);
+    resolve(row + nwarps, s1, r1);
+    if (r0 >= 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, 0, lane);
     a0 = warp_sum(a0);
     a1 = warp_sum(a1);
     if (lane == 0) {
-      const GemvSeg& g0 = p.seg[s0];
-      g0.y[r0] = g0.accumulate ? g0.y[r0] + a0 : a0;
-      if (r1 >= 0) {
-        const GemvSeg& g1 = p.seg[s1];
-        g1.y[r1] = g1.accumulate ? g1.y[r1] + a1 : a1;
+      const GemvSeg& g0 = p.seg[cs0];
+      g0.y[cr0] = g0.accumulate ? g0.y[cr0] + a0 : a0;
+      if (cr1 >= 0) {
+        const GemvSeg& g1 = p.seg[cs1];
+        g1.y[cr1] = g1.accumulate ? g1.y[cr1] + a1 : a1;
       }
     }
   }

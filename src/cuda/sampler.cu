@@ -30,24 +30,34 @@ __global__ void __launch_bounds__(kThreads) k_lm_head(const DMat W, const float*
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const int warp = blockIdx.x * (kThreads / 32) + wib;
   const int nwarps = gridDim.x * (kThreads / 32);
-  if (warp < W.rows) prefetch_row(W, warp, lane);
+  const int nch = W.cols / FmtInfo<FMT>::kElems;
+  RowPair<FMT> P;
+  int row = warp;
+  int row1 = row + nwarps < W.rows ? row + nwarps : -1;
+  if (row < W.rows) P.load(W, row, W, row1, 0, lane);
   pdl_wait();
   load_x(x, norm_w, eps, W.cols, xs, xsum16, red);
   pdl_trigger();
   float bv = -FLT_MAX;
   int bi = 0;
-  for (int row = warp; row < W.rows; row += 2 * nwarps) {  // two rows in flight; rows ascend per warp
-    const int row1 = row + nwarps < W.rows ? row + nwarps : -1;
-    float v0, v1;
-    row_dot2_lane<FMT>(W, row, W, row1, xs, xsum16, lane, v0, v1);
+  while (row < W.rows) {  // two rows in flight, next pair loaded before the reductions; rows ascend per warp
+    float v0 = 0.f, v1 = 0.f;
+    for (int c0 = 0; c0 < nch; c0 += 64) {
+      if (c0 > 0) P.load(W, row, W, row1, c0, lane);
+      P.dot(W, row1, xs, xsum16, c0, lane, v0, v1);
+    }
+    const int cr0 = row, cr1 = row1;
+    row += 2 * nwarps;
+    row1 = row + nwarps < W.rows ? row + nwarps : -1;
+    if (row < W.rows) P.load(W, row, W, row1, 0, lane);
     v0 = warp_sum(v0);
     v1 = warp_sum(v1);
     if (lane == 0) {
-      logits[row] = v0;
-      if (row1 >= 0) logits[row1] = v1;
+      logits[cr0] = v0;
+      if (cr1 >= 0) logits[cr1] = v1;
     }
-    if (v0 > bv) { bv = v0; bi = row; }  // strict > keeps the lowest id on ties
-    if (row1 >= 0 && v1 > bv) { bv = v1; bi = row1; }
+    if (v0 > bv) { bv = v0; bi = cr0; }  // strict > keeps the lowest id on ties
+    if (cr1 >= 0 && v1 > bv) { bv = v1; bi = cr1; }
   }
   if (lane == 0) wbest[wib] = pack_best(bv, bi);
   __syncthreads();
