@@ -97,3 +97,46 @@ TEST(CpuFastKernels, GenericPathMatchesReference) {
   fast::matmul(q.m, X.data(), 3, got.data(), true);
   EXPECT_LE(rel_err(got, ref), 1e-5);
 }
+
+#include "cpu/fast/seq_kernels.h"
+
+TEST(CpuFastKernels, GdnStepMatchesReferenceAtRealSizes) {
+  const int Hk = 4, Hv = 8, Dk = 128, Dv = 128;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto rnd = [&](size_t n, float sc) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng) * sc;
+    return v;
+  };
+  auto S0 = rnd(size_t(Hv) * Dv * Dk, 0.1f), q = rnd(Hk * Dk, 0.09f), k = rnd(Hk * Dk, 0.09f), v = rnd(Hv * Dv, 1.0f);
+  std::vector<float> g(Hv), beta(Hv);
+  for (int j = 0; j < Hv; ++j) {
+    g[j] = -0.1f * (j + 1);
+    beta[j] = 0.3f + 0.05f * j;
+  }
+  auto S1 = S0, S2 = S0;
+  std::vector<float> o1(Hv * Dv), o2(Hv * Dv, NAN);
+  for (int step = 0; step < 3; ++step) {
+    ref::gdn_step(S1.data(), q.data(), k.data(), v.data(), g.data(), beta.data(), Hk, Hv, Dk, Dv, o1.data());
+    fast::gdn_step(S2.data(), q.data(), k.data(), v.data(), g.data(), beta.data(), Hk, Hv, Dk, Dv, o2.data());
+  }
+  EXPECT_LE(rel_err(o2, o1), 1e-5);
+  EXPECT_LE(rel_err(S2, S1), 1e-5);
+}
+
+TEST(CpuFastKernels, AttentionMatchesReferenceShortAndSplit) {
+  for (int T : {1, 7, 300, 2000}) {
+    const int nq = 16, nkv = 2, hd = 256;
+    std::mt19937 rng(T);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> q(nq * hd), kc(size_t(T) * nkv * hd), vc(kc.size());
+    for (auto& x : q) x = nd(rng);
+    for (auto& x : kc) x = nd(rng);
+    for (auto& x : vc) x = nd(rng);
+    std::vector<float> a(nq * hd), b(nq * hd, NAN);
+    ref::attention_one(q.data(), kc.data(), vc.data(), T, nq, nkv, hd, a.data());
+    fast::attention_one(q.data(), kc.data(), vc.data(), T, nq, nkv, hd, b.data());
+    EXPECT_LE(rel_err(b, a), 1e-5) << "T=" << T;
+  }
+}

@@ -52,26 +52,28 @@ void CpuBackend::forward_chunk(CpuState& st, const int32_t* ids, int n, int n_lo
   const ModelConfig& c = w_->cfg;
   const int H = c.hidden;
   const size_t nH = static_cast<size_t>(n) * H;
-  std::vector<float> x(nH), h(nH), a(nH);
-  for (int t = 0; t < n; ++t) dequant_row(w_->embed, ids[t], x.data() + static_cast<size_t>(t) * H);
-  if (on_hidden) on_hidden(-1, x.data(), n);
+  float* x = buf(kX, nH);
+  float* h = buf(kH, nH);
+  float* a = buf(kA, nH);
+  for (int t = 0; t < n; ++t) dequant_row(w_->embed, ids[t], x + static_cast<size_t>(t) * H);
+  if (on_hidden) on_hidden(-1, x, n);
   for (int li = 0; li < c.n_layers; ++li) {
     const LayerWeights& L = w_->layers[li];
     for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.in_norm.data(), H, c.rms_eps, &h[t * H]);
     if (L.is_full)
-      attn_layer(L, st.layers[li], h.data(), n, st.pos, a.data());
+      attn_layer(L, st.layers[li], h, n, st.pos, st.max_ctx, a);
     else
-      gdn_layer(L, st.layers[li], h.data(), n, a.data());
+      gdn_layer(L, st.layers[li], h, n, a);
     for (size_t i = 0; i < nH; ++i) x[i] += a[i];
     for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.post_norm.data(), H, c.rms_eps, &h[t * H]);
-    moe_layer(L.moe, h.data(), n, a.data());
+    moe_layer(L.moe, h, n, a);
     for (size_t i = 0; i < nH; ++i) x[i] += a[i];
-    if (on_hidden) on_hidden(li, x.data(), n);
+    if (on_hidden) on_hidden(li, x, n);
   }
   st.pos += n;
   for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], w_->final_norm.data(), H, c.rms_eps, &h[t * H]);
-  if (on_hidden) on_hidden(c.n_layers, h.data(), n);
-  if (n_logits > 0) k_.matmul(w_->lm_head, h.data() + static_cast<size_t>(n - n_logits) * H, n_logits, out);
+  if (on_hidden) on_hidden(c.n_layers, h, n);
+  if (n_logits > 0) k_.matmul(w_->lm_head, h + static_cast<size_t>(n - n_logits) * H, n_logits, out);
 }
 
 namespace {
@@ -91,18 +93,23 @@ void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float*
   const ModelConfig& c = w_->cfg;
   const int C = c.conv_dim(), Hk = c.lin_k_heads, Hv = c.lin_v_heads, Dk = c.lin_k_dim, Dv = c.lin_v_dim;
   const int VD = c.value_dim(), KD = c.key_dim();
-  std::vector<float> m(static_cast<size_t>(n) * C), z(static_cast<size_t>(n) * VD);
-  std::vector<float> b(static_cast<size_t>(n) * Hv), a(static_cast<size_t>(n) * Hv), y(static_cast<size_t>(n) * VD);
-  k_.matmul(L.lin.in_qkv, h, n, m.data());
-  k_.matmul(L.lin.in_z, h, n, z.data());
-  k_.matmul(L.lin.in_b, h, n, b.data());
-  k_.matmul(L.lin.in_a, h, n, a.data());
-  std::vector<float> conv_out(C), o(VD), g(Hv), beta(Hv);
+  float* m = buf(kM, static_cast<size_t>(n) * C);
+  float* z = buf(kZ, static_cast<size_t>(n) * VD);
+  float* b = buf(kB, static_cast<size_t>(n) * Hv);
+  float* a = buf(kAg, static_cast<size_t>(n) * Hv);
+  float* y = buf(kY, static_cast<size_t>(n) * VD);
+  k_.matmul(L.lin.in_qkv, h, n, m);
+  k_.matmul(L.lin.in_z, h, n, z);
+  k_.matmul(L.lin.in_b, h, n, b);
+  k_.matmul(L.lin.in_a, h, n, a);
+  float* conv_out = buf(kConv, C);
+  float* o = buf(kO, VD);
+  float* g = buf(kG, Hv);
+  float* beta = buf(kBeta, Hv);
   const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
   for (int t = 0; t < n; ++t) {
-    ref::conv_step(s.conv.data(), L.lin.conv.data(), &m[static_cast<size_t>(t) * C], C, c.conv_kernel,
-                   conv_out.data());
-    float* q = conv_out.data();
+    ref::conv_step(s.conv.data(), L.lin.conv.data(), &m[static_cast<size_t>(t) * C], C, c.conv_kernel, conv_out);
+    float* q = conv_out;
     float* k = q + KD;
     float* v = k + KD;
     l2norm_heads(q, Hk, Dk, qscale);
@@ -111,24 +118,29 @@ void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float*
       beta[j] = ref::sigmoid(b[t * Hv + j]);
       g[j] = L.lin.a_neg[j] * ref::softplus(a[t * Hv + j] + L.lin.dt_bias[j]);
     }
-    ref::gdn_step(s.S.data(), q, k, v, g.data(), beta.data(), Hk, Hv, Dk, Dv, o.data());
-    ref::gated_rmsnorm(o.data(), &z[static_cast<size_t>(t) * VD], L.lin.norm.data(), Hv, Dv, c.rms_eps,
+    k_.gdn_step(s.S.data(), q, k, v, g, beta, Hk, Hv, Dk, Dv, o);
+    ref::gated_rmsnorm(o, &z[static_cast<size_t>(t) * VD], L.lin.norm.data(), Hv, Dv, c.rms_eps,
                        &y[static_cast<size_t>(t) * VD]);
   }
-  k_.matmul(L.lin.out, y.data(), n, out);
+  k_.matmul(L.lin.out, y, n, out);
 }
 
-void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, int pos0,
+void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, int pos0, int max_ctx,
                             float* out) {
   const ModelConfig& c = w_->cfg;
   const int nq = c.n_q_heads, nkv = c.n_kv_heads, hd = c.head_dim, KV = c.kv_dim();
-  std::vector<float> qg(static_cast<size_t>(n) * c.q_proj_rows()), k(static_cast<size_t>(n) * KV),
-      v(static_cast<size_t>(n) * KV), o(static_cast<size_t>(n) * nq * hd), q(static_cast<size_t>(nq) * hd);
-  k_.matmul(L.attn.q, h, n, qg.data());
-  k_.matmul(L.attn.k, h, n, k.data());
-  k_.matmul(L.attn.v, h, n, v.data());
-  s.k.reserve(static_cast<size_t>(pos0 + n) * KV);
-  s.v.reserve(static_cast<size_t>(pos0 + n) * KV);
+  float* qg = buf(kQG, static_cast<size_t>(n) * c.q_proj_rows());
+  float* k = buf(kK, static_cast<size_t>(n) * KV);
+  float* v = buf(kV, static_cast<size_t>(n) * KV);
+  float* o = buf(kO, static_cast<size_t>(n) * nq * hd);
+  float* q = buf(kQ, static_cast<size_t>(nq) * hd);
+  k_.matmul(L.attn.q, h, n, qg);
+  k_.matmul(L.attn.k, h, n, k);
+  k_.matmul(L.attn.v, h, n, v);
+  if (s.k.capacity() < static_cast<size_t>(pos0 + n) * KV) {  // once per state: pages are touched as used
+    s.k.reserve(static_cast<size_t>(max_ctx) * KV);
+    s.v.reserve(static_cast<size_t>(max_ctx) * KV);
+  }
   for (int t = 0; t < n; ++t) {
     const int pos = pos0 + t;
     float* kt = &k[static_cast<size_t>(t) * KV];
@@ -140,62 +152,76 @@ void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float
     s.v.insert(s.v.end(), &v[static_cast<size_t>(t) * KV], &v[static_cast<size_t>(t) * KV] + KV);
     const float* qgt = &qg[static_cast<size_t>(t) * c.q_proj_rows()];
     for (int hh = 0; hh < nq; ++hh) {  // per head [query hd | gate hd]
-      ref::rmsnorm(qgt + hh * 2 * hd, L.attn.q_norm.data(), hd, c.rms_eps, &q[hh * hd]);
+      ref::rmsnorm(qgt + hh * 2 * hd, L.attn.q_norm.data(), hd, c.rms_eps, q + hh * hd);
       ref::rope_neox(&q[hh * hd], c.rope_dim, pos, c.rope_theta);
     }
     float* ot = &o[static_cast<size_t>(t) * nq * hd];
-    ref::attention_one(q.data(), s.k.data(), s.v.data(), pos + 1, nq, nkv, hd, ot);
+    k_.attention_one(q, s.k.data(), s.v.data(), pos + 1, nq, nkv, hd, ot);
     for (int hh = 0; hh < nq; ++hh)
       for (int i = 0; i < hd; ++i) ot[hh * hd + i] *= ref::sigmoid(qgt[hh * 2 * hd + hd + i]);
   }
-  k_.matmul(L.attn.o, o.data(), n, out);
+  k_.matmul(L.attn.o, o, n, out);
 }
 
 void CpuBackend::moe_layer(const MoeWeights& mw, const float* h, int n, float* out) {
   const ModelConfig& c = w_->cfg;
   const int H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_inter, Is = c.shared_inter;
-  std::vector<float> logits(static_cast<size_t>(n) * E), sg(n);
-  k_.matmul(mw.router, h, n, logits.data());
-  k_.matmul(mw.sh_gate_w, h, n, sg.data());
+  const size_t nK = static_cast<size_t>(n) * K;
+  float* logits = buf(kLogits, static_cast<size_t>(n) * E);
+  float* sg = buf(kSg, n);
+  k_.matmul(mw.router, h, n, logits);
+  k_.matmul(mw.sh_gate_w, h, n, sg);
   // shared expert for all rows
-  std::vector<float> g(static_cast<size_t>(n) * Is), u(static_cast<size_t>(n) * Is);
-  k_.matmul(mw.sh_gate, h, n, g.data());
-  k_.matmul(mw.sh_up, h, n, u.data());
-  for (size_t i = 0; i < g.size(); ++i) g[i] = ref::silu(g[i]) * u[i];
-  k_.matmul(mw.sh_down, g.data(), n, out);
+  float* g = buf(kGe, static_cast<size_t>(n) * std::max(Is, K * I));
+  float* u = buf(kUe, static_cast<size_t>(n) * std::max(Is, K * I));
+  k_.matmul(mw.sh_gate, h, n, g);
+  k_.matmul(mw.sh_up, h, n, u);
+  for (size_t i = 0; i < static_cast<size_t>(n) * Is; ++i) g[i] = ref::silu(g[i]) * u[i];
+  k_.matmul(mw.sh_down, g, n, out);
   for (int t = 0; t < n; ++t) {
-    float gate = ref::sigmoid(sg[t]);
+    const float gate = ref::sigmoid(sg[t]);
     for (int i = 0; i < H; ++i) out[static_cast<size_t>(t) * H + i] *= gate;
   }
-  // routing, then rows grouped per expert
-  std::vector<std::vector<std::pair<int, float>>> rows(E);
-  std::vector<int> idx(K);
-  std::vector<float> wt(K);
-  for (int t = 0; t < n; ++t) {
-    ref::route_topk(&logits[static_cast<size_t>(t) * E], E, K, idx.data(), wt.data());
-    for (int j = 0; j < K; ++j) rows[idx[j]].push_back({t, wt[j]});
+  // routing: top-k per row, then the (row, weight) pairs grouped per expert (counting sort)
+  route_idx_.resize(nK);
+  route_w_.resize(nK);
+  for (int t = 0; t < n; ++t)
+    ref::route_topk(logits + static_cast<size_t>(t) * E, E, K, &route_idx_[t * K], &route_w_[t * K]);
+  expert_off_.assign(E + 1, 0);
+  for (size_t j = 0; j < nK; ++j) ++expert_off_[route_idx_[j] + 1];
+  for (int e = 0; e < E; ++e) expert_off_[e + 1] += expert_off_[e];
+  route_perm_.resize(nK);
+  fill_.assign(expert_off_.begin(), expert_off_.end() - 1);
+  for (size_t j = 0; j < nK; ++j) route_perm_[fill_[route_idx_[j]]++] = static_cast<int>(j);
+  float* xe = buf(kXe, nK * H);
+  float* ye = buf(kYe, nK * H);
+  for (size_t j = 0; j < nK; ++j) {
+    const int t = route_perm_[j] / K;
+    std::copy(h + static_cast<size_t>(t) * H, h + static_cast<size_t>(t + 1) * H, xe + j * H);
   }
-  std::vector<float> xe, ge, ue, ye;
   for (int e = 0; e < E; ++e) {
-    const int ne = static_cast<int>(rows[e].size());
+    const int r0 = expert_off_[e], ne = expert_off_[e + 1] - r0;
     if (!ne) continue;
-    xe.resize(static_cast<size_t>(ne) * H);
-    for (int r = 0; r < ne; ++r)
-      std::copy(h + static_cast<size_t>(rows[e][r].first) * H, h + static_cast<size_t>(rows[e][r].first + 1) * H,
-                &xe[static_cast<size_t>(r) * H]);
-    ge.resize(static_cast<size_t>(ne) * I);
-    ue.resize(ge.size());
-    ye.resize(static_cast<size_t>(ne) * H);
-    k_.matmul(mw.gate.e[e], xe.data(), ne, ge.data());
-    k_.matmul(mw.up.e[e], xe.data(), ne, ue.data());
-    for (size_t i = 0; i < ge.size(); ++i) ge[i] = ref::silu(ge[i]) * ue[i];
-    k_.matmul(mw.down.e[e], ge.data(), ne, ye.data());
-    for (int r = 0; r < ne; ++r) {
-      float* o = out + static_cast<size_t>(rows[e][r].first) * H;
-      const float w = rows[e][r].second;
-      for (int i = 0; i < H; ++i) o[i] += w * ye[static_cast<size_t>(r) * H + i];
-    }
+    float* ge = g + static_cast<size_t>(r0) * I;
+    float* ue = u + static_cast<size_t>(r0) * I;
+    k_.matmul(mw.gate.e[e], xe + static_cast<size_t>(r0) * H, ne, ge);
+    k_.matmul(mw.up.e[e], xe + static_cast<size_t>(r0) * H, ne, ue);
+    for (size_t i = 0; i < static_cast<size_t>(ne) * I; ++i) ge[i] = ref::silu(ge[i]) * ue[i];
+    k_.matmul(mw.down.e[e], ge, ne, ye + static_cast<size_t>(r0) * H);
   }
+  for (size_t j = 0; j < nK; ++j) {
+    const int src = route_perm_[j], t = src / K;
+    const float w = route_w_[src];
+    float* o = out + static_cast<size_t>(t) * H;
+    const float* y = ye + j * H;
+    for (int i = 0; i < H; ++i) o[i] += w * y[i];
+  }
+}
+
+float* CpuBackend::buf(Slot s, size_t n) {
+  std::vector<float>& v = bufs_[s];
+  if (v.size() < n) v.resize(n);  // grows to the largest chunk once, then never again
+  return v.data();
 }
 
 }  // namespace lily

@@ -2,6 +2,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_state.h"
@@ -25,8 +26,17 @@ class CpuBackend final : public Backend {
  private:
   void forward_chunk(CpuState& st, const int32_t* ids, int n, int n_logits, float* out);
   void gdn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, float* out);
-  void attn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, int pos0, float* out);
+  void attn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, int pos0, int max_ctx, float* out);
   void moe_layer(const MoeWeights& m, const float* h, int n, float* out);
+
+  // Scratch buffers, one per use; each grows to the largest chunk seen and is then reused (no allocation
+  // per token in steady state).
+  enum Slot { kX, kH, kA, kM, kZ, kB, kAg, kY, kConv, kO, kG, kBeta, kQG, kK, kV, kQ, kLogits, kSg, kGe, kUe,
+              kXe, kYe, kSlots };
+  float* buf(Slot s, size_t n);
+  std::vector<float> bufs_[kSlots];
+  std::vector<int> route_idx_, route_perm_, expert_off_, fill_;  // MoE routing of the current chunk
+  std::vector<float> route_w_;
 
   std::shared_ptr<ModelWeights> w_;
   const CpuKernels& k_;

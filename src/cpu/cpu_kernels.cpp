@@ -1,6 +1,7 @@
 #include "cpu/cpu_kernels.h"
 
 #include "cpu/fast/fast_matmul.h"
+#include "cpu/fast/seq_kernels.h"
 #include "cpu/ref_ops.h"
 
 namespace lily {
@@ -11,15 +12,15 @@ void fast_int8(const QMatrix& W, const float* X, int n, float* Y) { fast::matmul
 }  // namespace
 
 const CpuKernels& cpu_reference_kernels() {
-  static const CpuKernels k{"ref", &ref::matmul};
+  static const CpuKernels k{"ref", &ref::matmul, &ref::gdn_step, &ref::attention_one};
   return k;
 }
 const CpuKernels& cpu_fast_kernels() {
-  static const CpuKernels k{"fast", &fast_precise};
+  static const CpuKernels k{"fast", &fast_precise, &fast::gdn_step, &fast::attention_one};
   return k;
 }
 const CpuKernels& cpu_fast_int8_kernels() {
-  static const CpuKernels k{"fast8", &fast_int8};
+  static const CpuKernels k{"fast8", &fast_int8, &fast::gdn_step, &fast::attention_one};
   return k;
 }
 

@@ -8,6 +8,11 @@ struct CpuKernels {
   const char* name;
   // Y[n, W.rows] = X[n, W.cols] * W^T
   void (*matmul)(const QMatrix& W, const float* X, int n, float* Y);
+  // ref::gdn_step / ref::attention_one contracts (see cpu/ref_ops.h)
+  void (*gdn_step)(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   int Hk, int Hv, int Dk, int Dv, float* o);
+  void (*attention_one)(const float* q, const float* kcache, const float* vcache, int T, int nq, int nkv, int hd,
+                        float* out);
 };
 
 const CpuKernels& cpu_reference_kernels();  // f32 reference (ref_ops), double accumulation

@@ -45,11 +45,13 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 void route_topk(const float* logits, int n_experts, int k, int* idx, float* weight) {
   float mx = *std::max_element(logits, logits + n_experts);
-  std::vector<float> p(n_experts);
+  thread_local std::vector<float> p;
+  thread_local std::vector<int> order;
+  p.resize(n_experts);
+  order.resize(n_experts);
   double sum = 0.0;
   for (int e = 0; e < n_experts; ++e) sum += (p[e] = std::exp(logits[e] - mx));
   for (int e = 0; e < n_experts; ++e) p[e] = static_cast<float>(p[e] / sum);
-  std::vector<int> order(n_experts);
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + k, order.end(),
                     [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });

@@ -4,6 +4,15 @@
 
 namespace lily {
 
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+constexpr int kSpinIters = 20000;  // ~50-100 us of spinning before a worker sleeps on the condition variable
+}  // namespace
+
 ThreadPool::ThreadPool(int n_threads) {
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
@@ -12,6 +21,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
+    generation_.fetch_add(1);
   }
   cv_start_.notify_all();
   for (auto& t : workers_) t.join();
@@ -36,15 +46,23 @@ void ThreadPool::run_tasks(int thread) {
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+    // Spin briefly (a decode step issues thousands of small parallel_for calls), then sleep.
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIters) {
+      if (spins < 2000)
+        cpu_relax();
+      else
+        std::this_thread::yield();
+      ++spins;
     }
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_start_.wait(lk, [&] { return generation_.load() != seen; });
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_) return;
     run_tasks(index);
-    std::lock_guard<std::mutex> lk(mu_);
-    if (--pending_ == 0) cv_done_.notify_one();
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -54,18 +72,23 @@ void ThreadPool::parallel_for(int n_tasks, const std::function<void(int, int)>& 
     for (int t = 0; t < n_tasks; ++t) fn(t, 0);
     return;
   }
+  fn_ = &fn;
+  n_tasks_ = n_tasks;
+  next_.store(0, std::memory_order_relaxed);
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    fn_ = &fn;
-    n_tasks_ = n_tasks;
-    next_.store(0);
-    pending_ = static_cast<int>(workers_.size());
-    ++generation_;
+    std::lock_guard<std::mutex> lk(mu_);  // pairs with the sleeping workers' predicate check
+    generation_.fetch_add(1, std::memory_order_release);
   }
   cv_start_.notify_all();
   run_tasks(0);
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_done_.wait(lk, [&] { return pending_ == 0; });
+  // Wait for the workers: spin first, then yield (an oversubscribed machine must not burn our time slice).
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 2000)
+      cpu_relax();
+    else
+      std::this_thread::yield();
+  }
 }
 
 }  // namespace lily

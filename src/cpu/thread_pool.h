@@ -1,5 +1,5 @@
 // A fixed pool of worker threads sized to the cores; parallel_for splits [0, n) into tasks taken by the
-// workers and the calling thread. Nothing is allocated per call.
+// workers and the calling thread. Nothing is allocated per call. One caller at a time.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -24,12 +24,12 @@ class ThreadPool {
   void run_tasks(int thread);
   std::vector<std::thread> workers_;
   std::mutex mu_;
-  std::condition_variable cv_start_, cv_done_;
-  const std::function<void(int, int)>* fn_ = nullptr;
+  std::condition_variable cv_start_;
+  const std::function<void(int, int)>* fn_ = nullptr;  // published by the generation_ increment
   int n_tasks_ = 0;
   std::atomic<int> next_{0};
-  int pending_ = 0;      // workers still busy with this generation
-  uint64_t generation_ = 0;
+  std::atomic<int> pending_{0};          // workers still busy with this generation
+  std::atomic<uint64_t> generation_{0};  // bumped once per parallel_for (and at shutdown)
   bool stop_ = false;
 };
 

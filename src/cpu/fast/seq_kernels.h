@@ -1,0 +1,12 @@
+// Fast CPU versions of the per-token sequence kernels (same contracts as ref::gdn_step and
+// ref::attention_one), multi-threaded over heads, AVX-512 when present (else the reference code).
+#pragma once
+
+namespace lily::fast {
+
+void gdn_step(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta,
+              int Hk, int Hv, int Dk, int Dv, float* o);
+void attention_one(const float* q, const float* kcache, const float* vcache, int T, int nq, int nkv, int hd,
+                   float* out);
+
+}  // namespace lily::fast
