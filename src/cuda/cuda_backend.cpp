@@ -460,6 +460,7 @@ void CudaBackend::run_step() {
     LILY_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
     LILY_CUDA_CHECK(cudaGraphInstantiate(&graph_, g, 0));
     LILY_CUDA_CHECK(cudaGraphDestroy(g));
+    LILY_CUDA_CHECK(cudaGraphUpload(graph_, stream_));  // pre-stage the graph on the device
   }
   LILY_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
 }
