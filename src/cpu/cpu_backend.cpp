@@ -60,20 +60,29 @@ void CpuBackend::forward_chunk(CpuState& st, const int32_t* ids, int n, int n_lo
   for (int li = 0; li < c.n_layers; ++li) {
     const LayerWeights& L = w_->layers[li];
     for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.in_norm.data(), H, c.rms_eps, &h[t * H]);
-    if (L.is_full)
-      attn_layer(L, st.layers[li], h, n, st.pos, st.max_ctx, a);
-    else
-      gdn_layer(L, st.layers[li], h, n, a);
+    {
+      PhaseTimer pt(prof_, L.is_full ? Phase::kAttn : Phase::kGdn);
+      if (L.is_full)
+        attn_layer(L, st.layers[li], h, n, st.pos, st.max_ctx, a);
+      else
+        gdn_layer(L, st.layers[li], h, n, a);
+    }
     for (size_t i = 0; i < nH; ++i) x[i] += a[i];
     for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.post_norm.data(), H, c.rms_eps, &h[t * H]);
-    moe_layer(L.moe, h, n, a);
+    {
+      PhaseTimer pt(prof_, Phase::kMoe);
+      moe_layer(L.moe, h, n, a);
+    }
     for (size_t i = 0; i < nH; ++i) x[i] += a[i];
     if (on_hidden) on_hidden(li, x, n);
   }
   st.pos += n;
   for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], w_->final_norm.data(), H, c.rms_eps, &h[t * H]);
   if (on_hidden) on_hidden(c.n_layers, h, n);
-  if (n_logits > 0) k_.matmul(w_->lm_head, h + static_cast<size_t>(n - n_logits) * H, n_logits, out);
+  if (n_logits > 0) {
+    PhaseTimer pt(prof_, Phase::kLmHead);
+    k_.matmul(w_->lm_head, h + static_cast<size_t>(n - n_logits) * H, n_logits, out);
+  }
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/phase_profile.h"
 #include "cpu/cpu_state.h"
 #include "engine/backend.h"
 
@@ -40,6 +41,7 @@ class CpuBackend final : public Backend {
 
   std::shared_ptr<ModelWeights> w_;
   const CpuKernels& k_;
+  PhaseProfile prof_;  // LILY_PROFILE=1: seconds per phase, printed when the backend is destroyed
 };
 
 }  // namespace lily

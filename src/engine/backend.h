@@ -1,8 +1,10 @@
 // The one narrow interface between the engine (generation, server, bench) and a compute backend (CPU, CUDA).
 // A backend owns the model's weights in its memory and runs tokens through the model for a SeqState.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -40,6 +42,18 @@ class Backend {
   // out [n_logits, vocab] (n_logits in 0..n; out may be null when n_logits == 0).
   virtual void forward(SeqState& st, const int32_t* ids, int n, int n_logits, float* out,
                        const ForwardOptions& opt) = 0;
+  // Greedy decoding of n_steps tokens: consumes first_id, then each id it produces (st.pos += n_steps), and
+  // writes the argmax after each consumed token to out_ids[0..n_steps) (ties -> lower id). Backends override it
+  // to keep the ids on the device (no full-vocab logits copy, no host round trip per token).
+  virtual void decode_argmax(SeqState& st, int n_steps, int32_t first_id, int32_t* out_ids) {
+    std::vector<float> logits(size_t(config().vocab));
+    int32_t id = first_id;
+    for (int i = 0; i < n_steps; ++i) {
+      forward(st, &id, 1, 1, logits.data(), ForwardOptions{});
+      id = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      out_ids[i] = id;
+    }
+  }
 };
 
 // Backend selection: "cpu", "cuda" or "auto" (cuda when built and a device is present, else cpu).

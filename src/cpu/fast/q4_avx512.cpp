@@ -132,25 +132,28 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
 
 template <bool PRECISE>
 LILY_AVX512 void rows_impl(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, float* Y) {
-  // scales and biases of up to 4 rows (G <= 256 checked by the caller)
-  static thread_local float sbuf[4][256], bbuf[4][256];
-  const float* s[4] = {sbuf[0], sbuf[1], sbuf[2], sbuf[3]};
-  const float* b[4] = {bbuf[0], bbuf[1], bbuf[2], bbuf[3]};
-  for (int64_t r = r0; r < r1; r += 4) {
-    const int nr = static_cast<int>(std::min<int64_t>(4, r1 - r));
-    if (X.n < 4) {
+  if (X.n < 4) {  // decode: 4 weight rows at a time against each activation row
+    for (int64_t r = r0; r < r1; r += 4) {
+      const int nr = static_cast<int>(std::min<int64_t>(4, r1 - r));
       for (int i = 0; i < X.n; ++i) gemv_quad<PRECISE>(W, r, nr, X, i, Y);
-      continue;
     }
-    for (int k = 0; k < nr; ++k)
+    return;
+  }
+  // prefill: activation rows in blocks that stay in L2 (64 rows x 2048 cols x 2 B = 256 KB), each weight row
+  // unpacked once per block and multiplied with 8 activation rows at a time
+  constexpr int kXBlock = 64;
+  float s[256], b[256];  // one row's scales and biases (G <= 256 checked by the caller)
+  for (int i0 = 0; i0 < X.n; i0 += kXBlock) {
+    const int i1 = std::min(X.n, i0 + kXBlock);
+    for (int64_t r = r0; r < r1; ++r) {
       for (int g = 0; g < X.G; ++g) {
-        sbuf[k][g] = scale_at(W.scales, W.sdtype, (r + k) * X.G + g);
-        bbuf[k][g] = scale_at(W.biases, W.sdtype, (r + k) * X.G + g);
+        s[g] = scale_at(W.scales, W.sdtype, r * X.G + g);
+        b[g] = scale_at(W.biases, W.sdtype, r * X.G + g);
       }
-    int i = 0;
-    for (int k = 0; k < nr; ++k) {
-      for (i = 0; i + 4 <= X.n; i += 4) rows_block<PRECISE, 4>(W, r + k, X, i, Y, s[k], b[k]);
-      for (; i < X.n; ++i) rows_block<PRECISE, 1>(W, r + k, X, i, Y, s[k], b[k]);
+      int i = i0;
+      for (; i + 8 <= i1; i += 8) rows_block<PRECISE, 8>(W, r, X, i, Y, s, b);
+      for (; i + 4 <= i1; i += 4) rows_block<PRECISE, 4>(W, r, X, i, Y, s, b);
+      for (; i < i1; ++i) rows_block<PRECISE, 1>(W, r, X, i, Y, s, b);
     }
   }
 }

@@ -1,0 +1,236 @@
+// Gated full-attention decode step (one token, one layer), GQA-packed and split over the KV positions.
+// Grid (kAttnSplits, nkv), 8 warps. Each block: q/k RMSNorm + partial NeoX RoPE of the G = nq/nkv query heads of
+// its kv head (and of the new k), KV append at pos (split 0 writes), then its slice of positions: each warp
+// streams K/V rows (lane owns hd/32 dims, all G heads at once, so each KV row is read once for the G heads),
+// online softmax in exp2 space; warps merge in shared memory; splits merge through `part` by the last block to
+// finish (counter in StepCtl), which also applies the sigmoid output gate.
+#include "cuda/device_util.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNegBig = -1e30f;
+
+// RMSNorm (weight w) + NeoX rope on the first rope_dim dims of one head held in shared memory x[hd], by one warp.
+__device__ void norm_rope_warp(float* x, const float* w, int hd, int rope_dim, int pos, double theta, float eps,
+                               float scale) {
+  const int lane = threadIdx.x & 31;
+  float ss = 0.f;
+  for (int d = lane; d < hd; d += 32) ss += x[d] * x[d];
+  ss = warp_sum(ss);
+  const float r = rsqrtf(ss / float(hd) + eps);
+  __syncwarp();
+  for (int d = lane; d < hd; d += 32) x[d] = x[d] * r * w[d];
+  __syncwarp();
+  const int half = rope_dim / 2;
+  for (int j = lane; j < half; j += 32) {
+    const double ang = double(pos) * pow(theta, -2.0 * j / double(rope_dim));
+    double sn, cs;
+    sincos(ang, &sn, &cs);
+    const float a = x[j], b = x[j + half];
+    x[j] = a * float(cs) - b * float(sn);
+    x[j + half] = b * float(cs) + a * float(sn);
+  }
+  __syncwarp();
+  for (int d = lane; d < hd; d += 32) x[d] *= scale;
+  __syncwarp();
+}
+
+template <int DPL>
+__device__ __forceinline__ void load_bf(const uint16_t* p, float (&v)[DPL]) {
+  if constexpr (DPL == 8) {
+    const uint4 t = *reinterpret_cast<const uint4*>(p);
+    v[0] = bf_lo(t.x); v[1] = bf_hi(t.x); v[2] = bf_lo(t.y); v[3] = bf_hi(t.y);
+    v[4] = bf_lo(t.z); v[5] = bf_hi(t.z); v[6] = bf_lo(t.w); v[7] = bf_hi(t.w);
+  } else if constexpr (DPL == 4) {
+    const uint2 t = *reinterpret_cast<const uint2*>(p);
+    v[0] = bf_lo(t.x); v[1] = bf_hi(t.x); v[2] = bf_lo(t.y); v[3] = bf_hi(t.y);
+  } else {
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) v[i] = bf2f(p[i]);
+  }
+}
+
+template <int HD, int G>
+__global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
+  constexpr int DPL = HD / 32;
+  __shared__ float qs[G][HD];
+  __shared__ float kn[HD], vn[HD];
+  __shared__ float accs[G][HD];
+  __shared__ float wm[kWarps][G], wl[kWarps][G];
+  __shared__ int s_last;
+  const int kvh = blockIdx.y, split = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+  pdl_wait();
+  StepCtl* ctl = a.ctl;
+  const int pos = ctl->pos, max_ctx = ctl->max_ctx;
+  const int T = pos + 1;
+  int nsplit = min(kAttnSplits, (T + 255) / 256);  // >= 256 positions per split
+  const int chunk = (T + nsplit - 1) / nsplit;
+  nsplit = (T + chunk - 1) / chunk;
+  if (split >= nsplit) return;
+  const int t0 = split * chunk, t1 = min(T, t0 + chunk);
+
+  // q heads of this kv head, new k and v
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int g = i / HD, d = i % HD;
+    qs[g][d] = a.q[(kvh * G + g) * 2 * HD + d];
+  }
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    kn[d] = a.k[kvh * HD + d];
+    vn[d] = a.v[kvh * HD + d];
+  }
+  __syncthreads();
+  const float qscale = rsqrtf(float(HD)) * kLog2e;
+  for (int g = warp; g < G + 1; g += kWarps) {
+    if (g < G) norm_rope_warp(qs[g], a.q_norm, HD, a.rope_dim, pos, a.theta, a.eps, qscale);
+    else norm_rope_warp(kn, a.k_norm, HD, a.rope_dim, pos, a.theta, a.eps, 1.f);
+  }
+  __syncthreads();
+  uint16_t* Kc = ctl->kv + ((int64_t(a.layer) * 2 + 0) * a.nkv + kvh) * int64_t(max_ctx) * HD;
+  uint16_t* Vc = ctl->kv + ((int64_t(a.layer) * 2 + 1) * a.nkv + kvh) * int64_t(max_ctx) * HD;
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {  // the cache holds bf16: use the rounded values here too
+    const uint16_t kb = f2bf(kn[d]), vb = f2bf(vn[d]);
+    if (split == 0) { Kc[int64_t(pos) * HD + d] = kb; Vc[int64_t(pos) * HD + d] = vb; }
+    kn[d] = bf2f(kb);
+    vn[d] = bf2f(vb);
+  }
+  __syncthreads();
+  pdl_trigger();
+
+  float q[G][DPL], acc[G][DPL], m[G], l[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = kNegBig;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) { q[g][e] = qs[g][lane * DPL + e]; acc[g][e] = 0.f; }
+  }
+#pragma unroll 2
+  for (int t = t0 + warp; t < t1; t += kWarps) {
+    float kr[DPL], vr[DPL];
+    if (t < pos) {
+      load_bf<DPL>(Kc + int64_t(t) * HD + lane * DPL, kr);
+      load_bf<DPL>(Vc + int64_t(t) * HD + lane * DPL, vr);
+    } else {
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) { kr[e] = kn[lane * DPL + e]; vr[e] = vn[lane * DPL + e]; }
+    }
+    float sc[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float s = 0.f;
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) s = fmaf(q[g][e], kr[e], s);
+      sc[g] = s;
+    }
+    // transpose-reduce: after log2(G) halving steps lane holds a partial of head g at lanes g*(32/G)..
+#pragma unroll
+    for (int n = G / 2, o = 16; n >= 1; n /= 2, o /= 2) {
+      const bool up = (lane & o) != 0;
+#pragma unroll
+      for (int i = 0; i < n; ++i) {
+        const float send = up ? sc[i] : sc[i + n];
+        const float keep = up ? sc[i + n] : sc[i];
+        sc[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+      }
+    }
+    float tot = sc[0];
+#pragma unroll
+    for (int o = 16 / G; o >= 1; o /= 2) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float s = __shfl_sync(0xffffffffu, tot, g * (32 / G));
+      const float mn = fmaxf(m[g], s);
+      const float corr = exp2f(m[g] - mn), p = exp2f(s - mn);
+      m[g] = mn;
+      l[g] = l[g] * corr + p;
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(acc[g][e], corr, p * vr[e]);
+    }
+  }
+  // merge warps
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) { wm[warp][g] = m[g]; wl[warp][g] = l[g]; }
+  }
+  __syncthreads();
+  float M[G], L[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    M[g] = kNegBig;
+    for (int w = 0; w < kWarps; ++w) M[g] = fmaxf(M[g], wm[w][g]);
+    L[g] = 0.f;
+    for (int w = 0; w < kWarps; ++w) L[g] += wl[w][g] * exp2f(wm[w][g] - M[g]);
+  }
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float f = exp2f(m[g] - M[g]);
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) {
+          float& dst = accs[g][lane * DPL + e];
+          dst = (w == 0 ? 0.f : dst) + acc[g][e] * f;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  // publish this split
+  const int stride = G * HD + 2 * G;
+  float* part = a.part + (int64_t(kvh) * kAttnSplits + split) * stride;
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) part[i] = accs[i / HD][i % HD];
+  if (threadIdx.x < G) { part[G * HD + threadIdx.x] = M[threadIdx.x]; part[G * HD + G + threadIdx.x] = L[threadIdx.x]; }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = (atomicAdd(&ctl->attn_done[kvh], 1u) == unsigned(nsplit - 1));
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  // last block of this kv head: merge the splits (weights per split and head first, in shared memory), gate
+  float* wsp = &accs[0][0];  // reuse: [nsplit][G] merge weights (nsplit * G <= G * HD)
+  const float* pk = a.part + int64_t(kvh) * kAttnSplits * stride;
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x;
+    float mx = kNegBig;
+    for (int s = 0; s < nsplit; ++s) mx = fmaxf(mx, __ldcg(pk + s * stride + G * HD + g));
+    float den = 0.f;
+    for (int s = 0; s < nsplit; ++s) {
+      const float f = exp2f(__ldcg(pk + s * stride + G * HD + g) - mx);
+      wsp[s * G + g] = f;
+      den += __ldcg(pk + s * stride + G * HD + G + g) * f;
+    }
+    for (int s = 0; s < nsplit; ++s) wsp[s * G + g] /= den;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int g = i / HD, d = i % HD;
+    float num = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < nsplit; ++s) num += __ldcg(pk + s * stride + i) * wsp[s * G + g];
+    const int h = kvh * G + g;
+    a.out[h * HD + d] = num * sigmoid_f(a.q[h * 2 * HD + HD + d]);
+  }
+  if (threadIdx.x == 0) ctl->attn_done[kvh] = 0;
+}
+
+}  // namespace
+
+void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl) {
+  if (a.nkv < 1 || a.nkv > 8 || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
+  const int G = a.nq / a.nkv;
+  const dim3 grid(kAttnSplits, a.nkv), block(kWarps * 32);
+  if (a.hd == 256 && G == 8) launch(k_attn<256, 8>, grid, block, 0, s, pdl, a);
+  else if (a.hd == 256 && G == 4) launch(k_attn<256, 4>, grid, block, 0, s, pdl, a);
+  else if (a.hd == 128 && G == 8) launch(k_attn<128, 8>, grid, block, 0, s, pdl, a);
+  else if (a.hd == 64 && G == 4) launch(k_attn<64, 4>, grid, block, 0, s, pdl, a);
+  else if (a.hd == 64 && G == 8) launch(k_attn<64, 8>, grid, block, 0, s, pdl, a);
+  else throw Error("attn_decode: head_dim " + std::to_string(a.hd) + " x group " + std::to_string(G) +
+                   " not instantiated");
+}
+
+}  // namespace lily::cuda

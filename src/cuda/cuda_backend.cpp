@@ -1,0 +1,534 @@
+// CudaBackend: weight upload, per-sequence device state, the decode step (enqueued directly or replayed from a
+// captured CUDA graph), forward() and on-device greedy decode.
+#include "cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_factory.h"
+
+namespace lily::cuda {
+
+namespace {
+
+float to_f32(const void* p, DType t, size_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(p)[i];
+    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: throw Error(std::string("cuda: unsupported element type ") + dtype_name(t));
+  }
+}
+
+bool env_on(const char* name, bool def) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
+}
+
+}  // namespace
+
+CudaOptions CudaOptions::from_env() {
+  CudaOptions o;
+  o.graph = env_on("LILY_CUDA_GRAPH", true);
+  o.pdl = env_on("LILY_CUDA_PDL", true);
+  o.profile = env_on("LILY_CUDA_PROFILE", false);
+  if (o.profile) o.graph = false;
+  return o;
+}
+
+// Device buffers of one sequence: KV cache [n_full][2][nkv][max_ctx][hd] bf16, recurrent state
+// [n_lin][Hv][Dv][Dk] f32, conv ring [n_lin][K][conv_dim] f32.
+class CudaState : public SeqState {
+ public:
+  CudaState(CudaBackend* be, const ModelConfig& c, int max_ctx) : be_(be) {
+    this->max_ctx = max_ctx;
+    int n_full = 0;
+    for (bool f : c.is_full) n_full += f ? 1 : 0;
+    const int n_lin = c.n_layers - n_full;
+    kv_bytes = size_t(n_full) * 2 * c.n_kv_heads * size_t(max_ctx) * c.head_dim * 2;
+    s_bytes = size_t(n_lin) * c.lin_v_heads * c.lin_v_dim * size_t(c.lin_k_dim) * 4;
+    conv_bytes = size_t(n_lin) * c.conv_kernel * size_t(c.conv_dim()) * 4;
+    kv = static_cast<uint16_t*>(be->dev_alloc(std::max<size_t>(kv_bytes, 16)));
+    S = static_cast<float*>(be->dev_alloc(std::max<size_t>(s_bytes, 16)));
+    conv = static_cast<float*>(be->dev_alloc(std::max<size_t>(conv_bytes, 16)));
+    LILY_CUDA_CHECK(cudaMemset(S, 0, s_bytes));
+    LILY_CUDA_CHECK(cudaMemset(conv, 0, conv_bytes));
+  }
+  ~CudaState() override {
+    be_->dev_free(kv);
+    be_->dev_free(S);
+    be_->dev_free(conv);
+  }
+  std::unique_ptr<SeqState> clone() const override {
+    auto c = std::make_unique<CudaState>(be_, be_->config(), max_ctx);
+    c->pos = pos;
+    LILY_CUDA_CHECK(cudaDeviceSynchronize());
+    LILY_CUDA_CHECK(cudaMemcpy(c->S, S, s_bytes, cudaMemcpyDeviceToDevice));
+    LILY_CUDA_CHECK(cudaMemcpy(c->conv, conv, conv_bytes, cudaMemcpyDeviceToDevice));
+    if (pos > 0) {  // the KV cache is [layer][K/V][head][ctx][hd]: copy every (layer, K/V, head) slab's prefix
+      const ModelConfig& cf = be_->config();
+      const size_t slab = size_t(max_ctx) * cf.head_dim * 2, used = size_t(pos) * cf.head_dim * 2;
+      size_t n_full = 0;
+      for (bool f : cf.is_full) n_full += f ? 1 : 0;
+      const size_t nslab = n_full * 2 * cf.n_kv_heads;
+      LILY_CUDA_CHECK(cudaMemcpy2D(c->kv, slab, kv, slab, used, nslab, cudaMemcpyDeviceToDevice));
+    }
+    return c;
+  }
+  size_t bytes() const override { return kv_bytes + s_bytes + conv_bytes; }
+
+  CudaBackend* be_;
+  uint16_t* kv = nullptr;
+  float* S = nullptr;
+  float* conv = nullptr;
+  size_t kv_bytes = 0, s_bytes = 0, conv_bytes = 0;
+};
+
+void* CudaBackend::dev_alloc(size_t bytes) {
+  void* p = nullptr;
+  LILY_CUDA_CHECK(cudaMalloc(&p, bytes));
+  allocs_.push_back(p);
+  return p;
+}
+
+void CudaBackend::dev_free(void* p) {
+  for (auto& a : allocs_)
+    if (a == p) {
+      cudaFree(p);
+      a = allocs_.back();
+      allocs_.pop_back();
+      return;
+    }
+}
+
+namespace {
+
+// Device layout of a checkpoint matrix (pointers left null).
+DMat describe(const QMatrix& q, const char* what) {
+  if (!q.valid()) throw Error(std::string("cuda: missing weight ") + what);
+  DMat m;
+  m.rows = int(q.rows);
+  m.cols = int(q.cols);
+  if (q.cols % 32) throw Error(std::string("cuda: ") + what + ": cols not a multiple of 32");
+  if (q.kind == QMatrix::Kind::Affine) {
+    if (q.bits != 4 && q.bits != 8) throw Error(std::string("cuda: ") + what + ": only 4/8-bit affine");
+    if (q.group % 32 || q.cols % q.group) throw Error(std::string("cuda: ") + what + ": bad group size");
+    m.fmt = q.bits == 4 ? kQ4 : kQ8;
+    m.group = q.group;
+    m.row_bytes = q.cols * q.bits / 8;
+    m.sb_row = int(q.cols / q.group);
+  } else {
+    m.fmt = kBF16;
+    m.row_bytes = q.cols * 2;
+  }
+  return m;
+}
+
+size_t w_bytes(const DMat& m) { return size_t(m.row_bytes) * m.rows; }
+size_t sb_words(const DMat& m) { return size_t(m.sb_row) * m.rows; }
+
+// Copies q into dw (packed rows or bf16) and dsb ((scale, bias) bf16 pairs).
+void copy_to(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
+  if (m.fmt != kBF16) {
+    LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, w_bytes(m), cudaMemcpyHostToDevice));
+    const size_t nsb = sb_words(m);
+    std::vector<uint32_t> sb(nsb);
+    for (size_t i = 0; i < nsb; ++i)
+      sb[i] = uint32_t(f32_to_bf16(to_f32(q.scales, q.sdtype, i))) |
+              (uint32_t(f32_to_bf16(to_f32(q.biases, q.sdtype, i))) << 16);
+    LILY_CUDA_CHECK(cudaMemcpy(dsb, sb.data(), nsb * 4, cudaMemcpyHostToDevice));
+  } else if (q.dtype == DType::BF16) {
+    LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, w_bytes(m), cudaMemcpyHostToDevice));
+  } else {
+    const size_t n = size_t(q.rows) * q.cols;
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(to_f32(q.w, q.dtype, i));
+    LILY_CUDA_CHECK(cudaMemcpy(dw, h.data(), n * 2, cudaMemcpyHostToDevice));
+  }
+}
+
+}  // namespace
+
+DMat CudaBackend::upload(const QMatrix& q, const char* what) {
+  DMat m = describe(q, what);
+  uint8_t* dw = static_cast<uint8_t*>(dev_alloc(w_bytes(m)));
+  uint32_t* dsb = m.sb_row ? static_cast<uint32_t*>(dev_alloc(sb_words(m) * 4)) : nullptr;
+  copy_to(q, m, dw, dsb);
+  m.w = dw;
+  m.sb = dsb;
+  weight_bytes_ += w_bytes(m) + sb_words(m) * 4;
+  return m;
+}
+
+// Experts are uploaded back to back so that expert e is at a fixed stride from expert 0.
+DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what) {
+  if (s.e.empty()) throw Error(std::string("cuda: empty expert stack ") + what);
+  DStack st;
+  st.m = describe(s.e[0], what);
+  const size_t E = s.e.size(), wb = w_bytes(st.m), nsb = sb_words(st.m);
+  uint8_t* dw = static_cast<uint8_t*>(dev_alloc(wb * E));
+  uint32_t* dsb = nsb ? static_cast<uint32_t*>(dev_alloc(nsb * 4 * E)) : nullptr;
+  for (size_t e = 0; e < E; ++e) {
+    const DMat m = describe(s.e[e], what);
+    if (m.fmt != st.m.fmt || m.rows != st.m.rows || m.cols != st.m.cols || m.group != st.m.group)
+      throw Error(std::string("cuda: experts of ") + what + " differ in shape or format");
+    copy_to(s.e[e], m, dw + e * wb, dsb ? dsb + e * nsb : nullptr);
+  }
+  st.m.w = dw;
+  st.m.sb = dsb;
+  st.w_stride = int64_t(wb);
+  st.sb_stride = int64_t(nsb);
+  weight_bytes_ += (wb + nsb * 4) * E;
+  return st;
+}
+
+float* CudaBackend::upload_f32(const std::vector<float>& v) {
+  float* d = static_cast<float*>(dev_alloc(std::max<size_t>(v.size(), 1) * 4));
+  if (!v.empty()) LILY_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  weight_bytes_ += v.size() * 4;
+  return d;
+}
+
+CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(std::move(w)), opt_(opt) {
+  cfg_ = w_->cfg;
+  const ModelConfig& c = cfg_;
+  LILY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  embed_ = upload(w_->embed, "embed");
+  lm_head_ = upload(w_->lm_head, "lm_head");
+  final_norm_ = upload_f32(w_->final_norm);
+  int n_lin = 0, n_full = 0;
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerWeights& L = w_->layers[size_t(i)];
+    DLayer d;
+    d.is_full = L.is_full;
+    d.in_norm = upload_f32(L.in_norm);
+    d.post_norm = upload_f32(L.post_norm);
+    if (L.is_full) {
+      d.full_idx = n_full++;
+      d.q = upload(L.attn.q, "q_proj");
+      d.k = upload(L.attn.k, "k_proj");
+      d.v = upload(L.attn.v, "v_proj");
+      d.o = upload(L.attn.o, "o_proj");
+      d.q_norm = upload_f32(L.attn.q_norm);
+      d.k_norm = upload_f32(L.attn.k_norm);
+    } else {
+      d.lin_idx = n_lin++;
+      d.qkv = upload(L.lin.in_qkv, "in_proj_qkv");
+      d.z = upload(L.lin.in_z, "in_proj_z");
+      d.b = upload(L.lin.in_b, "in_proj_b");
+      d.a = upload(L.lin.in_a, "in_proj_a");
+      d.out = upload(L.lin.out, "out_proj");
+      d.conv_w = upload_f32(L.lin.conv);
+      d.dt_bias = upload_f32(L.lin.dt_bias);
+      d.a_neg = upload_f32(L.lin.a_neg);
+      d.gnorm = upload_f32(L.lin.norm);
+    }
+    d.router = upload(L.moe.router, "router");
+    d.shg = upload(L.moe.sh_gate_w, "shared_expert_gate");
+    d.gate = upload_stack(L.moe.gate, "experts.gate");
+    d.up = upload_stack(L.moe.up, "experts.up");
+    d.down = upload_stack(L.moe.down, "experts.down");
+    d.sh_gate = upload(L.moe.sh_gate, "shared_expert.gate");
+    d.sh_up = upload(L.moe.sh_up, "shared_expert.up");
+    d.sh_down = upload(L.moe.sh_down, "shared_expert.down");
+    layers_.push_back(d);
+  }
+  const int G = c.n_kv_heads ? c.n_q_heads / c.n_kv_heads : 1;
+  const size_t proj = std::max<size_t>(size_t(c.conv_dim()) + c.value_dim() + 2 * c.lin_v_heads,
+                                       size_t(c.q_proj_rows()) + 2 * c.kv_dim());
+  x_ = static_cast<float*>(dev_alloc(size_t(c.hidden) * 4));
+  proj_ = static_cast<float*>(dev_alloc(proj * 4));
+  y_ = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
+  rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
+  shg_ = static_cast<float*>(dev_alloc(16));
+  act_ = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
+  ridx_ = static_cast<int32_t*>(dev_alloc(size_t(c.top_k) * 4));
+  rw_ = static_cast<float*>(dev_alloc(size_t(c.top_k) * 4));
+  part_ = static_cast<float*>(
+      dev_alloc(size_t(std::max(c.n_kv_heads, 1)) * kAttnSplits * (size_t(G) * c.head_dim + 2 * G) * 4));
+  logits_ = static_cast<float*>(dev_alloc(size_t(c.vocab) * 4));
+  ctl_ = static_cast<StepCtl*>(dev_alloc(sizeof(StepCtl)));
+  LILY_CUDA_CHECK(cudaMemset(ctl_, 0, sizeof(StepCtl)));
+  LILY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&ctl_host_), sizeof(StepCtl)));
+  *ctl_host_ = StepCtl{};
+  in_ids_ = static_cast<int32_t*>(dev_alloc((kRing + 1) * 4));
+  out_ids_ = static_cast<int32_t*>(dev_alloc(kRing * 4));
+  LILY_CUDA_CHECK(cudaMemset(in_ids_, 0, (kRing + 1) * 4));
+  if (c.n_kv_heads > 8) throw Error("cuda: more than 8 kv heads");
+  LILY_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaBackend::~CudaBackend() {
+  if (prof_steps_ > 0) {
+    double tot = 0;
+    for (auto& p : prof_ms_) tot += p.second;
+    std::fprintf(stderr, "cuda profile over %d steps (ungraphed, per step):\n", prof_steps_);
+    for (auto& p : prof_ms_)
+      std::fprintf(stderr, "  %-22s %9.1f us  %5.1f%%\n", p.first.c_str(), 1e3 * p.second / prof_steps_,
+                   100.0 * p.second / tot);
+    std::fprintf(stderr, "  %-22s %9.1f us\n", "total", 1e3 * tot / prof_steps_);
+  }
+  if (graph_) cudaGraphExecDestroy(graph_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (void* p : allocs_) cudaFree(p);
+  if (ctl_host_) cudaFreeHost(ctl_host_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+size_t CudaBackend::step_weight_bytes() const {
+  auto b = [](const DMat& m) { return w_bytes(m) + sb_words(m) * 4; };
+  size_t t = b(lm_head_) + size_t(embed_.row_bytes) + size_t(embed_.sb_row) * 4;
+  for (const DLayer& d : layers_) {
+    t += d.is_full ? b(d.q) + b(d.k) + b(d.v) + b(d.o) : b(d.qkv) + b(d.z) + b(d.a) + b(d.b) + b(d.out);
+    t += b(d.router) + b(d.shg) + b(d.sh_gate) + b(d.sh_up) + b(d.sh_down);
+    t += size_t(cfg_.top_k) * (b(d.gate.m) + b(d.up.m) + b(d.down.m));
+  }
+  return t;
+}
+
+std::unique_ptr<SeqState> CudaBackend::new_state(int max_ctx) {
+  if (max_ctx < 1) throw Error("cuda: max_ctx must be positive");
+  return std::make_unique<CudaState>(this, cfg_, max_ctx);
+}
+
+// One decode step: embed in_ids[cursor], all layers, lm_head + argmax (advances cursor and pos on the device).
+void CudaBackend::enqueue_step(cudaStream_t s) {
+  const ModelConfig& c = cfg_;
+  const float eps = c.rms_eps;
+  const bool pdl = opt_.pdl;
+  mark(nullptr);
+  embed(embed_, in_ids_, ctl_, x_, s, false);
+  mark("embed");
+  for (const DLayer& d : layers_) {
+    if (!d.is_full) {
+      const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
+      GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
+                         {d.a, proj_ + cd + vd + hv, 0}};
+      if (d.qkv.fmt == d.z.fmt && d.z.fmt == d.b.fmt && d.b.fmt == d.a.fmt) {
+        gemv(segs, 4, x_, d.in_norm, eps, s, pdl);
+      } else {
+        for (auto& sg : segs) gemv(&sg, 1, x_, d.in_norm, eps, s, pdl);
+      }
+      mark("gdn in_proj gemv");
+      GdnArgs g;
+      g.qkv = proj_;
+      g.z = proj_ + cd;
+      g.b = proj_ + cd + vd;
+      g.a = proj_ + cd + vd + hv;
+      g.conv_w = d.conv_w;
+      g.dt_bias = d.dt_bias;
+      g.a_neg = d.a_neg;
+      g.norm_w = d.gnorm;
+      g.layer = d.lin_idx;
+      g.Hk = c.lin_k_heads;
+      g.Hv = hv;
+      g.Dk = c.lin_k_dim;
+      g.Dv = c.lin_v_dim;
+      g.K = c.conv_kernel;
+      g.eps = eps;
+      g.y = y_;
+      g.ctl = ctl_;
+      gdn_decode(g, s, pdl);
+      mark("gdn recurrence");
+      GemvSeg o = {d.out, x_, 1};
+      gemv(&o, 1, y_, nullptr, eps, s, pdl);
+      mark("gdn out_proj gemv");
+    } else {
+      const int qr = c.q_proj_rows(), kvd = c.kv_dim();
+      GemvSeg segs[3] = {{d.q, proj_, 0}, {d.k, proj_ + qr, 0}, {d.v, proj_ + qr + kvd, 0}};
+      if (d.q.fmt == d.k.fmt && d.k.fmt == d.v.fmt) {
+        gemv(segs, 3, x_, d.in_norm, eps, s, pdl);
+      } else {
+        for (auto& sg : segs) gemv(&sg, 1, x_, d.in_norm, eps, s, pdl);
+      }
+      mark("attn qkv gemv");
+      AttnArgs a;
+      a.q = proj_;
+      a.k = proj_ + qr;
+      a.v = proj_ + qr + kvd;
+      a.q_norm = d.q_norm;
+      a.k_norm = d.k_norm;
+      a.layer = d.full_idx;
+      a.nq = c.n_q_heads;
+      a.nkv = c.n_kv_heads;
+      a.hd = c.head_dim;
+      a.rope_dim = c.rope_dim;
+      a.theta = c.rope_theta;
+      a.eps = eps;
+      a.part = part_;
+      a.out = y_;
+      a.ctl = ctl_;
+      attn_decode(a, s, pdl);
+      mark("attention");
+      GemvSeg o = {d.o, x_, 1};
+      gemv(&o, 1, y_, nullptr, eps, s, pdl);
+      mark("attn o_proj gemv");
+    }
+    // MoE
+    GemvSeg r[2] = {{d.router, rlogits_, 0}, {d.shg, shg_, 0}};
+    if (d.router.fmt == d.shg.fmt) {
+      gemv(r, 2, x_, d.post_norm, eps, s, pdl);
+    } else {
+      gemv(&r[0], 1, x_, d.post_norm, eps, s, pdl);
+      gemv(&r[1], 1, x_, d.post_norm, eps, s, pdl);
+    }
+    mark("moe router gemv");
+    MoeArgs m;
+    m.x = x_;
+    m.norm_w = d.post_norm;
+    m.eps = eps;
+    m.logits = rlogits_;
+    m.shg = shg_;
+    m.E = c.n_experts;
+    m.k = c.top_k;
+    m.gate = d.gate;
+    m.up = d.up;
+    m.down = d.down;
+    m.sh_gate = d.sh_gate;
+    m.sh_up = d.sh_up;
+    m.sh_down = d.sh_down;
+    m.act = act_;
+    m.route_idx = ridx_;
+    m.route_w = rw_;
+    m.out = x_;
+    moe_gate_up(m, s, pdl);
+    mark("moe gate_up");
+    moe_down(m, s, pdl);
+    mark("moe down");
+  }
+  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, out_ids_, ctl_, s, pdl);
+  mark("lm_head argmax");
+}
+
+// Points the device step control at `st` (its buffers and position), with in_ids[0..n_given) given.
+void CudaBackend::begin(CudaState& st, int n_given) {
+  StepCtl& h = *ctl_host_;
+  h = StepCtl{};
+  h.kv = st.kv;
+  h.S = st.S;
+  h.conv = st.conv;
+  h.pos = st.pos;
+  h.max_ctx = st.max_ctx;
+  h.cursor = 0;
+  h.n_given = n_given;
+  LILY_CUDA_CHECK(cudaMemcpyAsync(ctl_, ctl_host_, sizeof(StepCtl), cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::mark(const char* what) {
+  if (!opt_.profile) return;
+  cudaEvent_t e;
+  LILY_CUDA_CHECK(cudaEventCreate(&e));
+  LILY_CUDA_CHECK(cudaEventRecord(e, stream_));
+  marks_.push_back({what, e});
+}
+
+void CudaBackend::run_step() {
+  if (!opt_.graph) {
+    enqueue_step(stream_);
+    if (opt_.profile) {
+      LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      for (size_t i = 1; i < marks_.size(); ++i) {
+        float ms = 0.f;
+        LILY_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i - 1].ev, marks_[i].ev));
+        auto it = std::find_if(prof_ms_.begin(), prof_ms_.end(),
+                               [&](const auto& p) { return p.first == marks_[i].what; });
+        if (it == prof_ms_.end()) prof_ms_.push_back({marks_[i].what, double(ms)});
+        else it->second += ms;
+      }
+      for (auto& m : marks_) LILY_CUDA_CHECK(cudaEventDestroy(m.ev));
+      marks_.clear();
+      ++prof_steps_;
+    }
+    return;
+  }
+  if (!graph_) {
+    cudaGraph_t g = nullptr;
+    LILY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    try {
+      enqueue_step(stream_);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    LILY_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    LILY_CUDA_CHECK(cudaGraphInstantiate(&graph_, g, 0));
+    LILY_CUDA_CHECK(cudaGraphDestroy(g));
+    LILY_CUDA_CHECK(cudaGraphUpload(graph_, stream_));  // pre-stage the graph on the device
+  }
+  LILY_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+}
+
+void CudaBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits, float* out,
+                          const ForwardOptions& opt) {
+  auto& st = dynamic_cast<CudaState&>(sst);
+  if (n < 0 || n_logits < 0 || n_logits > n) throw Error("cuda forward: bad n / n_logits");
+  if (st.pos + n > st.max_ctx)
+    throw Error("cuda forward: context full (" + std::to_string(st.pos + n) + " > " + std::to_string(st.max_ctx) + ")");
+  for (int i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= cfg_.vocab) throw Error("cuda forward: token id out of range: " + std::to_string(ids[i]));
+  const int chunk = std::max(1, std::min(kRing, opt.prefill_chunk > 0 ? opt.prefill_chunk : kRing));
+  for (int done = 0; done < n;) {
+    if (opt.cancelled && opt.cancelled()) throw Cancelled();
+    const int m = std::min(chunk, n - done);
+    begin(st, m);
+    LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, ids + done, size_t(m) * 4, cudaMemcpyHostToDevice, stream_));
+    for (int i = 0; i < m; ++i) {
+      run_step();
+      const int gi = done + i;  // global index of the token just consumed
+      if (gi >= n - n_logits) {
+        LILY_CUDA_CHECK(cudaMemcpyAsync(out + size_t(gi - (n - n_logits)) * cfg_.vocab, logits_,
+                                        size_t(cfg_.vocab) * 4, cudaMemcpyDeviceToHost, stream_));
+      }
+    }
+    LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    st.pos += m;
+    done += m;
+    if (opt.progress) opt.progress(done, n);
+  }
+}
+
+void CudaBackend::decode_argmax(SeqState& sst, int n_steps, int32_t first_id, int32_t* out_ids) {
+  auto& st = dynamic_cast<CudaState&>(sst);
+  if (n_steps <= 0) return;
+  if (st.pos + n_steps > st.max_ctx) throw Error("cuda decode: context full");
+  if (first_id < 0 || first_id >= cfg_.vocab) throw Error("cuda decode: token id out of range");
+  int32_t id = first_id;
+  for (int done = 0; done < n_steps;) {
+    const int m = std::min(kRing, n_steps - done);
+    begin(st, 1);
+    LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, &id, 4, cudaMemcpyHostToDevice, stream_));
+    for (int i = 0; i < m; ++i) run_step();
+    LILY_CUDA_CHECK(cudaMemcpyAsync(out_ids + done, out_ids_, size_t(m) * 4, cudaMemcpyDeviceToHost, stream_));
+    LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    st.pos += m;
+    done += m;
+    id = out_ids[done - 1];
+  }
+}
+
+}  // namespace lily::cuda
+
+namespace lily {
+
+bool cuda_device_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<ModelWeights> w) {
+  if (!w) throw Error("cuda: no weights");
+  return std::make_unique<cuda::CudaBackend>(std::move(w), cuda::CudaOptions::from_env());
+}
+
+}  // namespace lily

@@ -1,0 +1,111 @@
+// CUDA backend (batch-1 decode): the weights live on the device as they are in the checkpoint (MLX 4/8-bit stay
+// packed, bf16 stays bf16), everything is allocated at load, and one decode step (embed, 40 layers, lm_head +
+// argmax) is captured once as a CUDA graph and replayed per token. Prefill runs the same step token by token.
+// Switches (env): LILY_CUDA_GRAPH=0 launches the kernels directly instead of replaying the graph;
+// LILY_CUDA_PDL=0 turns off programmatic dependent launch.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels.h"
+#include "engine/backend.h"
+
+namespace lily::cuda {
+
+struct CudaOptions {
+  bool graph = true;   // capture the step as a CUDA graph
+  bool pdl = true;     // programmatic dependent launch between the step's kernels
+  bool profile = false;// LILY_CUDA_PROFILE=1: no graph, events between kernels, per-kernel times printed at exit
+  static CudaOptions from_env();
+};
+
+// Device copies of one layer's weights (shapes as in model/weights.h).
+struct DLayer {
+  bool is_full = false;
+  float* in_norm = nullptr;     // [H]
+  float* post_norm = nullptr;   // [H]
+  // Gated DeltaNet
+  DMat qkv, z, b, a, out;       // [conv_dim,H] [vd,H] [Hv,H] [Hv,H] [H,vd]
+  float* conv_w = nullptr;      // [conv_dim][K]
+  float* dt_bias = nullptr;     // [Hv]
+  float* a_neg = nullptr;       // [Hv]
+  float* gnorm = nullptr;       // [Dv]
+  // gated attention
+  DMat q, k, v, o;              // [2*nq*hd,H] [nkv*hd,H] [nkv*hd,H] [H,nq*hd]
+  float* q_norm = nullptr;      // [hd]
+  float* k_norm = nullptr;      // [hd]
+  // MoE
+  DMat router, shg;             // [E,H], [1,H]
+  DStack gate, up, down;        // [E] x [I,H], [I,H], [H,I]
+  DMat sh_gate, sh_up, sh_down; // [Is,H] [Is,H] [H,Is]
+  int lin_idx = -1, full_idx = -1;  // slot among linear / full layers
+};
+
+class CudaState;
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt);
+  ~CudaBackend() override;
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override { return cfg_; }
+  std::unique_ptr<SeqState> new_state(int max_ctx) override;
+  void forward(SeqState& st, const int32_t* ids, int n, int n_logits, float* out,
+               const ForwardOptions& opt) override;
+  void decode_argmax(SeqState& st, int n_steps, int32_t first_id, int32_t* out_ids) override;
+
+  size_t weight_bytes() const { return weight_bytes_; }   // device bytes of weights
+  size_t step_weight_bytes() const;                        // weight bytes one decode step reads
+
+  void* dev_alloc(size_t bytes);  // owned by the backend, freed with it
+  void dev_free(void* p);
+
+ private:
+  DMat upload(const QMatrix& m, const char* what);
+  DStack upload_stack(const ExpertStack& s, const char* what);
+  float* upload_f32(const std::vector<float>& v);
+  void enqueue_step(cudaStream_t s);
+  void begin(CudaState& st, int n_given);
+  void run_step();
+  void mark(const char* what);  // profiling: event after the kernel(s) named `what`
+
+  struct Mark {
+    const char* what;
+    cudaEvent_t ev;
+  };
+  std::vector<Mark> marks_;
+  std::vector<std::pair<std::string, double>> prof_ms_;  // accumulated per kernel kind
+  int prof_steps_ = 0;
+
+  std::shared_ptr<ModelWeights> w_;
+  ModelConfig cfg_;
+  CudaOptions opt_;
+  cudaStream_t stream_ = nullptr;
+  cudaGraphExec_t graph_ = nullptr;
+  std::vector<void*> allocs_;
+  size_t weight_bytes_ = 0;
+
+  DMat embed_, lm_head_;
+  float* final_norm_ = nullptr;
+  std::vector<DLayer> layers_;
+
+  // scratch (device), sizes in elements
+  float* x_ = nullptr;          // [H] residual
+  float* proj_ = nullptr;       // [max(conv_dim + vd + 2 Hv, 2 nq hd + 2 nkv hd)]
+  float* y_ = nullptr;          // [max(vd, nq hd)]
+  float* rlogits_ = nullptr;    // [E]
+  float* shg_ = nullptr;        // [1]
+  float* act_ = nullptr;        // [k I + Is]
+  int32_t* ridx_ = nullptr;     // [k]
+  float* rw_ = nullptr;         // [k]
+  float* part_ = nullptr;       // attention split partials
+  float* logits_ = nullptr;     // [V]
+  StepCtl* ctl_ = nullptr;      // device
+  StepCtl* ctl_host_ = nullptr; // pinned
+  int32_t* in_ids_ = nullptr;   // [kRing + 1]
+  int32_t* out_ids_ = nullptr;  // [kRing]
+  static constexpr int kRing = 4096;
+};
+
+}  // namespace lily::cuda

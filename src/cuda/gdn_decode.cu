@@ -1,0 +1,144 @@
+// Gated DeltaNet decode step (one token, one layer). One block per value head j:
+//  1. causal depthwise conv (K taps, ring of raw inputs, slot p % K holds position p) + SiLU for the q/k channels
+//     of key head j/(Hv/Hk) and the v channels of head j; the ring slot of this position is written once
+//     (q/k channels by the first value head of the group).
+//  2. l2-normalise q and k (q also scaled by 1/sqrt(Dk)); beta = sigmoid(b), g = a_neg * softplus(a + dt_bias).
+//  3. each warp owns rows v of S_j [Dv][Dk] (fp32, contiguous over Dk): S *= exp(g); u = S k;
+//     S += k * beta (v - u); o = S q  (row-parallel, no cross-row dependency).
+//  4. gated RMSNorm of o with silu(z).
+#include "cuda/device_util.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kMaxD = 256;
+
+template <int NPL>
+__device__ __forceinline__ void load_row(const float* p, float (&s)[NPL]) {
+  if constexpr (NPL % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < NPL; i += 4) {
+      const float4 t = *reinterpret_cast<const float4*>(p + i);
+      s[i] = t.x; s[i + 1] = t.y; s[i + 2] = t.z; s[i + 3] = t.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) s[i] = p[i];
+  }
+}
+template <int NPL>
+__device__ __forceinline__ void store_row(float* p, const float (&s)[NPL]) {
+  if constexpr (NPL % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < NPL; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(s[i], s[i + 1], s[i + 2], s[i + 3]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) p[i] = s[i];
+  }
+}
+
+// NPL: Dk = 32 * NPL; RPW: rows of S per warp (Dv <= 32 * RPW with 32 warps).
+template <int NPL, int RPW>
+__global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
+  __shared__ float sq[kMaxD], sk[kMaxD], sv[kMaxD], so[kMaxD];
+  __shared__ float red[32];
+  const int j = blockIdx.x;
+  const int ratio = g.Hv / g.Hk, hk = j / ratio;
+  const int Dk = 32 * NPL, Dv = g.Dv, K = g.K;
+  const int key_dim = g.Hk * Dk, conv_dim = 2 * key_dim + g.Hv * Dv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+  // The state (S, conv ring, pos) was last written by earlier steps, never by the kernel just before this one,
+  // so it is read before waiting on that kernel (PDL).
+  const StepCtl& c = *g.ctl;
+  const int pos = c.pos;
+  float* ring = c.conv + int64_t(g.layer) * K * conv_dim;
+  float* S = c.S + (int64_t(g.layer) * g.Hv + j) * int64_t(Dv) * Dk;
+  const bool write_qk = (j % ratio) == 0;
+  const int nw = blockDim.x >> 5;
+  float s[RPW][NPL];
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int v = warp + i * nw;
+    if (v < Dv) load_row<NPL>(S + int64_t(v) * Dk + lane * NPL, s[i]);
+  }
+  pdl_wait();
+
+  // 1. conv + SiLU: channels [0, Dk) = q, [Dk, 2Dk) = k, [2Dk, 2Dk+Dv) = v of this head
+  for (int t = threadIdx.x; t < 2 * Dk + Dv; t += blockDim.x) {
+    int ch;
+    if (t < Dk) ch = hk * Dk + t;
+    else if (t < 2 * Dk) ch = key_dim + hk * Dk + (t - Dk);
+    else ch = 2 * key_dim + j * Dv + (t - 2 * Dk);
+    const float xin = g.qkv[ch];
+    const float* w = g.conv_w + int64_t(ch) * K;
+    float acc = w[K - 1] * xin;
+    for (int tap = 0; tap < K - 1; ++tap) {
+      const int p = pos - (K - 1) + tap;
+      if (p >= 0) acc += w[tap] * ring[int64_t(p % K) * conv_dim + ch];
+    }
+    if (t >= 2 * Dk || write_qk) ring[int64_t(pos % K) * conv_dim + ch] = xin;
+    const float y = silu_f(acc);
+    if (t < Dk) sq[t] = y;
+    else if (t < 2 * Dk) sk[t - Dk] = y;
+    else sv[t - 2 * Dk] = y;
+  }
+  __syncthreads();
+  // 2. l2 norms and gates
+  float qq = 0.f, kk = 0.f;
+  for (int i = threadIdx.x; i < Dk; i += blockDim.x) { qq += sq[i] * sq[i]; kk += sk[i] * sk[i]; }
+  qq = block_sum(qq, red);
+  kk = block_sum(kk, red);
+  const float rq = rsqrtf(qq + 1e-6f) * rsqrtf(float(Dk)), rk = rsqrtf(kk + 1e-6f);
+  const float beta = sigmoid_f(g.b[j]);
+  const float xa = g.a[j] + g.dt_bias[j];
+  const float sp = xa > 20.f ? xa : log1pf(__expf(xa));
+  const float alpha = __expf(g.a_neg[j] * sp);
+  float qr[NPL], kr[NPL];
+#pragma unroll
+  for (int i = 0; i < NPL; ++i) { qr[i] = sq[lane * NPL + i] * rq; kr[i] = sk[lane * NPL + i] * rk; }
+
+  // 3. rows of S (loaded before pdl_wait above)
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int v = warp + i * nw;
+    if (v >= Dv) continue;
+    float u = 0.f;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) { s[i][e] *= alpha; u += s[i][e] * kr[e]; }
+    u = warp_sum(u);
+    const float d = beta * (sv[v] - u);
+    float o = 0.f;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) { s[i][e] += kr[e] * d; o += s[i][e] * qr[e]; }
+    o = warp_sum(o);
+    store_row<NPL>(S + int64_t(v) * Dk + lane * NPL, s[i]);
+    if (lane == 0) so[v] = o;
+  }
+  __syncthreads();
+  pdl_trigger();
+  // 4. gated RMSNorm
+  float oo = 0.f;
+  for (int i = threadIdx.x; i < Dv; i += blockDim.x) oo += so[i] * so[i];
+  oo = block_sum(oo, red);
+  const float r = rsqrtf(oo / float(Dv) + g.eps);
+  for (int i = threadIdx.x; i < Dv; i += blockDim.x)
+    g.y[j * Dv + i] = so[i] * r * g.norm_w[i] * silu_f(g.z[j * Dv + i]);
+}
+
+}  // namespace
+
+void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl) {
+  if (g.Dk > kMaxD || g.Dv > kMaxD || g.Dk % 32 || g.Hv % g.Hk || g.K < 1)
+    throw Error("gdn_decode: unsupported head sizes (Dk, Dv <= 256, Dk % 32 == 0, Hv % Hk == 0)");
+  if (g.Dv > 32 * 4) throw Error("gdn_decode: Dv > 128 not instantiated");
+  switch (g.Dk / 32) {
+    case 1: launch(k_gdn<1, 4>, dim3(g.Hv), dim3(kThreads), 0, s, pdl, g); break;
+    case 2: launch(k_gdn<2, 4>, dim3(g.Hv), dim3(kThreads), 0, s, pdl, g); break;
+    case 4: launch(k_gdn<4, 4>, dim3(g.Hv), dim3(kThreads), 0, s, pdl, g); break;
+    default: throw Error("gdn_decode: Dk must be 32, 64 or 128");
+  }
+}
+
+}  // namespace lily::cuda

@@ -1,0 +1,160 @@
+// Row-parallel fused GEMV for decode (batch 1): one warp per output row, 16-byte coalesced weight loads,
+// dequantisation in registers (s*Sum(xq) + b*Sum(x)), optional RMSNorm prologue, several matrices sharing one x
+// in one launch, optional residual accumulation. Also the embedding-row kernel.
+#include "cuda/device_util.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+struct GemvParams {  // passed by value (kernel parameter space)
+  GemvSeg seg[kMaxSegs];
+  int nseg;
+  int total_rows;
+  const float* x;
+  const float* norm_w;
+  float eps;
+  int cols;
+};
+
+template <int FMT>
+__global__ void __launch_bounds__(kThreads) k_gemv(const GemvParams p) {
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  float* xsum16 = xs + p.cols;
+  __shared__ float red[32];
+  const int lane = threadIdx.x & 31;
+  const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
+  const int nwarps = gridDim.x * (kThreads / 32);
+
+  // Resolves global row -> (segment, local row); r = -1 past the end.
+  auto resolve = [&](int row, int& sgi, int& r) {
+    if (row >= p.total_rows) { sgi = 0; r = -1; return; }
+    r = row;
+    sgi = 0;
+    while (sgi + 1 < p.nseg && r >= p.seg[sgi].m.rows) r -= p.seg[sgi++].m.rows;
+  };
+  const int nch = p.cols / FmtInfo<FMT>::kElems;
+  // Weights do not depend on the previous kernel: load this warp's first row pair before waiting on it and
+  // before the x prologue, so their latency overlaps both.
+  RowPair<FMT> P;
+  int row = warp, s0, r0, s1, r1;
+  resolve(row, s0, r0);
+  resolve(row + nwarps, s1, r1);
+  if (r0 >= 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, 0, lane);
+  pdl_wait();
+  load_x(p.x, p.norm_w, p.eps, p.cols, xs, xsum16, red);
+  pdl_trigger();
+
+  while (r0 >= 0) {  // two rows per warp in flight, next pair loaded before this pair's reductions
+    float a0 = 0.f, a1 = 0.f;
+    for (int c0 = 0; c0 < nch; c0 += 64) {
+      if (c0 > 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, c0, lane);
+      P.dot(p.seg[s0].m, r1, xs, xsum16, c0, lane, a0, a1);
+    }
+    const int cs0 = s0, cr0 = r0, cs1 = s1, cr1 = r1;
+    row += 2 * nwarps;
+    resolve(row, s0, r0);
+    resolve(row + nwarps, s1, r1);
+    if (r0 >= 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, 0, lane);
+    a0 = warp_sum(a0);
+    a1 = warp_sum(a1);
+    if (lane == 0) {
+      const GemvSeg& g0 = p.seg[cs0];
+      g0.y[cr0] = g0.accumulate ? g0.y[cr0] + a0 : a0;
+      if (cr1 >= 0) {
+        const GemvSeg& g1 = p.seg[cs1];
+        g1.y[cr1] = g1.accumulate ? g1.y[cr1] + a1 : a1;
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) k_embed(const DMat E, const int32_t* in_ids, const StepCtl* ctl,
+                                                    float* x) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t id = in_ids[ctl->cursor];
+  for (int i = threadIdx.x; i < E.cols; i += blockDim.x) {
+    float v;
+    if (E.fmt == kBF16) {
+      v = bf2f(reinterpret_cast<const uint16_t*>(E.w + id * E.row_bytes)[i]);
+    } else {
+      const uint32_t* wr = reinterpret_cast<const uint32_t*>(E.w + id * E.row_bytes);
+      const int per = 32 / E.fmt;
+      const uint32_t q = (wr[i / per] >> ((i % per) * E.fmt)) & ((1u << E.fmt) - 1u);
+      const uint32_t sb = E.sb[id * E.sb_row + i / E.group];
+      v = bf_lo(sb) * float(q) + bf_hi(sb);
+    }
+    x[i] = v;
+  }
+}
+
+int num_sms() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    LILY_CUDA_CHECK(cudaGetDevice(&dev));
+    LILY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
+int resident_blocks(int fmt) {  // blocks of k_gemv<fmt> resident per SM (4 KB of dynamic smem assumed)
+  static int occ[3] = {0, 0, 0};
+  const int i = fmt == kQ4 ? 0 : fmt == kQ8 ? 1 : 2;
+  if (!occ[i]) {
+    int n = 0;
+    if (fmt == kQ4) LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kQ4>, kThreads, 17408));
+    else if (fmt == kQ8) LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kQ8>, kThreads, 17408));
+    else LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kBF16>, kThreads, 17408));
+    occ[i] = std::max(n, 1);
+  }
+  return occ[i];
+}
+
+}  // namespace
+
+size_t gemv_smem_bytes(int cols) { return size_t(cols) * 4 + size_t(cols / 16) * 4; }
+
+void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
+          bool pdl) {
+  if (nseg < 1 || nseg > kMaxSegs) throw Error("gemv: bad segment count");
+  GemvParams p = {};
+  p.nseg = nseg;
+  p.x = x;
+  p.norm_w = norm_w;
+  p.eps = eps;
+  p.cols = segs[0].m.cols;
+  for (int i = 0; i < nseg; ++i) {
+    if (segs[i].m.fmt != segs[0].m.fmt || segs[i].m.cols != p.cols)
+      throw Error("gemv: segments differ in format or cols");
+    p.seg[i] = segs[i];
+    p.total_rows += segs[i].m.rows;
+  }
+  if (p.cols % 32 != 0) throw Error("gemv: cols must be a multiple of 32");
+  const int wpb = kThreads / 32;
+  const int blocks = std::min((p.total_rows + wpb - 1) / wpb, num_sms() * resident_blocks(segs[0].m.fmt));
+  const size_t smem = gemv_smem_bytes(p.cols);
+  auto run = [&](auto kern) {
+    static bool attr_set = false;  // one per instantiation
+    if (!attr_set) {
+      LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+      attr_set = true;
+    }
+    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, p);
+  };
+  switch (segs[0].m.fmt) {
+    case kQ4: run(k_gemv<kQ4>); break;
+    case kQ8: run(k_gemv<kQ8>); break;
+    case kBF16: run(k_gemv<kBF16>); break;
+    default: throw Error("gemv: unknown format");
+  }
+}
+
+void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, cudaStream_t s, bool pdl) {
+  launch(k_embed, dim3(1), dim3(kThreads), 0, s, pdl, E, in_ids, ctl, x);
+}
+
+}  // namespace lily::cuda

@@ -1,0 +1,125 @@
+// Host-callable launchers of the CUDA decode kernels and the plain structs they take (no CUDA headers needed
+// beyond the runtime API, so cuda_backend.cpp and the tests include this). All activations are f32.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace lily::cuda {
+
+enum Fmt : int { kQ4 = 4, kQ8 = 8, kBF16 = 16 };
+
+// A weight matrix on the device, W [rows, cols], y = W x.
+//  kQ4/kQ8: w = rows x row_bytes of packed little-endian u32 (element k of a word in bits [k*bits, (k+1)*bits)),
+//           sb = [rows][cols/group] u32, each (lo 16 bits = bf16 scale, hi 16 bits = bf16 bias); w = s*q + b.
+//  kBF16:   w = rows x cols bf16, sb unused.
+// cols % 32 == 0; row_bytes % 16 == 0; rows start 16-byte aligned.
+struct DMat {
+  const uint8_t* w = nullptr;
+  const uint32_t* sb = nullptr;
+  int fmt = kBF16;
+  int rows = 0, cols = 0, group = 0;
+  int64_t row_bytes = 0;
+  int sb_row = 0;  // u32 words of sb per row (cols/group; 0 for kBF16)
+};
+
+// E matrices of one shape stored back to back: expert e is m with w += e*w_stride, sb += e*sb_stride (elements).
+struct DStack {
+  DMat m;
+  int64_t w_stride = 0, sb_stride = 0;
+};
+
+// One output segment of a fused GEMV: y[r] (+)= (W x)[r] for r < m.rows.
+struct GemvSeg {
+  DMat m;
+  float* y = nullptr;
+  int accumulate = 0;  // 1: y += W x (residual add)
+};
+
+constexpr int kMaxSegs = 4;
+
+// Per-sequence state pointers + step control, read by the kernels through one fixed device address so that a
+// captured graph serves every sequence (the host rewrites it when switching sequences).
+struct StepCtl {
+  uint16_t* kv = nullptr;     // [n_full][2 (K,V)][nkv][max_ctx][hd] bf16
+  float* S = nullptr;         // [n_lin][Hv][Dv][Dk] f32 recurrent state
+  float* conv = nullptr;      // [n_lin][K][conv_dim] f32 ring of raw conv inputs (slot p % K holds position p)
+  int pos = 0;                // position of the token being consumed
+  int max_ctx = 0;
+  int cursor = 0;             // index into in_ids / out_ids of this step
+  int n_given = 0;            // in_ids[0..n_given) are given; later inputs are the previous argmax
+  unsigned long long best = 0;   // packed (ordered logit, ~id) argmax accumulator
+  unsigned int lm_done = 0;      // blocks of the lm_head kernel finished this step
+  unsigned int attn_done[8] = {};// blocks of the attention kernel finished, per kv head
+};
+
+// ---- launchers (all asynchronous on `s`; they check the launch) ----
+// Row-parallel fused GEMV over up to kMaxSegs matrices sharing x (cols): optional RMSNorm prologue
+// (xn = x / rms(x) * norm_w when norm_w != null). All segments must have the same fmt and cols.
+void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
+          bool pdl);
+
+// Embedding: x[H] = dequant(embed row in_ids[ctl->cursor]).
+void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, cudaStream_t s, bool pdl);
+
+// lm_head with final RMSNorm, logits out [V], argmax; the last block writes out_ids[cursor] = argmax, feeds it to
+// in_ids[cursor+1] when cursor+1 >= n_given, and advances cursor and pos.
+void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
+                    int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl);
+
+// MoE, after the router GEMV wrote logits[E] and shg[1] (shared-expert gate logit):
+//  gate_up: top-k routing (softmax over the selected logits), act[e*I + r] = silu(g)*u for the k experts then the
+//  shared expert at act[k*I ..+ Is); writes route_idx[k], route_w[k].
+struct MoeArgs {
+  const float* x = nullptr;        // residual [H] (normed here with norm_w)
+  const float* norm_w = nullptr;   // post_attention_layernorm [H]
+  float eps = 1e-6f;
+  const float* logits = nullptr;   // router logits [E]
+  const float* shg = nullptr;      // shared gate logit [1]
+  int E = 0, k = 0;
+  DStack gate, up, down;           // gate/up [I, H], down [H, I]
+  DMat sh_gate, sh_up, sh_down;    // [Is, H], [Is, H], [H, Is]
+  float* act = nullptr;            // [k*I + Is]
+  int32_t* route_idx = nullptr;    // [k]
+  float* route_w = nullptr;        // [k]
+  float* out = nullptr;            // residual [H], accumulated by down
+};
+void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
+void moe_down(const MoeArgs& a, cudaStream_t s, bool pdl);
+
+// Gated DeltaNet decode step for one layer (conv + SiLU, l2norm, gates, delta rule on fp32 S, gated RMSNorm).
+struct GdnArgs {
+  const float* qkv = nullptr;   // raw projections [conv_dim] = q [Hk*Dk] | k [Hk*Dk] | v [Hv*Dv]
+  const float* z = nullptr;     // [Hv*Dv]
+  const float* b = nullptr;     // [Hv]
+  const float* a = nullptr;     // [Hv]
+  const float* conv_w = nullptr;// [conv_dim][K]
+  const float* dt_bias = nullptr, *a_neg = nullptr;  // [Hv]
+  const float* norm_w = nullptr;// [Dv]
+  int layer = 0;                // index among the linear layers (state slot)
+  int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
+  float eps = 1e-6f;
+  float* y = nullptr;           // [Hv*Dv] gated-normed output
+  const StepCtl* ctl = nullptr; // pos, S, conv
+};
+void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl);
+
+// Gated full attention decode for one layer: q/k RMSNorm, partial NeoX RoPE, KV append (bf16), GQA attention over
+// positions 0..pos with split-KV, sigmoid output gate.
+struct AttnArgs {
+  const float* q = nullptr;     // [nq][2*hd] (query | gate per head)
+  const float* k = nullptr;     // [nkv*hd]
+  const float* v = nullptr;     // [nkv*hd]
+  const float* q_norm = nullptr, *k_norm = nullptr;  // [hd]
+  int layer = 0;                // index among the full layers (KV slot)
+  int nq = 0, nkv = 0, hd = 0, rope_dim = 0;
+  double theta = 1e7;
+  float eps = 1e-6f;
+  float* part = nullptr;        // scratch [nkv][kAttnSplits][G*hd + 2*G] (acc, m, l)
+  float* out = nullptr;         // [nq*hd]
+  StepCtl* ctl = nullptr;
+};
+constexpr int kAttnSplits = 64;
+void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl);
+
+}  // namespace lily::cuda

@@ -1,0 +1,210 @@
+// MoE decode kernels (batch 1). After the router GEMV (logits[E] and the shared-expert gate logit):
+//  k_moe_gate_up: every block redoes the top-k routing (cheap) and the post-attention RMSNorm of x, then one warp
+//    per intermediate row computes gate and up of a selected expert (or the shared one) and writes silu(g)*u.
+//  k_moe_down: one warp per hidden row sums, over the k experts and the shared expert, routing weight x
+//    (down row . act), and adds it into the residual.
+#include <cfloat>
+
+#include "cuda/device_util.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxE = 512, kMaxK = 16;
+
+// Top-k over logits[E] by one warp (ties -> lower index); weights = softmax over the selected logits (equal to
+// softmax-then-renormalise). Results in idx[k], w[k] (shared memory).
+__device__ void route_warp(const float* __restrict__ logits, int E, int k, int* idx, float* w) {
+  const int lane = threadIdx.x & 31;
+  float v[kMaxE / 32];
+#pragma unroll
+  for (int i = 0; i < kMaxE / 32; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < E ? logits[e] : -FLT_MAX;
+  }
+  float top0 = 0.f;
+  for (int j = 0; j < k; ++j) {
+    float bv = -FLT_MAX;
+    int bi = 0x7fffffff;
+#pragma unroll
+    for (int i = 0; i < kMaxE / 32; ++i) {
+      const int e = lane + 32 * i;
+      if (e < E && (v[i] > bv || (v[i] == bv && e < bi))) { bv = v[i]; bi = e; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    }
+    if (j == 0) top0 = bv;
+#pragma unroll
+    for (int i = 0; i < kMaxE / 32; ++i)
+      if (lane + 32 * i == bi) v[i] = -FLT_MAX;
+    if (lane == 0) { idx[j] = bi; w[j] = __expf(bv - top0); }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    float s = 0.f;
+    for (int j = 0; j < k; ++j) s += w[j];
+    for (int j = 0; j < k; ++j) w[j] /= s;
+  }
+}
+
+__device__ __forceinline__ DMat expert(const DStack& st, int e) {
+  DMat m = st.m;
+  m.w += e * st.w_stride;
+  m.sb += e * st.sb_stride;
+  return m;
+}
+
+template <int FMT>
+__global__ void __launch_bounds__(kThreads) k_moe_gate_up(const MoeArgs a) {
+  extern __shared__ float4 smem4[];
+  const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
+  float* xs = reinterpret_cast<float*>(smem4);
+  float* xsum16 = xs + H;
+  __shared__ float red[32];
+  __shared__ int s_idx[kMaxK];
+  __shared__ float s_w[kMaxK];
+  const int lane = threadIdx.x & 31;
+  const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
+  const int nwarps = gridDim.x * (kThreads / 32);
+  const int rows = a.k * I + Is;
+
+  pdl_wait();
+  if (threadIdx.x < 32) route_warp(a.logits, a.E, a.k, s_idx, s_w);
+  load_x(a.x, a.norm_w, a.eps, H, xs, xsum16, red);  // ends with __syncthreads (s_idx/s_w visible)
+  pdl_trigger();
+  if (blockIdx.x == 0 && threadIdx.x < a.k) {
+    a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
+    a.route_w[threadIdx.x] = s_w[threadIdx.x];
+  }
+  for (int row = warp; row < rows; row += nwarps) {
+    DMat g, u;
+    int r;
+    if (row < a.k * I) {
+      const int e = s_idx[row / I];
+      r = row % I;
+      g = expert(a.gate, e);
+      u = expert(a.up, e);
+    } else {
+      r = row - a.k * I;
+      g = a.sh_gate;
+      u = a.sh_up;
+    }
+    float gv, uv;
+    row_dot2_lane<FMT>(g, r, u, r, xs, xsum16, lane, gv, uv);
+    gv = warp_sum(gv);
+    uv = warp_sum(uv);
+    if (lane == 0) a.act[row] = silu_f(gv) * uv;
+  }
+}
+
+template <int FMT>
+__global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
+  extern __shared__ float4 smem4[];
+  const int I = a.down.m.cols, Is = a.sh_down.cols, H = a.down.m.rows;
+  const int n = a.k * I + Is;
+  float* xs = reinterpret_cast<float*>(smem4);
+  float* xsum16 = xs + n;
+  __shared__ float red[32];
+  __shared__ float s_w[kMaxK + 1];
+  __shared__ DMat s_m[kMaxK + 1];
+  const int lane = threadIdx.x & 31;
+  const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
+  const int nwarps = gridDim.x * (kThreads / 32);
+  constexpr int E = FmtInfo<FMT>::kElems;
+  const int cpr = I / E, cprs = Is / E;  // chunks per row: routed, shared
+
+  pdl_wait();
+  if (threadIdx.x < a.k) {
+    s_w[threadIdx.x] = a.route_w[threadIdx.x];
+    s_m[threadIdx.x] = expert(a.down, a.route_idx[threadIdx.x]);
+  } else if (threadIdx.x == a.k) {
+    s_w[a.k] = sigmoid_f(a.shg[0]);
+    s_m[a.k] = a.sh_down;
+  }
+  load_x(a.act, nullptr, 0.f, n, xs, xsum16, red);
+  pdl_trigger();
+  const int nch = a.k * cpr + cprs;
+  for (int row = warp; row < H; row += nwarps) {
+    float acc = 0.f;
+#pragma unroll 5
+    for (int c = lane; c < nch; c += 32) {
+      int e, cc;
+      if (c < a.k * cpr) { e = c / cpr; cc = c - e * cpr; } else { e = a.k; cc = c - a.k * cpr; }
+      uint4 raw;
+      uint32_t sb;
+      chunk_load<FMT>(s_m[e], row, cc, raw, sb);
+      acc += s_w[e] * chunk_dot<FMT>(raw, sb, xs, xsum16, c);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) a.out[row] += acc;
+  }
+}
+
+int num_sms() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    LILY_CUDA_CHECK(cudaGetDevice(&dev));
+    LILY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
+template <typename K>
+void set_smem(K kern) {
+  LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+}
+
+void check(const MoeArgs& a) {
+  const int f = a.gate.m.fmt;
+  if (a.up.m.fmt != f || a.down.m.fmt != f || a.sh_gate.fmt != f || a.sh_up.fmt != f || a.sh_down.fmt != f)
+    throw Error("moe: experts and shared expert must share one weight format");
+  if (a.E > kMaxE || a.k > kMaxK || a.k < 1) throw Error("moe: unsupported expert count / top-k");
+  const int E = f == kQ4 ? 32 : f == kQ8 ? 16 : 8;
+  if (a.down.m.cols % 32 || a.sh_down.cols % 32 || a.gate.m.cols % 32 || a.down.m.cols % E)
+    throw Error("moe: sizes must be multiples of 32");
+}
+
+}  // namespace
+
+void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
+  check(a);
+  const int rows = a.k * a.gate.m.rows + a.sh_gate.rows;
+  const int blocks = std::min((rows + 7) / 8, num_sms() * 4);
+  const size_t smem = size_t(a.gate.m.cols) * 4 + size_t(a.gate.m.cols / 16) * 4;
+  auto run = [&](auto kern) {
+    static bool once = (set_smem(kern), true);
+    (void)once;
+    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, a);
+  };
+  switch (a.gate.m.fmt) {
+    case kQ4: run(k_moe_gate_up<kQ4>); break;
+    case kQ8: run(k_moe_gate_up<kQ8>); break;
+    default: run(k_moe_gate_up<kBF16>); break;
+  }
+}
+
+void moe_down(const MoeArgs& a, cudaStream_t s, bool pdl) {
+  check(a);
+  const int n = a.k * a.down.m.cols + a.sh_down.cols;
+  const int H = a.down.m.rows;
+  const int blocks = std::min((H + 7) / 8, num_sms() * 4);
+  const size_t smem = size_t(n) * 4 + size_t(n / 16) * 4;
+  auto run = [&](auto kern) {
+    static bool once = (set_smem(kern), true);
+    (void)once;
+    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, a);
+  };
+  switch (a.down.m.fmt) {
+    case kQ4: run(k_moe_down<kQ4>); break;
+    case kQ8: run(k_moe_down<kQ8>); break;
+    default: run(k_moe_down<kBF16>); break;
+  }
+}
+
+}  // namespace lily::cuda
