@@ -28,6 +28,10 @@ function startServer(extra = []) {
         resolve({ proc, url: m[1], stderr: () => err });
       }
     });
+    proc.on('error', (e) => {
+      clearTimeout(timer);
+      reject(new Error(`cannot start ${LILY}: ${e.message}`));
+    });
     proc.on('exit', (code) => {
       clearTimeout(timer);
       reject(new Error(`lily serve exited with ${code}:\n${err}`));
