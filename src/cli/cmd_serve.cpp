@@ -30,6 +30,15 @@ long positive(const Args& a, const char* k, long def, long lo, long hi) {
 int serve(const Args& a) {
   a.check_known({"model", "host", "port", "ctx", "api-key", "cors", "queue", "cache-mb", "backend", "max-body-mb",
                  "model-id", "prefill-chunk"});
+  // Signals go to the watcher thread only: block them before any other thread exists (the backend's
+  // worker threads inherit the mask). A signal during loading waits for the watcher.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
   const std::string dir = model_dir_or_demo(a);
   ServerConfig cfg;
   cfg.host = a.get("host", "127.0.0.1");
@@ -50,14 +59,6 @@ int serve(const Args& a) {
   auto tok = Tokenizer::load(dir + "/tokenizer.json");
   const ChatTemplate tmpl = ChatTemplate::load_for_model(dir);
   auto be = make_backend(a.get("backend", "auto"), w);
-
-  // Signals go to the watcher thread only: block them before any other thread exists.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
 
   Metrics metrics;
   Scheduler sched(*be, *tok, cfg.ctx, cfg.cache_mb << 20, cfg.queue, metrics,
