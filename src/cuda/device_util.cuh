@@ -100,14 +100,14 @@ __device__ __forceinline__ float sigmoid_f(float x) { return 1.f / (1.f + __expf
 
 // Loads x[0..n) into swizzled shared xs, times rsqrt(mean(x^2)+eps)*norm_w when norm_w != null, and the
 // per-16-element sums into xsum16[n/16]. red: 32 floats of scratch. Ends with __syncthreads().
-// Each thread owns whole 16-element groups; all of its global loads (x and norm_w, float4) are issued before any
-// is used, so the prologue costs one memory round trip (the old element loop paid one per element per thread).
+// Each thread owns whole 16-element groups; its x loads (float4) are all issued before any is used, so the
+// prologue costs ~two round trips (x, then norm_w) instead of one per element per thread as before.
 // Requires n % 16 == 0 (callers check n % 32 == 0).
 __device__ __forceinline__ void load_x(const float* __restrict__ x, const float* __restrict__ norm_w, float eps,
                                        int n, float* xs, float* xsum16, float* red) {
-  constexpr int kMaxG = 3;  // groups held in registers per thread (n <= 48 * blockDim.x)
+  constexpr int kMaxG = 2;  // groups of x held in registers per thread (longer x: plain loop below)
   const int ng = n / 16;
-  float4 v[kMaxG][4], w[kMaxG][4];
+  float4 v[kMaxG][4];
 #pragma unroll
   for (int k = 0; k < kMaxG; ++k) {
     const int g = threadIdx.x + k * blockDim.x;
@@ -115,11 +115,6 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       const float4* xp = reinterpret_cast<const float4*>(x) + g * 4;
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[k][i] = xp[i];
-      if (norm_w) {
-        const float4* wp = reinterpret_cast<const float4*>(norm_w) + g * 4;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) w[k][i] = __ldg(wp + i);
-      }
     }
   }
   float r = 1.f;
@@ -152,7 +147,15 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
 #pragma unroll
   for (int k = 0; k < kMaxG; ++k) {
     const int g = threadIdx.x + k * blockDim.x;
-    if (g < ng) put(g, scale(v[k][0], w[k][0]), scale(v[k][1], w[k][1]), scale(v[k][2], w[k][2]), scale(v[k][3], w[k][3]));
+    if (g < ng) {
+      float4 w[4] = {};
+      if (norm_w) {
+        const float4* wp = reinterpret_cast<const float4*>(norm_w) + g * 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = __ldg(wp + i);
+      }
+      put(g, scale(v[k][0], w[0]), scale(v[k][1], w[1]), scale(v[k][2], w[2]), scale(v[k][3], w[3]));
+    }
   }
   for (int g = threadIdx.x + kMaxG * blockDim.x; g < ng; g += blockDim.x) {
     const float4* xp = reinterpret_cast<const float4*>(x) + g * 4;
