@@ -55,7 +55,6 @@ std::vector<float> from_bf(const std::vector<uint16_t>& v) {
   for (size_t i = 0; i < v.size(); ++i) o[i] = bf16_to_f32(v[i]);
   return o;
 }
-float bfr(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 // max |got - want| / max |want|; infinite on any non-finite value
 double err(const std::vector<float>& got, const std::vector<float>& want) {
