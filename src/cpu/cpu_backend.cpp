@@ -107,10 +107,9 @@ void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float*
   float* b = buf(kB, static_cast<size_t>(n) * Hv);
   float* a = buf(kAg, static_cast<size_t>(n) * Hv);
   float* y = buf(kY, static_cast<size_t>(n) * VD);
-  k_.matmul(L.lin.in_qkv, h, n, m);
-  k_.matmul(L.lin.in_z, h, n, z);
-  k_.matmul(L.lin.in_b, h, n, b);
-  k_.matmul(L.lin.in_a, h, n, a);
+  const fast::MatJob proj[] = {{&L.lin.in_qkv, h, n, m}, {&L.lin.in_z, h, n, z}, {&L.lin.in_b, h, n, b},
+                               {&L.lin.in_a, h, n, a}};
+  k_.matmul_batch(proj, 4);
   float* conv_out = buf(kConv, C);
   float* o = buf(kO, VD);
   float* g = buf(kG, Hv);
@@ -143,9 +142,8 @@ void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float
   float* v = buf(kV, static_cast<size_t>(n) * KV);
   float* o = buf(kO, static_cast<size_t>(n) * nq * hd);
   float* q = buf(kQ, static_cast<size_t>(nq) * hd);
-  k_.matmul(L.attn.q, h, n, qg);
-  k_.matmul(L.attn.k, h, n, k);
-  k_.matmul(L.attn.v, h, n, v);
+  const fast::MatJob proj[] = {{&L.attn.q, h, n, qg}, {&L.attn.k, h, n, k}, {&L.attn.v, h, n, v}};
+  k_.matmul_batch(proj, 3);
   if (s.k.capacity() < static_cast<size_t>(pos0 + n) * KV) {  // once per state: pages are touched as used
     s.k.reserve(static_cast<size_t>(max_ctx) * KV);
     s.v.reserve(static_cast<size_t>(max_ctx) * KV);
@@ -178,19 +176,8 @@ void CpuBackend::moe_layer(const MoeWeights& mw, const float* h, int n, float* o
   const size_t nK = static_cast<size_t>(n) * K;
   float* logits = buf(kLogits, static_cast<size_t>(n) * E);
   float* sg = buf(kSg, n);
-  k_.matmul(mw.router, h, n, logits);
-  k_.matmul(mw.sh_gate_w, h, n, sg);
-  // shared expert for all rows
-  float* g = buf(kGe, static_cast<size_t>(n) * std::max(Is, K * I));
-  float* u = buf(kUe, static_cast<size_t>(n) * std::max(Is, K * I));
-  k_.matmul(mw.sh_gate, h, n, g);
-  k_.matmul(mw.sh_up, h, n, u);
-  for (size_t i = 0; i < static_cast<size_t>(n) * Is; ++i) g[i] = ref::silu(g[i]) * u[i];
-  k_.matmul(mw.sh_down, g, n, out);
-  for (int t = 0; t < n; ++t) {
-    const float gate = ref::sigmoid(sg[t]);
-    for (int i = 0; i < H; ++i) out[static_cast<size_t>(t) * H + i] *= gate;
-  }
+  const fast::MatJob router[] = {{&mw.router, h, n, logits}, {&mw.sh_gate_w, h, n, sg}};
+  k_.matmul_batch(router, 2);
   // routing: top-k per row, then the (row, weight) pairs grouped per expert (counting sort)
   route_idx_.resize(nK);
   route_w_.resize(nK);
@@ -202,21 +189,42 @@ void CpuBackend::moe_layer(const MoeWeights& mw, const float* h, int n, float* o
   route_perm_.resize(nK);
   fill_.assign(expert_off_.begin(), expert_off_.end() - 1);
   for (size_t j = 0; j < nK; ++j) route_perm_[fill_[route_idx_[j]]++] = static_cast<int>(j);
-  float* xe = buf(kXe, nK * H);
-  float* ye = buf(kYe, nK * H);
+  // rows gathered per expert; the shared expert's rows (all n) come last: [nK + n] rows in all
+  float* xe = buf(kXe, (nK + n) * H);
+  float* ye = buf(kYe, (nK + n) * H);
+  float* g = buf(kGe, nK * I + static_cast<size_t>(n) * Is);
+  float* u = buf(kUe, nK * I + static_cast<size_t>(n) * Is);
   for (size_t j = 0; j < nK; ++j) {
     const int t = route_perm_[j] / K;
     std::copy(h + static_cast<size_t>(t) * H, h + static_cast<size_t>(t + 1) * H, xe + j * H);
   }
+  float* gs = g + nK * I;  // shared expert's activations
+  float* us = u + nK * I;
+  float* ys = ye + nK * H;
+  jobs_.clear();
   for (int e = 0; e < E; ++e) {
     const int r0 = expert_off_[e], ne = expert_off_[e + 1] - r0;
     if (!ne) continue;
-    float* ge = g + static_cast<size_t>(r0) * I;
-    float* ue = u + static_cast<size_t>(r0) * I;
-    k_.matmul(mw.gate.e[e], xe + static_cast<size_t>(r0) * H, ne, ge);
-    k_.matmul(mw.up.e[e], xe + static_cast<size_t>(r0) * H, ne, ue);
-    for (size_t i = 0; i < static_cast<size_t>(ne) * I; ++i) ge[i] = ref::silu(ge[i]) * ue[i];
-    k_.matmul(mw.down.e[e], ge, ne, ye + static_cast<size_t>(r0) * H);
+    jobs_.push_back({&mw.gate.e[e], xe + static_cast<size_t>(r0) * H, ne, g + static_cast<size_t>(r0) * I});
+    jobs_.push_back({&mw.up.e[e], xe + static_cast<size_t>(r0) * H, ne, u + static_cast<size_t>(r0) * I});
+  }
+  jobs_.push_back({&mw.sh_gate, h, n, gs});
+  jobs_.push_back({&mw.sh_up, h, n, us});
+  k_.matmul_batch(jobs_.data(), static_cast<int>(jobs_.size()));
+  const size_t n_act = nK * I + static_cast<size_t>(n) * Is;
+  for (size_t i = 0; i < n_act; ++i) g[i] = ref::silu(g[i]) * u[i];
+  jobs_.clear();
+  for (int e = 0; e < E; ++e) {
+    const int r0 = expert_off_[e], ne = expert_off_[e + 1] - r0;
+    if (ne) jobs_.push_back({&mw.down.e[e], g + static_cast<size_t>(r0) * I, ne, ye + static_cast<size_t>(r0) * H});
+  }
+  jobs_.push_back({&mw.sh_down, gs, n, ys});
+  k_.matmul_batch(jobs_.data(), static_cast<int>(jobs_.size()));
+  for (int t = 0; t < n; ++t) {  // sigmoid-gated shared expert, then the routed experts' weighted sum
+    const float gate = ref::sigmoid(sg[t]);
+    const float* y = ys + static_cast<size_t>(t) * H;
+    float* o = out + static_cast<size_t>(t) * H;
+    for (int i = 0; i < H; ++i) o[i] = gate * y[i];
   }
   for (size_t j = 0; j < nK; ++j) {
     const int src = route_perm_[j], t = src / K;

@@ -38,6 +38,7 @@ class CpuBackend final : public Backend {
   std::vector<float> bufs_[kSlots];
   std::vector<int> route_idx_, route_perm_, expert_off_, fill_;  // MoE routing of the current chunk
   std::vector<float> route_w_;
+  std::vector<fast::MatJob> jobs_;  // batched expert products of the current chunk
 
   std::shared_ptr<ModelWeights> w_;
   const CpuKernels& k_;

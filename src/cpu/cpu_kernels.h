@@ -1,5 +1,6 @@
 // The CPU backend's swappable kernels: the reference (ref_ops) or the fast SIMD set, chosen once at start.
 #pragma once
+#include "cpu/fast/fast_matmul.h"
 #include "model/weights.h"
 
 namespace lily {
@@ -8,6 +9,8 @@ struct CpuKernels {
   const char* name;
   // Y[n, W.rows] = X[n, W.cols] * W^T
   void (*matmul)(const QMatrix& W, const float* X, int n, float* Y);
+  // several independent products (one pool synchronisation for all in the fast set)
+  void (*matmul_batch)(const fast::MatJob* jobs, int count);
   // ref::gdn_step / ref::attention_one contracts (see cpu/ref_ops.h)
   void (*gdn_step)(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta,
                    int Hk, int Hv, int Dk, int Dv, float* o);

@@ -250,6 +250,8 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   y_ = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
   rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
   shg_ = static_cast<float*>(dev_alloc(16));
+  route_done_ = static_cast<unsigned int*>(dev_alloc(16));
+  LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 16));
   act_ = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
   ridx_ = static_cast<int32_t*>(dev_alloc(size_t(c.top_k) * 4));
   rw_ = static_cast<float*>(dev_alloc(size_t(c.top_k) * 4));
@@ -384,20 +386,15 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       mark("attn o_proj gemv");
     }
     // MoE
-    GemvSeg r[2] = {{d.router, rlogits_, 0}, {d.shg, shg_, 0}};
-    if (d.router.fmt == d.shg.fmt) {
-      gemv(r, 2, x_, d.post_norm, eps, s, pdl);
-    } else {
-      gemv(&r[0], 1, x_, d.post_norm, eps, s, pdl);
-      gemv(&r[1], 1, x_, d.post_norm, eps, s, pdl);
-    }
-    mark("moe router gemv");
     MoeArgs m;
     m.x = x_;
     m.norm_w = d.post_norm;
     m.eps = eps;
+    m.router = d.router;
+    m.shg_w = d.shg;
     m.logits = rlogits_;
     m.shg = shg_;
+    m.route_done = route_done_;
     m.E = c.n_experts;
     m.k = c.top_k;
     m.gate = d.gate;
@@ -410,6 +407,8 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
     m.route_idx = ridx_;
     m.route_w = rw_;
     m.out = x_;
+    moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
+    mark("moe router");
     moe_gate_up(m, s, pdl);
     mark("moe gate_up");
     moe_down(m, s, pdl);

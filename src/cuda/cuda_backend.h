@@ -101,6 +101,7 @@ class CudaBackend : public Backend {
   float* y_ = nullptr;          // [max(vd, nq hd)]
   float* rlogits_ = nullptr;    // [E]
   float* shg_ = nullptr;        // [1]
+  unsigned int* route_done_ = nullptr;  // router last-block counter
   float* act_ = nullptr;        // [k I + Is]
   int32_t* ridx_ = nullptr;     // [k]
   float* rw_ = nullptr;         // [k]

@@ -49,26 +49,54 @@ bool is_q4g64(const QMatrix& W) {
 }
 
 void matmul(const QMatrix& W, const float* X, int n, float* Y, bool precise) {
+  const MatJob job{&W, X, n, Y};
+  matmul_batch(&job, 1, precise);
+}
+
+void matmul_batch(const MatJob* jobs, int count, bool precise) {
   ThreadPool& pool = ThreadPool::global();
-  const int64_t block = std::max<int64_t>(4, std::min<int64_t>(64, W.rows / (8 * pool.size()) + 1));
-  const int tasks = static_cast<int>((W.rows + block - 1) / block);
-  if (is_q4g64(W)) {
-    thread_local QuantX tq;  // owned by the calling thread; the workers read it through `q`
-    QuantX& q = tq;          // (a lambda naming `tq` would see each worker's own thread_local)
-    quantize_x(X, n, static_cast<int>(W.cols), precise, q);
-    const bool avx = use_avx512();
-    pool.parallel_for(tasks, [&](int t, int) {
-      const int64_t r0 = t * block, r1 = std::min(W.rows, r0 + block);
-      if (avx)
-        q4_rows_avx512(W, r0, r1, q, precise, Y);
-      else
-        q4_rows_portable(W, r0, r1, q, precise, Y);
-    });
-    return;
+  // Activations quantised once per distinct (X, n, cols); owned by the calling thread, read by the workers.
+  thread_local std::vector<QuantX> tqs;
+  thread_local std::vector<int> qidx;      // [count] index into tqs, -1 for the generic path
+  thread_local std::vector<int64_t> first; // [count + 1] first task of each job
+  thread_local std::vector<int64_t> blk;   // [count] rows per task
+  std::vector<QuantX>& qs = tqs;
+  if (qs.size() < static_cast<size_t>(count)) qs.resize(count);
+  qidx.assign(count, -1);
+  first.assign(count + 1, 0);
+  blk.assign(count, 1);
+  int nq = 0;
+  int64_t total_rows = 0;
+  for (int j = 0; j < count; ++j) total_rows += jobs[j].W->rows;
+  // tasks of about equal rows over the whole batch: ~8 per thread, 4..64 rows each
+  const int64_t block = std::max<int64_t>(4, std::min<int64_t>(64, total_rows / (8 * pool.size()) + 1));
+  for (int j = 0; j < count; ++j) {
+    const MatJob& jb = jobs[j];
+    if (is_q4g64(*jb.W)) {
+      for (int k = 0; k < j && qidx[j] < 0; ++k)
+        if (qidx[k] >= 0 && jobs[k].X == jb.X && jobs[k].n == jb.n && jobs[k].W->cols == jb.W->cols) qidx[j] = qidx[k];
+      if (qidx[j] < 0) {
+        quantize_x(jb.X, jb.n, static_cast<int>(jb.W->cols), precise, qs[nq]);
+        qidx[j] = nq++;
+      }
+    }
+    blk[j] = block;
+    first[j + 1] = first[j] + (jb.W->rows + block - 1) / block;
   }
-  pool.parallel_for(tasks, [&](int t, int) {
-    const int64_t r0 = t * block, r1 = std::min(W.rows, r0 + block);
-    generic_rows(W, r0, r1, X, n, Y);
+  const bool avx = use_avx512();
+  const int64_t* fst = first.data();
+  const int64_t* bl = blk.data();
+  const int* qi = qidx.data();
+  pool.parallel_for(static_cast<int>(first[count]), [&](int t, int) {
+    const int j = static_cast<int>(std::upper_bound(fst, fst + count + 1, t) - fst) - 1;
+    const MatJob& jb = jobs[j];
+    const int64_t r0 = (t - fst[j]) * bl[j], r1 = std::min(jb.W->rows, r0 + bl[j]);
+    if (qi[j] < 0)
+      generic_rows(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
+    else if (avx)
+      q4_rows_avx512(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+    else
+      q4_rows_portable(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
   });
 }
 

@@ -8,4 +8,14 @@ namespace lily::fast {
 bool is_q4g64(const QMatrix& W);
 void matmul(const QMatrix& W, const float* X, int n, float* Y, bool precise);
 
+// Several independent products in one pass over the thread pool (one synchronisation instead of one per
+// matrix): Y = X · Wᵀ for each job. Jobs sharing the same X are quantised once.
+struct MatJob {
+  const QMatrix* W;
+  const float* X;  // [n, W->cols]
+  int n;
+  float* Y;        // [n, W->rows]
+};
+void matmul_batch(const MatJob* jobs, int count, bool precise);
+
 }  // namespace lily::fast

@@ -1,0 +1,97 @@
+// `lily serve`: the OpenAI-compatible HTTP server (src/server/). One inference thread owns the model;
+// SIGINT / SIGTERM cancel running work, close the listener and exit cleanly.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "chat/template.h"
+#include "cli/model_source.h"
+#include "cli/registry.h"
+#include "core/error.h"
+#include "engine/backend.h"
+#include "server/http_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lily {
+namespace {
+
+long positive(const Args& a, const char* k, long def, long lo, long hi) {
+  long v = a.get_int(k, def);
+  if (v < lo || v > hi)
+    throw Error(std::string("--") + k + " must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+  return v;
+}
+
+int serve(const Args& a) {
+  a.check_known({"model", "host", "port", "ctx", "api-key", "cors", "queue", "cache-mb", "backend", "max-body-mb",
+                 "model-id", "prefill-chunk"});
+  // Signals go to the watcher thread only: block them before any other thread exists (the backend's
+  // worker threads inherit the mask). A signal during loading waits for the watcher.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const std::string dir = model_dir_or_demo(a);
+  ServerConfig cfg;
+  cfg.host = a.get("host", "127.0.0.1");
+  cfg.port = static_cast<int>(positive(a, "port", 8080, 0, 65535));
+  cfg.api_key = a.get("api-key");
+  if (a.has("api-key") && cfg.api_key.empty()) throw Error("--api-key needs a non-empty key");
+  cfg.cors = a.has("cors");
+  cfg.queue = static_cast<size_t>(positive(a, "queue", 16, 1, 4096));
+  cfg.cache_mb = static_cast<size_t>(positive(a, "cache-mb", 2048, 0, 1 << 22));
+  cfg.max_body = static_cast<size_t>(positive(a, "max-body-mb", 8, 1, 1024)) << 20;
+  std::string id = std::filesystem::path(dir).lexically_normal().filename().string();
+  if (id.empty()) id = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
+  cfg.model_id = a.get("model-id", id.empty() ? "lily" : id);
+
+  auto w = load_model(dir);
+  const int max_pos = w->cfg.max_pos > 0 ? w->cfg.max_pos : 32768;
+  cfg.ctx = static_cast<int>(positive(a, "ctx", std::min(32768, max_pos), 16, 1 << 24));
+  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  const ChatTemplate tmpl = ChatTemplate::load_for_model(dir);
+  auto be = make_backend(a.get("backend", "auto"), w);
+
+  Metrics metrics;
+  Scheduler sched(*be, *tok, cfg.ctx, cfg.cache_mb << 20, cfg.queue, metrics,
+                  static_cast<int>(positive(a, "prefill-chunk", 512, 1, 1 << 20)));
+  ServerContext c{cfg, tok, &tmpl, &sched, &metrics, w->cfg.vocab};
+  HttpServer http(c);
+  const int port = http.bind();
+  std::printf("lily serve: listening on http://%s:%d (model '%s', backend %s, ctx %d)\n", cfg.host.c_str(), port,
+              cfg.model_id.c_str(), be->name().c_str(), cfg.ctx);
+  std::fflush(stdout);
+
+  std::atomic<bool> served{false};
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (!served) std::fprintf(stderr, "lily serve: signal %d, shutting down\n", sig);
+    sched.shutdown();
+    http.stop();
+  });
+  http.serve();
+  served = true;
+  pthread_kill(watcher.native_handle(), SIGTERM);  // wakes the watcher if serve() ended on its own
+  watcher.join();
+  sched.shutdown();
+  std::fprintf(stderr, "lily serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+LILY_COMMAND("serve",
+             "OpenAI-compatible HTTP server: [--model DIR] [--host 127.0.0.1] [--port 8080] [--ctx N] "
+             "[--api-key KEY] [--cors] [--queue N] [--cache-mb N] [--backend auto|cpu|cuda]",
+             serve, {"cors"});
+
+}  // namespace lily

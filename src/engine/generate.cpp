@@ -1,0 +1,191 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "core/error.h"
+#include "engine/stop_strings.h"
+#include "server/session_cache.h"
+
+namespace lily {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+bool delta_empty(const ParsedDelta& d) {
+  return d.reasoning.empty() && d.content.empty() && d.tool_calls.empty() && d.dropped_tool_calls.empty();
+}
+
+void append(ParsedDelta& into, ParsedDelta&& d) {
+  into.reasoning += d.reasoning;
+  into.content += d.content;
+  for (auto& t : d.tool_calls) into.tool_calls.push_back(std::move(t));
+  for (int i : d.dropped_tool_calls) into.dropped_tool_calls.push_back(i);
+}
+
+}  // namespace
+
+Generator::Generator(Backend& be, const Tokenizer& tok, SessionCache* cache, int ctx, int prefill_chunk)
+    : be_(be), tok_(tok), cache_(cache), ctx_(ctx), prefill_chunk_(prefill_chunk) {
+  for (int id : be.config().eos_ids) stop_ids_.push_back(id);
+  for (const char* t : {"<|im_end|>", "<|endoftext|>"}) {
+    int32_t id = tok.token_to_id(t);
+    if (id >= 0 && std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end()) stop_ids_.push_back(id);
+  }
+}
+
+void Generator::save_reply_snapshot() {
+  if (!reply_state_ || !cache_) return;
+  std::unique_ptr<SeqState> st = std::move(reply_state_);
+  std::vector<float> logits(static_cast<size_t>(be_.config().vocab));
+  ForwardOptions fo;
+  be_.forward(*st, &reply_tokens_.back(), 1, 1, logits.data(), fo);
+  cache_->insert(reply_tokens_, reply_key_, *st, std::move(logits));
+  reply_tokens_.clear();
+}
+
+GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)>& emit,
+                         const std::function<bool()>& cancelled) {
+  reply_state_.reset();
+  const int n = static_cast<int>(job.prompt.size());
+  if (n == 0) throw Error("empty prompt");
+  if (n >= ctx_) throw Error("prompt of " + std::to_string(n) + " tokens does not fit the context of " + std::to_string(ctx_));
+  const int V = be_.config().vocab;
+  GenResult res;
+  res.prompt_tokens = n;
+  ForwardOptions fo;
+  fo.prefill_chunk = prefill_chunk_;
+  fo.cancelled = cancelled;
+
+  // Prefill, resuming from the longest matching snapshot.
+  auto t0 = Clock::now();
+  std::unique_ptr<SeqState> st;
+  std::vector<float> logits(static_cast<size_t>(V));
+  if (cache_) {
+    CacheHit hit = cache_->lookup(job.prompt, job.cache_key, ctx_);
+    if (hit.state && static_cast<int>(hit.logits.size()) == V) {
+      st = std::move(hit.state);
+      res.cached_tokens = hit.n_tokens;
+      logits = std::move(hit.logits);
+    }
+  }
+  if (!st) st = be_.new_state(ctx_);
+  if (res.cached_tokens < n) {
+    std::vector<int> bounds;
+    if (cache_)
+      for (int b : job.snapshot_at)
+        if (b > res.cached_tokens && b < n) bounds.push_back(b);
+    std::sort(bounds.begin(), bounds.end());
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    bounds.push_back(n);
+    for (int b : bounds) {
+      const int from = st->pos;
+      be_.forward(*st, job.prompt.data() + from, b - from, 1, logits.data(), fo);
+      if (cache_) {
+        std::vector<int32_t> head(job.prompt.begin(), job.prompt.begin() + b);
+        cache_->insert(head, job.cache_key, *st, logits);
+      }
+    }
+  }
+  auto t1 = Clock::now();
+  res.prefill_s = secs(t0, t1);
+
+  // Decode.
+  Sampler sampler(job.sampling, job.prompt);
+  StreamDecoder dec(tok_);
+  StopMatcher stops(job.stop);
+  std::optional<OutputParser> parser;
+  if (job.chat) parser.emplace(job.parser);
+  std::vector<int32_t> generated;
+  GenChunk pending;          // output not yet emitted
+  bool tool_limit = false;   // single_tool_call and a second call began
+
+  auto take = [&](ParsedDelta&& d) {
+    if (job.single_tool_call) {
+      auto& tc = d.tool_calls;
+      auto it = std::remove_if(tc.begin(), tc.end(), [](const auto& t) { return t.index > 0; });
+      if (it != tc.end()) tool_limit = true;
+      tc.erase(it, tc.end());
+    }
+    append(pending.delta, std::move(d));
+  };
+  auto feed = [&](const std::string& text) {
+    if (text.empty()) return;
+    if (parser) {
+      take(parser->push(text));
+    } else {
+      pending.delta.content += text;
+      res.content += text;
+    }
+  };
+  auto flush_pending = [&](bool force) {
+    if (delta_empty(pending.delta) && !(force && !pending.tokens.empty())) return;
+    emit(std::move(pending));
+    pending = GenChunk{};
+  };
+
+  if (parser && !job.forced_text.empty()) {
+    take(parser->push(job.forced_text));
+    flush_pending(false);
+  }
+
+  std::string finish = "length";
+  bool eos = false;
+  const int budget = std::min(job.max_tokens, ctx_ - n);
+  for (int i = 0; i < budget; ++i) {
+    if (cancelled && cancelled()) throw Cancelled();
+    SampleResult s = sampler.sample(logits.data(), V);
+    if (std::find(stop_ids_.begin(), stop_ids_.end(), s.id) != stop_ids_.end()) {
+      finish = "stop";
+      eos = true;
+      generated.push_back(s.id);  // consumed by the reply snapshot below, not counted as output
+      break;
+    }
+    sampler.accept(s.id);
+    generated.push_back(s.id);
+    if (job.logprobs) pending.tokens.push_back({s.id, s.logprob, std::move(s.top)});
+    StopMatcher::Out so = stops.push(dec.push(s.id));
+    feed(so.text);
+    if (so.stopped || tool_limit) {
+      finish = "stop";
+      break;
+    }
+    flush_pending(false);
+    if (i + 1 < budget) be_.forward(*st, &s.id, 1, 1, logits.data(), fo);
+  }
+  res.completion_tokens = static_cast<int>(generated.size()) - (eos ? 1 : 0);
+  if (!stops.stopped() && !tool_limit) {
+    StopMatcher::Out so = stops.push(dec.flush());
+    feed(so.text);
+    if (so.stopped) finish = "stop";
+    feed(stops.flush());
+  }
+  if (parser) {
+    take(parser->finish());
+    res.content = parser->content();
+    res.reasoning = parser->reasoning();
+    res.tool_calls = parser->tool_calls();
+    if (job.single_tool_call && res.tool_calls.size() > 1) res.tool_calls.resize(1);
+    if (!res.tool_calls.empty() && finish == "stop") finish = "tool_calls";
+  }
+  flush_pending(true);
+  res.finish_reason = finish;
+  auto t2 = Clock::now();
+  res.decode_s = secs(t1, t2);
+
+  // Reply snapshot candidate. Skipped when a stop string cut the text (the client will not send those
+  // tokens back).
+  const bool cut = stops.stopped() || tool_limit;
+  if (cache_ && !cut && !generated.empty() && st->pos + 1 <= ctx_ &&
+      st->pos == n + static_cast<int>(generated.size()) - 1) {
+    reply_state_ = std::move(st);
+    reply_tokens_ = job.prompt;
+    reply_tokens_.insert(reply_tokens_.end(), generated.begin(), generated.end());
+    reply_key_ = job.cache_key;
+  }
+  return res;
+}
+
+}  // namespace lily

@@ -1,0 +1,88 @@
+// One generation request run to completion on the model: prefix-cache lookup, chunked prefill, sampling,
+// incremental detokenisation, stop strings, reasoning/tool-call parsing, and cache snapshots at the end of
+// the prompt and of the reply. Shared by the server's inference thread and `lily chat`.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chat/output_parser.h"
+#include "engine/backend.h"
+#include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lily {
+
+class SessionCache;
+
+struct GenJob {
+  std::vector<int32_t> prompt;     // [n] full prompt ids, already including `forced_text`'s tokens
+  int max_tokens = 16;             // >= 1; also bounded by the context
+  SamplerParams sampling;
+  std::vector<std::string> stop;   // stop strings
+  bool chat = false;               // parse reasoning / tool calls (else raw text goes to content)
+  ParserOptions parser;            // when chat
+  std::string forced_text;         // chat: reply text the prompt already ends with (fed to the parser first)
+  bool logprobs = false;           // report per-token logprobs
+  bool single_tool_call = false;   // parallel_tool_calls=false: end after the first tool call
+  std::string cache_key;           // prompt_cache_key
+  // Extra prompt positions (0 < p < n) to snapshot during prefill, e.g. where the final assistant header
+  // starts: the next turn of the conversation shares the prompt up to there even when the template
+  // renders the reply differently from how it was generated.
+  std::vector<int> snapshot_at;
+};
+
+struct TokenInfo {                 // one generated token's log-probabilities
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<TokenLogprob> top;
+};
+
+struct GenChunk {                  // output released by one or more decode steps
+  ParsedDelta delta;               // chat: split into reasoning/content/tool calls; else content only
+  std::vector<TokenInfo> tokens;   // logprobs of the tokens released with this chunk (when asked)
+};
+
+struct GenResult {
+  std::string finish_reason;       // stop | length | tool_calls
+  int prompt_tokens = 0;
+  int cached_tokens = 0;           // prompt tokens resumed from the session cache
+  int completion_tokens = 0;
+  double prefill_s = 0, decode_s = 0;
+  std::string content, reasoning;  // whole reply
+  std::vector<ToolCallOut> tool_calls;
+};
+
+class Generator {
+ public:
+  // `cache` may be null (no reuse). `ctx`: capacity of every state this generator makes.
+  Generator(Backend& be, const Tokenizer& tok, SessionCache* cache, int ctx, int prefill_chunk = 512);
+
+  // Runs `job`; emit() receives output as it is released. Throws Cancelled when cancelled() turns true
+  // (checked between prefill chunks and decode steps).
+  GenResult run(const GenJob& job, const std::function<void(GenChunk&&)>& emit,
+                const std::function<bool()>& cancelled);
+
+  // Stores the state after the last run's prompt + reply (+ end-of-turn token) in the cache, for the next
+  // turn of a conversation. Separate from run() so a server can answer first; no-op when nothing is pending.
+  void save_reply_snapshot();
+
+  int ctx() const { return ctx_; }
+  const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+
+ private:
+  Backend& be_;
+  const Tokenizer& tok_;
+  SessionCache* cache_;
+  int ctx_;
+  int prefill_chunk_;
+  std::vector<int32_t> stop_ids_;  // end-of-turn / end-of-text ids
+  // Pending reply snapshot of the last run: state whose pos == reply_tokens_.size() - 1 (last not consumed).
+  std::unique_ptr<SeqState> reply_state_;
+  std::vector<int32_t> reply_tokens_;
+  std::string reply_key_;
+};
+
+}  // namespace lily

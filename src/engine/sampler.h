@@ -1,0 +1,63 @@
+// Host-side token sampling from one row of logits: penalties, temperature, top-k, top-p, min-p and a
+// seeded RNG (std::mt19937_64: the same seed and logits give the same tokens), greedy at temperature 0.
+// Also computes the chosen token's log-probability and the top-N alternatives (model distribution).
+#pragma once
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace lily {
+
+struct SamplerParams {
+  float temperature = 1.0f;         // <= 0: greedy (argmax)
+  float top_p = 1.0f;               // (0, 1]: smallest set whose probability mass reaches top_p
+  int top_k = 0;                    // 0: off
+  float min_p = 0.0f;               // [0, 1]: drop tokens with p < min_p * p_max
+  float presence_penalty = 0.0f;    // subtracted once from every token already generated
+  float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
+  float repetition_penalty = 1.0f;  // > 0; divides positive / multiplies negative logits of seen tokens
+                                    // (prompt and generated tokens)
+  bool has_seed = false;
+  uint64_t seed = 0;                // used when has_seed; otherwise a random seed is drawn
+  int top_logprobs = 0;             // alternatives to report per token (0..20)
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;             // log-softmax of the unmodified logits
+};
+
+struct SampleResult {
+  int32_t id = 0;
+  float logprob = 0.0f;             // of `id` under the model distribution
+  std::vector<TokenLogprob> top;    // [top_logprobs] most likely tokens, most likely first
+};
+
+class Sampler {
+ public:
+  // `prompt` seeds the repetition-penalty history.
+  Sampler(const SamplerParams& p, const std::vector<int32_t>& prompt);
+
+  // Picks the next token from logits[0..vocab). `logits` is not modified.
+  SampleResult sample(const float* logits, int vocab);
+  // Records a token as generated (penalty history). sample() does not call it.
+  void accept(int32_t id);
+
+  const SamplerParams& params() const { return p_; }
+
+ private:
+  SamplerParams p_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int> generated_;   // token id -> times generated
+  std::unordered_set<int32_t> seen_;             // prompt or generated ids (repetition penalty)
+  std::vector<float> work_;                      // [vocab] scratch: adjusted logits
+  std::vector<int32_t> idx_;                     // [vocab] scratch: candidate ids
+};
+
+// The n most likely tokens of a logit row with their log-softmax values (most likely first); the row's
+// log-sum-exp goes to *lse_out when given.
+std::vector<TokenLogprob> top_logprobs(const float* logits, int vocab, int n, float* lse_out = nullptr);
+
+}  // namespace lily

@@ -1,0 +1,34 @@
+// The HTTP front end of `lily serve`: OpenAI-compatible routes over cpp-httplib, bearer auth, CORS,
+// request metrics, and JSON errors for every failure (unknown route, oversize body, handler exception).
+#pragma once
+#include <memory>
+
+#include "server/server_context.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace lily {
+
+class HttpServer {
+ public:
+  explicit HttpServer(ServerContext& ctx);
+  ~HttpServer();
+
+  // Binds cfg.host:cfg.port (any free port when 0); returns the bound port. Throws lily::Error on failure.
+  int bind();
+  // Serves until stop(); returns after the listener closed.
+  void serve();
+  void stop();
+
+ private:
+  ServerContext& c_;
+  std::unique_ptr<httplib::Server> svr_;
+};
+
+// Route registration (routes_*.cpp).
+void register_chat_routes(httplib::Server& svr, ServerContext& c);
+void register_completion_routes(httplib::Server& svr, ServerContext& c);
+
+}  // namespace lily

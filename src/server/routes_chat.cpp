@@ -1,0 +1,155 @@
+// POST /v1/chat/completions: messages -> chat template -> tokens -> scheduler; streamed (SSE) or whole.
+#include <httplib.h>
+
+#include "core/error.h"
+#include "server/http_server.h"
+#include "server/http_util.h"
+#include "server/response_json.h"
+#include "server/sse.h"
+
+namespace lily {
+namespace {
+
+// Text the reply is forced to start with for tool_choice "required" or a named function (Qwen3.5's
+// XML tool-call format). Thinking, when open, is closed first. Empty for auto / none.
+std::string forced_tool_prefix(const ChatRequest& r, bool thinking_open) {
+  if (r.tool_choice != "required" && r.tool_choice != "function") return "";
+  std::string s = thinking_open ? "\n</think>\n\n" : "";
+  s += "<tool_call>\n";
+  if (r.tool_choice == "function") s += "<function=" + r.tool_choice_name + ">\n";
+  return s;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The prompt as the template renders it, and the generation job around it.
+GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
+  ojson ctx = r.template_kwargs;
+  ctx["messages"] = r.messages;
+  ojson tools = r.tools;
+  if (r.tool_choice == "none") tools = nullptr;
+  if (r.tool_choice == "function") {
+    ojson only = ojson::array();
+    for (const auto& t : r.tools)
+      if (t["function"]["name"] == r.tool_choice_name) only.push_back(t);
+    tools = only;
+  }
+  if (!tools.is_null()) ctx["tools"] = tools;
+  ctx["add_generation_prompt"] = true;
+  ctx["enable_thinking"] = r.enable_thinking;
+  if (!ctx.contains("preserve_thinking")) ctx["preserve_thinking"] = false;
+  std::string text;
+  try {
+    text = c.tmpl->render(ctx);
+  } catch (const Error& e) {
+    throw bad_request(std::string("the chat template rejected the messages: ") + e.what(), "messages");
+  }
+  std::string trimmed = text;
+  while (!trimmed.empty() && (trimmed.back() == '\n' || trimmed.back() == ' ')) trimmed.pop_back();
+  const bool thinking_open = ends_with(trimmed, "<think>");
+
+  GenJob job;
+  job.forced_text = forced_tool_prefix(r, thinking_open);
+  job.prompt = c.tok->encode(text + job.forced_text);
+  check_context(c, job.prompt.size(), "messages");
+  job.max_tokens = r.opt.max_tokens > 0 ? r.opt.max_tokens : c.cfg.ctx - static_cast<int>(job.prompt.size());
+  job.sampling = r.opt.sampling;
+  job.stop = r.opt.stop;
+  job.chat = true;
+  job.parser.thinking_open_at_start = thinking_open;
+  job.parser.parse_tool_calls = !tools.is_null();
+  if (!tools.is_null()) job.parser.tools = nlohmann::json::parse(tools.dump());
+  job.logprobs = r.opt.logprobs;
+  job.single_tool_call = !r.parallel_tool_calls;
+  job.cache_key = r.opt.cache_key;
+  // Snapshot where the final assistant header starts: the next turn's prompt matches up to there.
+  const int32_t im_start = c.tok->token_to_id("<|im_start|>");
+  for (int i = static_cast<int>(job.prompt.size()) - 1; i > 0 && im_start >= 0; --i)
+    if (job.prompt[i] == im_start) {
+      job.snapshot_at.push_back(i);
+      break;
+    }
+  return job;
+}
+
+ojson error_event(const Ticket& t) {
+  return error_json(ApiError(t.cancelled ? 503 : 500, t.error.empty() ? "the request was cancelled" : t.error));
+}
+
+void handle_chat(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+  ChatRequest r = parse_chat_request(parse_body(req));
+  check_model(c, r.opt.model);
+  GenJob job = build_chat_job(c, r);
+  auto t = submit_job(c, std::move(job));
+  ResponseMeta meta{new_response_id("chatcmpl-"), unix_now(), c.cfg.model_id};
+  const Tokenizer& tok = *c.tok;
+
+  if (!r.opt.stream) {
+    auto logprobs = std::make_shared<std::vector<TokenInfo>>();
+    const bool want_lp = r.opt.logprobs;
+    Relay relay;
+    relay.on_chunk = [logprobs, want_lp](GenChunk&& ch, const Writer&) {
+      if (want_lp) logprobs->insert(logprobs->end(), ch.tokens.begin(), ch.tokens.end());
+      return true;
+    };
+    relay.on_done = [meta, logprobs, want_lp, &tok](Ticket& tk, const Writer& w) {
+      if (!tk.error.empty() || tk.cancelled) {
+        w(wire_json(error_event(tk)));
+        return;
+      }
+      w(wire_json(chat_completion_json(meta, tk.result, want_lp ? logprobs.get() : nullptr, tok)));
+    };
+    relay_ticket(res, "application/json", t, std::move(relay));
+    return;
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  const bool usage = r.opt.include_usage, want_lp = r.opt.logprobs;
+  auto first = std::make_shared<bool>(true);
+  auto opening = [meta, usage, first](const Writer& w) {
+    if (!*first) return true;
+    *first = false;
+    return w(sse_event(chat_chunk_json(meta, {{"role", "assistant"}, {"content", ""}}, "", nullptr, usage)));
+  };
+  Relay relay;
+  relay.on_chunk = [meta, usage, want_lp, opening, &tok](GenChunk&& ch, const Writer& w) {
+    if (!opening(w)) return false;
+    ojson delta = chat_delta_json(ch.delta);
+    ojson lp = want_lp ? chat_logprobs_json(ch.tokens, tok) : ojson(nullptr);
+    if (delta.empty() && ch.tokens.empty()) return true;
+    return w(sse_event(chat_chunk_json(meta, std::move(delta), "", std::move(lp), usage)));
+  };
+  relay.on_done = [meta, usage, opening](Ticket& tk, const Writer& w) {
+    if (!tk.error.empty() || tk.cancelled) {
+      w(sse_event(error_event(tk)));
+      w(sse_done());
+      return;
+    }
+    opening(w);
+    w(sse_event(chat_chunk_json(meta, ojson::object(), tk.result.finish_reason, nullptr, usage)));
+    if (usage) w(sse_event(usage_chunk_json(meta, "chat.completion.chunk", tk.result)));
+    w(sse_done());
+  };
+  relay_ticket(res, "text/event-stream", t, std::move(relay));
+}
+
+}  // namespace
+
+void register_chat_routes(httplib::Server& svr, ServerContext& c) {
+  svr.Post("/v1/chat/completions", [&c](const httplib::Request& req, httplib::Response& res) {
+    try {
+      handle_chat(c, req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const Error& e) {  // tokenizer / template input problems
+      send_error(res, bad_request(e.what()));
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, e.what()));
+    }
+  });
+}
+
+}  // namespace lily
