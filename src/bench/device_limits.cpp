@@ -1,5 +1,12 @@
 #include "bench/device_limits.h"
 
+#include <thread>
+
+#include "cpu/fast/q4_kernels.h"
+#ifdef LILY_HAVE_CUDA
+#include "cuda/cuda_factory.h"
+#endif
+
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -94,10 +101,35 @@ DeviceLimits cpu_probe(double seconds) {
   d.copy_method = "memcpy of 1 GiB on all threads, best run, bytes read + written";
   d.matmul_tflops = cpu_gemm_tflops(seconds / 2);
   d.matmul_method = "f32 register-blocked GEMM 64x64x256 per thread, all threads";
+  if (fast::q4_avx512_available()) {  // the 4-bit kernels multiply-add u8 x s8 with VNNI: that is their limit
+    std::vector<double> rate(m.threads, 0.0);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < m.threads; ++t)
+      ts.emplace_back([&rate, t, seconds] { rate[t] = fast::vnni_gops_one_thread(seconds / 4); });
+    for (auto& t : ts) t.join();
+    double total = 0;
+    for (double r : rate) total += r;
+    d.matmul_tflops = total / 1e3;
+    d.matmul_method = "AVX-512 VNNI vpdpbusd (int8 multiply-add, the 4-bit kernels' instruction) on registers, all threads";
+  }
   return d;
 }
 }  // namespace
 
 LILY_LIMITS_PROBE("cpu", cpu_probe);
+
+#ifdef LILY_HAVE_CUDA
+static DeviceLimits cuda_probe(double seconds) {
+  CudaLimits c = cuda_probe_limits(seconds);
+  DeviceLimits d;
+  d.device = "GPU: " + c.device;
+  d.copy_gbps = c.copy_gbps;
+  d.matmul_tflops = c.matmul_tflops;
+  d.copy_method = "cudaMemcpy device-to-device of 2 GiB, best run, bytes read + written";
+  d.matmul_method = "cuBLAS bf16 GEMM 8192^3, fp32 accumulate, random data, best run";
+  return d;
+}
+LILY_LIMITS_PROBE("cuda", cuda_probe);
+#endif
 
 }  // namespace lily

@@ -13,6 +13,9 @@
 #include "bench/svg_plot.h"
 #include "cli/model_args.h"
 #include "cli/registry.h"
+#ifdef LILY_HAVE_CUDA
+#include "cuda/cuda_factory.h"
+#endif
 #include "core/error.h"
 #include "core/progress.h"
 
@@ -65,7 +68,7 @@ int run_bench_cmd(const Args& a) {
     // Probes run before the model is loaded, on the device the chosen backend kind uses.
     std::string probe_name = backend_kind == "auto" ? "cpu" : backend_kind;
 #ifdef LILY_HAVE_CUDA
-    if (backend_kind == "auto") probe_name = "cuda";
+    if (backend_kind == "auto" && cuda_device_available()) probe_name = "cuda";  // as make_backend("auto")
 #endif
     limits = probe_device_limits(probe_name, a.get_double("limits-seconds", 4.0));
     print_limits(*limits);

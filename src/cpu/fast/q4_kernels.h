@@ -7,6 +7,8 @@
 namespace lily::fast {
 
 bool q4_avx512_available();
+// Peak int8 multiply-add rate (GOP/s, one thread) of the VNNI instruction the kernels use.
+double vnni_gops_one_thread(double seconds);
 void q4_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y);
 // Portable version of the same integer arithmetic (any CPU; also the oracle of the SIMD kernel).
 void q4_rows_portable(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y);
