@@ -51,7 +51,9 @@ class CudaTiny : public ::testing::TestWithParam<const char*> {
     const std::string base = std::string(LILY_TEST_DIR) + "/fixtures/tiny/";
     w = load_model(base + "model-" + GetParam());
     ref = SafetensorsFile::open(base + "reference-" + std::string(GetParam()) + ".safetensors");
-    be = make_cuda_backend(w);
+    setenv("LILY_CUDA_PREFILL", "0", 1);  // these tests hold the f32 decode step to 5e-2: prompts token by token
+    be = make_cuda_backend(w);            // (the batched bf16 prefill: test_cuda_prefill_model.cpp)
+    unsetenv("LILY_CUDA_PREFILL");
     V = w->cfg.vocab;
   }
   template <class T>
@@ -130,9 +132,11 @@ TEST_P(CudaTiny, LongPromptSplitAndGraphSwitchAgree) {
   // ungraphed, no PDL: the same kernels launched directly must give bit-identical logits
   setenv("LILY_CUDA_GRAPH", "0", 1);
   setenv("LILY_CUDA_PDL", "0", 1);
+  setenv("LILY_CUDA_PREFILL", "0", 1);
   auto be2 = make_cuda_backend(w);
   unsetenv("LILY_CUDA_GRAPH");
   unsetenv("LILY_CUDA_PDL");
+  unsetenv("LILY_CUDA_PREFILL");
   auto st2 = be2->new_state(1024);
   ForwardOptions o;
   o.prefill_chunk = 64;

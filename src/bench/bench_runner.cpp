@@ -28,12 +28,10 @@ RunOut run_once(Backend& be, const std::vector<int32_t>& prompt, int steps, cons
   int32_t next = argmax(logits.data(), V);
   auto t1 = Clock::now();
   r.prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  r.generated.reserve(size_t(steps));
-  for (int s = 0; s < steps; ++s) {
-    be.forward(*st, &next, 1, 1, logits.data(), fo);
-    next = argmax(logits.data(), V);
-    r.generated.push_back(next);
-  }
+  // Greedy decode through decode_argmax: a backend that keeps the ids on the device (CUDA) never stalls the host
+  // per token; the default implementation is the forward + argmax loop this replaced.
+  r.generated.resize(size_t(steps));
+  if (steps > 0) be.decode_argmax(*st, steps, next, r.generated.data());
   r.decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
   return r;
 }

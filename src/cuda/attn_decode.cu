@@ -68,7 +68,8 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   StepCtl* ctl = a.ctl;
   const int pos = ctl->pos, max_ctx = ctl->max_ctx;
   const int T = pos + 1;
-  int nsplit = min(kAttnSplits, (T + 255) / 256);  // >= 256 positions per split
+  // >= 64 positions per split, at most kAttnSplits splits: 4K context -> 64 splits x nkv blocks
+  int nsplit = min(kAttnSplits, (T + 63) / 64);
   const int chunk = (T + nsplit - 1) / nsplit;
   nsplit = (T + chunk - 1) / chunk;
   if (split >= nsplit) return;
@@ -207,13 +208,33 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     for (int s = 0; s < nsplit; ++s) wsp[s * G + g] /= den;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-    const int g = i / HD, d = i % HD;
-    float num = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < nsplit; ++s) num += __ldcg(pk + s * stride + i) * wsp[s * G + g];
+  // each thread merges 4 consecutive outputs, 8 splits' loads in flight at a time
+  for (int i4 = threadIdx.x; i4 < G * HD / 4; i4 += blockDim.x) {
+    const int i = i4 * 4, g = i / HD, d = i % HD;
+    float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
+    int s = 0;
+    for (; s + 8 <= nsplit; s += 8) {
+      float4 v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = __ldcg(reinterpret_cast<const float4*>(pk + (s + u) * stride + i));
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const float f = wsp[(s + u) * G + g];
+        num.x += v[u].x * f; num.y += v[u].y * f; num.z += v[u].z * f; num.w += v[u].w * f;
+      }
+    }
+    for (; s < nsplit; ++s) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(pk + s * stride + i));
+      const float f = wsp[s * G + g];
+      num.x += v.x * f; num.y += v.y * f; num.z += v.z * f; num.w += v.w * f;
+    }
     const int h = kvh * G + g;
-    a.out[h * HD + d] = num * sigmoid_f(a.q[h * 2 * HD + HD + d]);
+    const float* gate = a.q + h * 2 * HD + HD + d;
+    float* o = a.out + h * HD + d;
+    o[0] = num.x * sigmoid_f(gate[0]);
+    o[1] = num.y * sigmoid_f(gate[1]);
+    o[2] = num.z * sigmoid_f(gate[2]);
+    o[3] = num.w * sigmoid_f(gate[3]);
   }
   if (threadIdx.x == 0) ctl->attn_done[kvh] = 0;
 }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_factory.h"
+#include "cuda/prefill_runner.h"
 
 namespace lily::cuda {
 
@@ -39,6 +40,8 @@ CudaOptions CudaOptions::from_env() {
   o.pdl = env_on("LILY_CUDA_PDL", true);
   o.profile = env_on("LILY_CUDA_PROFILE", false);
   if (o.profile) o.graph = false;
+  o.prefill = env_on("LILY_CUDA_PREFILL", true);
+  o.prefill_simple = env_on("LILY_CUDA_PREFILL_SIMPLE", false);
   return o;
 }
 
@@ -247,6 +250,8 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   y_ = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
   rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
   shg_ = static_cast<float*>(dev_alloc(16));
+  route_done_ = static_cast<unsigned int*>(dev_alloc(16));
+  LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 16));
   act_ = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
   ridx_ = static_cast<int32_t*>(dev_alloc(size_t(c.top_k) * 4));
   rw_ = static_cast<float*>(dev_alloc(size_t(c.top_k) * 4));
@@ -261,6 +266,16 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   out_ids_ = static_cast<int32_t*>(dev_alloc(kRing * 4));
   LILY_CUDA_CHECK(cudaMemset(in_ids_, 0, (kRing + 1) * 4));
   if (c.n_kv_heads > 8) throw Error("cuda: more than 8 kv heads");
+  if (opt_.prefill) {
+    PrefillModel pm;
+    pm.cfg = &cfg_;
+    pm.embed = embed_;
+    pm.lm_head = lm_head_;
+    pm.final_norm = final_norm_;
+    pm.layers = &layers_;
+    prefill_ = std::make_unique<PrefillRunner>(pm, kMaxPrefillChunk, [this](size_t b) { return dev_alloc(b); },
+                                               opt_.prefill_simple);
+  }
   LILY_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -371,20 +386,15 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       mark("attn o_proj gemv");
     }
     // MoE
-    GemvSeg r[2] = {{d.router, rlogits_, 0}, {d.shg, shg_, 0}};
-    if (d.router.fmt == d.shg.fmt) {
-      gemv(r, 2, x_, d.post_norm, eps, s, pdl);
-    } else {
-      gemv(&r[0], 1, x_, d.post_norm, eps, s, pdl);
-      gemv(&r[1], 1, x_, d.post_norm, eps, s, pdl);
-    }
-    mark("moe router gemv");
     MoeArgs m;
     m.x = x_;
     m.norm_w = d.post_norm;
     m.eps = eps;
+    m.router = d.router;
+    m.shg_w = d.shg;
     m.logits = rlogits_;
     m.shg = shg_;
+    m.route_done = route_done_;
     m.E = c.n_experts;
     m.k = c.top_k;
     m.gate = d.gate;
@@ -397,6 +407,8 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
     m.route_idx = ridx_;
     m.route_w = rw_;
     m.out = x_;
+    moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
+    mark("moe router");
     moe_gate_up(m, s, pdl);
     mark("moe gate_up");
     moe_down(m, s, pdl);
@@ -473,6 +485,22 @@ void CudaBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits
     throw Error("cuda forward: context full (" + std::to_string(st.pos + n) + " > " + std::to_string(st.max_ctx) + ")");
   for (int i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab) throw Error("cuda forward: token id out of range: " + std::to_string(ids[i]));
+  if (n > 1 && prefill_) {  // batched prefill, chunk by chunk
+    const int chunk = std::clamp(opt.prefill_chunk, 1, prefill_->max_chunk());
+    const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
+    for (int done = 0; done < n;) {
+      if (opt.cancelled && opt.cancelled()) throw Cancelled();
+      const int m = std::min(chunk, n - done);
+      const int lo = std::max(done, n - n_logits), want = std::max(0, done + m - lo);
+      prefill_->run(ps, ids + done, m, st.pos, want, want ? out + size_t(lo - (n - n_logits)) * cfg_.vocab : nullptr,
+                    stream_);
+      LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      st.pos += m;
+      done += m;
+      if (opt.progress) opt.progress(done, n);
+    }
+    return;
+  }
   const int chunk = std::max(1, std::min(kRing, opt.prefill_chunk > 0 ? opt.prefill_chunk : kRing));
   for (int done = 0; done < n;) {
     if (opt.cancelled && opt.cancelled()) throw Cancelled();

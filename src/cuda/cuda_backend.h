@@ -1,6 +1,6 @@
 // CUDA backend (batch-1 decode): the weights live on the device as they are in the checkpoint (MLX 4/8-bit stay
 // packed, bf16 stays bf16), everything is allocated at load, and one decode step (embed, 40 layers, lm_head +
-// argmax) is captured once as a CUDA graph and replayed per token. Prefill runs the same step token by token.
+// argmax) is captured once as a CUDA graph and replayed per token. Prompts (n > 1) run batched (prefill_runner.h).
 // Switches (env): LILY_CUDA_GRAPH=0 launches the kernels directly instead of replaying the graph;
 // LILY_CUDA_PDL=0 turns off programmatic dependent launch.
 #pragma once
@@ -17,6 +17,8 @@ struct CudaOptions {
   bool graph = true;   // capture the step as a CUDA graph
   bool pdl = true;     // programmatic dependent launch between the step's kernels
   bool profile = false;// LILY_CUDA_PROFILE=1: no graph, events between kernels, per-kernel times printed at exit
+  bool prefill = true; // LILY_CUDA_PREFILL=0: prompts run through the decode step token by token
+  bool prefill_simple = false;  // LILY_CUDA_PREFILL_SIMPLE=1: reference (non-tensor-core) prefill kernels
   static CudaOptions from_env();
 };
 
@@ -43,6 +45,7 @@ struct DLayer {
 };
 
 class CudaState;
+class PrefillRunner;
 
 class CudaBackend : public Backend {
  public:
@@ -74,6 +77,8 @@ class CudaBackend : public Backend {
     const char* what;
     cudaEvent_t ev;
   };
+  std::unique_ptr<PrefillRunner> prefill_;  // batched prefill (n > 1), scratch for kMaxPrefillChunk tokens
+  static constexpr int kMaxPrefillChunk = 2048;
   std::vector<Mark> marks_;
   std::vector<std::pair<std::string, double>> prof_ms_;  // accumulated per kernel kind
   int prof_steps_ = 0;
@@ -96,6 +101,7 @@ class CudaBackend : public Backend {
   float* y_ = nullptr;          // [max(vd, nq hd)]
   float* rlogits_ = nullptr;    // [E]
   float* shg_ = nullptr;        // [1]
+  unsigned int* route_done_ = nullptr;  // router last-block counter
   float* act_ = nullptr;        // [k I + Is]
   int32_t* ridx_ = nullptr;     // [k]
   float* rw_ = nullptr;         // [k]

@@ -67,15 +67,19 @@ void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, c
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
                     int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl);
 
-// MoE, after the router GEMV wrote logits[E] and shg[1] (shared-expert gate logit):
-//  gate_up: top-k routing (softmax over the selected logits), act[e*I + r] = silu(g)*u for the k experts then the
-//  shared expert at act[k*I ..+ Is); writes route_idx[k], route_w[k].
+// MoE decode, three kernels:
+//  router: logits[E] = router . xn, shg[1] = shared-gate . xn (xn = rmsnorm(x) * norm_w); the last block does the
+//    top-k routing (softmax over the selected logits) once and writes route_idx[k], route_w[k].
+//  gate_up: act[e*I + r] = silu(g)*u for the k routed experts, then the shared expert at act[k*I ..+ Is).
+//  down: out += sum_e route_w[e] * down_e . act_e + sigmoid(shg) * sh_down . act_shared.
 struct MoeArgs {
   const float* x = nullptr;        // residual [H] (normed here with norm_w)
   const float* norm_w = nullptr;   // post_attention_layernorm [H]
   float eps = 1e-6f;
-  const float* logits = nullptr;   // router logits [E]
-  const float* shg = nullptr;      // shared gate logit [1]
+  DMat router, shg_w;              // [E, H], [1, H] (same format)
+  float* logits = nullptr;         // router logits [E] (scratch written by router)
+  float* shg = nullptr;            // shared gate logit [1] (written by router, read by down)
+  unsigned int* route_done = nullptr;  // device counter (zero between launches) for the router's last block
   int E = 0, k = 0;
   DStack gate, up, down;           // gate/up [I, H], down [H, I]
   DMat sh_gate, sh_up, sh_down;    // [Is, H], [Is, H], [H, Is]
@@ -84,6 +88,7 @@ struct MoeArgs {
   float* route_w = nullptr;        // [k]
   float* out = nullptr;            // residual [H], accumulated by down
 };
+void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_down(const MoeArgs& a, cudaStream_t s, bool pdl);
 

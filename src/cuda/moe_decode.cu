@@ -1,6 +1,8 @@
-// MoE decode kernels (batch 1). After the router GEMV (logits[E] and the shared-expert gate logit):
-//  k_moe_gate_up: every block redoes the top-k routing (cheap) and the post-attention RMSNorm of x, then one warp
-//    per intermediate row computes gate and up of a selected expert (or the shared one) and writes silu(g)*u.
+// MoE decode kernels (batch 1):
+//  k_moe_router: router logits[E] and the shared-expert gate logit (one warp per row, all of a row's loads in
+//    flight at once); the last block to finish does the top-k routing once and writes route_idx/route_w.
+//  k_moe_gate_up: reads the routing, normalises x (post-attention RMSNorm), then one warp per intermediate row
+//    computes gate and up of a selected expert (or the shared one) and writes silu(g)*u.
 //  k_moe_down: one warp per hidden row sums, over the k experts and the shared expert, routing weight x
 //    (down row . act), and adds it into the residual.
 #include <cfloat>
@@ -21,7 +23,7 @@ __device__ void route_warp(const float* __restrict__ logits, int E, int k, int* 
 #pragma unroll
   for (int i = 0; i < kMaxE / 32; ++i) {
     const int e = lane + 32 * i;
-    v[i] = e < E ? logits[e] : -FLT_MAX;
+    v[i] = e < E ? __ldcg(logits + e) : -FLT_MAX;  // written by other blocks of this kernel: bypass L1
   }
   float top0 = 0.f;
   for (int j = 0; j < k; ++j) {
@@ -59,6 +61,48 @@ __device__ __forceinline__ DMat expert(const DStack& st, int e) {
   return m;
 }
 
+constexpr int kRouterThreads = 128;
+
+template <int FMT>
+__global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) {
+  extern __shared__ float4 smem4[];
+  const int H = a.router.cols;
+  float* xs = reinterpret_cast<float*>(smem4);
+  float* xsum16 = xs + H;
+  __shared__ float red[32];
+  __shared__ int s_idx[kMaxK];
+  __shared__ float s_w[kMaxK];
+  __shared__ int s_last;
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (kRouterThreads / 32) + (threadIdx.x >> 5);
+  const int rows = a.E + 1;  // the shared-expert gate is row E
+  pdl_wait();
+  load_x(a.x, a.norm_w, a.eps, H, xs, xsum16, red);
+  pdl_trigger();
+  if (row < rows) {
+    const bool sh = row == a.E;
+    float v = row_dot_lane<FMT>(sh ? a.shg_w : a.router, sh ? 0 : row, xs, xsum16, 0, lane);
+    v = warp_sum(v);
+    if (lane == 0) {
+      if (sh) a.shg[0] = v;
+      else a.logits[row] = v;
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(a.route_done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!s_last || threadIdx.x >= 32) return;
+  __threadfence();
+  route_warp(a.logits, a.E, a.k, s_idx, s_w);
+  __syncwarp();
+  if (lane < a.k) {
+    a.route_idx[lane] = s_idx[lane];
+    a.route_w[lane] = s_w[lane];
+  }
+  if (lane == 0) *a.route_done = 0;
+}
+
 template <int FMT>
 __global__ void __launch_bounds__(kThreads) k_moe_gate_up(const MoeArgs a) {
   extern __shared__ float4 smem4[];
@@ -67,20 +111,15 @@ __global__ void __launch_bounds__(kThreads) k_moe_gate_up(const MoeArgs a) {
   float* xsum16 = xs + H;
   __shared__ float red[32];
   __shared__ int s_idx[kMaxK];
-  __shared__ float s_w[kMaxK];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
   const int nwarps = gridDim.x * (kThreads / 32);
   const int rows = a.k * I + Is;
 
   pdl_wait();
-  if (threadIdx.x < 32) route_warp(a.logits, a.E, a.k, s_idx, s_w);
-  load_x(a.x, a.norm_w, a.eps, H, xs, xsum16, red);  // ends with __syncthreads (s_idx/s_w visible)
+  if (threadIdx.x < a.k) s_idx[threadIdx.x] = a.route_idx[threadIdx.x];
+  load_x(a.x, a.norm_w, a.eps, H, xs, xsum16, red);  // ends with __syncthreads (s_idx visible)
   pdl_trigger();
-  if (blockIdx.x == 0 && threadIdx.x < a.k) {
-    a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
-    a.route_w[threadIdx.x] = s_w[threadIdx.x];
-  }
   for (int row = warp; row < rows; row += nwarps) {
     DMat g, u;
     int r;
@@ -129,16 +168,27 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   load_x(a.act, nullptr, 0.f, n, xs, xsum16, red);
   pdl_trigger();
   const int nch = a.k * cpr + cprs;
+  constexpr int U = 5;  // chunks per lane in flight (144 chunks per row for k=8, I=Is=512 at 4 bits)
   for (int row = warp; row < H; row += nwarps) {
     float acc = 0.f;
-#pragma unroll 5
-    for (int c = lane; c < nch; c += 32) {
-      int e, cc;
-      if (c < a.k * cpr) { e = c / cpr; cc = c - e * cpr; } else { e = a.k; cc = c - a.k * cpr; }
-      uint4 raw;
-      uint32_t sb;
-      chunk_load<FMT>(s_m[e], row, cc, raw, sb);
-      acc += s_w[e] * chunk_dot<FMT>(raw, sb, xs, xsum16, c);
+    for (int c0 = 0; c0 < nch; c0 += 32 * U) {
+      uint4 raw[U];
+      uint32_t sb[U];
+      int ee[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + lane + 32 * u;
+        ee[u] = -1;
+        if (c < nch) {
+          int e, cc;
+          if (c < a.k * cpr) { e = c / cpr; cc = c - e * cpr; } else { e = a.k; cc = c - a.k * cpr; }
+          chunk_load<FMT>(s_m[e], row, cc, raw[u], sb[u]);
+          ee[u] = e;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (ee[u] >= 0) acc += s_w[ee[u]] * chunk_dot<FMT>(raw[u], sb[u], xs, xsum16, c0 + lane + 32 * u);
     }
     acc = warp_sum(acc);
     if (lane == 0) a.out[row] += acc;
@@ -171,6 +221,24 @@ void check(const MoeArgs& a) {
 }
 
 }  // namespace
+
+void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl) {
+  if (a.E > kMaxE || a.k > kMaxK || a.k < 1) throw Error("moe: unsupported expert count / top-k");
+  if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1)
+    throw Error("moe_router: router and shared gate must share format and cols");
+  const int blocks = (a.E + 1 + kRouterThreads / 32 - 1) / (kRouterThreads / 32);
+  const size_t smem = size_t(a.router.cols) * 4 + size_t(a.router.cols / 16) * 4;
+  auto run = [&](auto kern) {
+    static bool once = (set_smem(kern), true);
+    (void)once;
+    launch(kern, dim3(blocks), dim3(kRouterThreads), smem, s, pdl, a);
+  };
+  switch (a.router.fmt) {
+    case kQ4: run(k_moe_router<kQ4>); break;
+    case kQ8: run(k_moe_router<kQ8>); break;
+    default: run(k_moe_router<kBF16>); break;
+  }
+}
 
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
   check(a);

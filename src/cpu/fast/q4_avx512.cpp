@@ -112,6 +112,9 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
                                          2 * (p & 7), 2 * (p & 7), 2 * (p & 7));
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
+      // 4 rows = 4 short streams 1 KiB apart, too short for the hardware prefetcher: fetch the same spot of
+      // the next quad's rows ourselves (measured 7 -> 18 GB/s single-thread on a 64 MiB matrix)
+      _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * 64 + 4 * W.row_bytes()), _MM_HINT_T0);
       const __m512i wb = _mm512_maskz_loadu_epi8(mask, wr[k] + p * 64);
       const __m512i lo = _mm512_and_si512(wb, m4);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), m4);

@@ -1,0 +1,101 @@
+// Batched prefill kernels (n tokens of one sequence at once) and their host launchers. Activations between
+// kernels: the residual stream and projections in f32, the inputs of every matrix multiply in bf16 (row-major,
+// one row per token). All launchers are asynchronous on `s` and check the launch.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/kernels.h"
+
+namespace lily::cuda {
+
+// ---- GEMM: C[r][c] (op)= sum_k A[r][k] * W[c][k], bf16 tensor-core MMA with the weights dequantised per tile ----
+enum GemmMode : int {
+  kGemmStore = 0,    // C f32 = acc
+  kGemmAdd = 1,      // C f32 += acc (residual)
+  kGemmSiluMul = 2,  // dual: W0 = gate, W1 = up (same shape); Cb bf16 [r][j] = silu(gate.x) * (up.x), j < W0.rows
+};
+
+struct GemmArgs {
+  const uint16_t* A = nullptr;   // bf16 rows, lda elements apart
+  int lda = 0;
+  const int32_t* a_rows = nullptr;  // optional gather: output row r reads A row a_rows[r]
+  int M = 0;                     // rows (dense mode)
+  DMat W0, W1;                   // [N, K]; W1 only for kGemmSiluMul
+  // grouped mode (MoE experts): tiles[i] = {expert, r0, r1} for i < *n_tiles; expert e's matrices are W0/W1 with
+  // w += e * w_stride, sb += e * sb_stride. Null tiles = dense mode over rows [0, M).
+  const int32_t* tiles = nullptr;
+  const int32_t* n_tiles = nullptr;
+  int max_tiles = 0;
+  int64_t w_stride = 0, sb_stride = 0;
+  float* C = nullptr;            // f32 out (kGemmStore, kGemmAdd)
+  uint16_t* Cb = nullptr;        // bf16 out (kGemmSiluMul)
+  int ldc = 0;
+};
+constexpr int kGemmTileM = 64;   // rows per tile of the grouped GEMM (the MoE tile map is built for it)
+// simple = true: one thread per output, f32 dequantisation (the slow reference / fallback path).
+void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple = false);
+
+// ---- small row kernels ----
+// x[t][:] = dequant(E row ids[t]) for t < n
+void prefill_embed(const DMat& E, const int32_t* ids, int n, float* x, cudaStream_t s);
+// out[t] = bf16(rmsnorm(x[t]) * w), x rows of H floats (ldx apart)
+void prefill_rmsnorm_bf16(const float* x, int ldx, const float* w, int n, int H, float eps, uint16_t* out,
+                          cudaStream_t s);
+
+// ---- MoE routing, all on the device ----
+struct RouteArgs {
+  const float* logits = nullptr; // [n][E]
+  int n = 0, E = 0, k = 0;
+  int32_t* idx = nullptr;        // [n*k] selected experts
+  float* w = nullptr;            // [n*k] routing weights
+  int32_t* counts = nullptr;     // [E] rows per expert (zeroed by prefill_route)
+  int32_t* fill = nullptr;       // [E] scatter cursors
+  int32_t* tiles = nullptr;      // [max_tiles][3] {expert, r0, r1} (r1 - r0 <= kGemmTileM)
+  int32_t* n_tiles = nullptr;    // [1]
+  int max_tiles = 0;
+  int32_t* row_token = nullptr;  // [n*k] token of each expert-sorted row
+  int32_t* slot_row = nullptr;   // [n*k] expert-sorted row of (token t, choice j) at t*k + j
+};
+// top-k softmax routing per token, histogram, prefix scan, tile map, scatter (4 launches).
+void prefill_route(const RouteArgs& r, cudaStream_t s);
+// x[t] += sigmoid(sg[t]) * sh[t] + sum_j w[t*k+j] * y[slot_row[t*k+j]]   (rows of H floats)
+void prefill_moe_combine(float* x, const float* sh, const float* sg, int ld_sg, const float* y, const float* w,
+                         const int32_t* slot_row, int n, int k, int H, cudaStream_t s);
+
+// ---- Gated DeltaNet over a chunk ----
+struct GdnChunkArgs {
+  const float* proj = nullptr;   // [n][ldp]: qkv (conv_dim) | z (Hv*Dv) | b (Hv) | a (Hv)
+  int ldp = 0;
+  int n = 0, pos0 = 0;
+  int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
+  const float* conv_w = nullptr; // [conv_dim][K]
+  const float* dt_bias = nullptr, *a_neg = nullptr, *norm_w = nullptr;
+  float eps = 1e-6f;
+  float* ring = nullptr;         // this layer's conv ring [K][conv_dim] (slot p % K = raw input of position p)
+  float* S = nullptr;            // this layer's state [Hv][Dv][Dk]
+  float* cbuf = nullptr;         // scratch [n][conv_dim]: conv + SiLU, q/k l2-normalised (q * 1/sqrt(Dk))
+  float* obuf = nullptr;         // scratch [n][Hv*Dv]: delta-rule outputs
+  uint16_t* y = nullptr;         // [n][Hv*Dv] bf16 gated-RMSNorm output
+};
+void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s);
+
+// ---- gated attention over a chunk ----
+struct AttnChunkArgs {
+  const float* proj = nullptr;   // [n][ldp]: q|gate per head (nq*2*hd) | k (nkv*hd) | v (nkv*hd)
+  int ldp = 0;
+  int n = 0, pos0 = 0, max_ctx = 0;
+  int nq = 0, nkv = 0, hd = 0, rope_dim = 0;
+  double theta = 1e7;
+  float eps = 1e-6f;
+  const float* q_norm = nullptr, *k_norm = nullptr;
+  uint16_t* kc = nullptr;        // this layer's K cache [nkv][max_ctx][hd] bf16
+  uint16_t* vc = nullptr;        // V cache, same layout
+  uint16_t* qb = nullptr;        // scratch [n][nq][hd] bf16 normed + roped queries
+  uint16_t* out = nullptr;       // [n][nq*hd] bf16 gated attention output
+};
+// simple = true: one warp per (token, head), scalar online softmax (reference / fallback).
+void prefill_attn(const AttnChunkArgs& a, cudaStream_t s, bool simple = false);
+
+}  // namespace lily::cuda

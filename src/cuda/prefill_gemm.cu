@@ -1,0 +1,321 @@
+// Prefill GEMM: C[r][c] = sum_k A[r][k] W[c][k] with A bf16 activations and W in the checkpoint's format (MLX
+// affine 4/8-bit or bf16). Block tile BM x 128 x 64 (k), 8 warps (2 x 4), bf16 mma.sync m16n8k16 with f32
+// accumulation. A tiles come in by cp.async (optionally gathered through a_rows), W tiles are read as packed
+// words into registers one k-tile ahead, dequantised (s*q + b in f32, rounded to bf16) and stored to shared
+// memory: weights are never expanded in global memory. Double-buffered shared memory, one sync pair per k-tile.
+// Dense mode tiles rows [0, M); grouped mode reads a device tile map {expert, r0, r1} (the MoE expert groups).
+// kGemmSiluMul computes gate and up of the same 64 output columns in one tile (each warp: 16 gate + 16 up
+// columns) and writes bf16 silu(gate) * up.
+#include "cuda/prefill.h"
+#include "cuda/prefill_util.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kBN = 128, kBK = 64, kSK = kBK + 8;  // smem row stride in bf16 (144 bytes: ldmatrix conflict-free)
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ const uint8_t* mat_w(const DMat& m, int64_t e, int64_t ws) { return m.w + e * ws; }
+
+// Per-thread share of a W tile: 32 consecutive k of one tile row (thread t: row t/2, half t%2).
+template <int FMT>
+struct BTile {
+  static constexpr int kU4 = FMT == kQ4 ? 1 : FMT == kQ8 ? 2 : 4;  // 16-byte words per 32 elements
+  uint4 raw[kU4];
+  uint32_t sb = 0;
+  const uint8_t* w = nullptr;      // row start (null: row out of range)
+  const uint32_t* sbr = nullptr;   // row's (scale, bias) words
+  int group = 64;
+
+  __device__ __forceinline__ void load(int k0) {
+    if (!w) return;
+    const int k = k0 + (threadIdx.x & 1) * 32;
+#pragma unroll
+    for (int u = 0; u < kU4; ++u) raw[u] = ldg_stream(w + (int64_t(k) * (FMT == kQ4 ? 4 : FMT == kQ8 ? 8 : 16)) / 8 + u * 16);
+    if constexpr (FMT != kBF16) sb = __ldg(sbr + k / group);
+  }
+  __device__ __forceinline__ void store(uint16_t* Bs) const {
+    uint4* dst = reinterpret_cast<uint4*>(Bs + (threadIdx.x >> 1) * kSK + (threadIdx.x & 1) * 32);
+    if (!w) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dst[i] = make_uint4(0, 0, 0, 0);
+      return;
+    }
+    if constexpr (FMT == kBF16) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dst[i] = raw[i];
+    } else if constexpr (FMT == kQ4) {
+      const float s16 = 16.f * bf_lo(sb), b = bf_hi(sb) - s16;
+      const uint32_t wv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t x = wv[i];
+        dst[i] = make_uint4(pack_bf2(fmaf(s16, q4f<0>(x), b), fmaf(s16, q4f<1>(x), b)),
+                            pack_bf2(fmaf(s16, q4f<2>(x), b), fmaf(s16, q4f<3>(x), b)),
+                            pack_bf2(fmaf(s16, q4f<4>(x), b), fmaf(s16, q4f<5>(x), b)),
+                            pack_bf2(fmaf(s16, q4f<6>(x), b), fmaf(s16, q4f<7>(x), b)));
+      }
+    } else {
+      const float s256 = 256.f * bf_lo(sb), b = bf_hi(sb) - s256;
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const uint32_t wv[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          dst[u * 2 + i] = make_uint4(pack_bf2(fmaf(s256, q8f<0>(wv[2 * i]), b), fmaf(s256, q8f<1>(wv[2 * i]), b)),
+                                      pack_bf2(fmaf(s256, q8f<2>(wv[2 * i]), b), fmaf(s256, q8f<3>(wv[2 * i]), b)),
+                                      pack_bf2(fmaf(s256, q8f<0>(wv[2 * i + 1]), b),
+                                               fmaf(s256, q8f<1>(wv[2 * i + 1]), b)),
+                                      pack_bf2(fmaf(s256, q8f<2>(wv[2 * i + 1]), b),
+                                               fmaf(s256, q8f<3>(wv[2 * i + 1]), b)));
+        }
+      }
+    }
+  }
+};
+
+template <int BM, int MODE, int FMT>
+__global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
+  constexpr int WM = BM / 2, MI = WM / 16;
+  extern __shared__ uint4 smem_u4[];
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem_u4);  // [2][BM][kSK]
+  uint16_t* Bs = As + 2 * BM * kSK;                     // [2][kBN][kSK]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 2, wn = warp & 3;
+
+  int64_t e = 0;
+  int r0, r1;
+  if (g.tiles) {
+    if (int(blockIdx.x) >= *g.n_tiles) return;
+    const int* t = g.tiles + 3 * blockIdx.x;
+    e = t[0];
+    r0 = t[1];
+    r1 = t[2];
+  } else {
+    r0 = blockIdx.x * BM;
+    r1 = min(g.M, r0 + BM);
+  }
+  const int K = g.W0.cols;
+
+  // this thread's W row
+  BTile<FMT> bt;
+  {
+    const int r = tid >> 1;
+    const DMat* m = &g.W0;
+    int row;
+    if constexpr (MODE == kGemmSiluMul) {
+      if (r & 16) m = &g.W1;
+      row = blockIdx.y * 64 + (r >> 5) * 16 + (r & 15);
+    } else {
+      row = blockIdx.y * kBN + r;
+    }
+    if (row < m->rows) {
+      bt.w = mat_w(*m, e, g.w_stride) + int64_t(row) * m->row_bytes;
+      if constexpr (FMT != kBF16) bt.sbr = m->sb + e * g.sb_stride + int64_t(row) * m->sb_row;
+      bt.group = m->group;
+    }
+  }
+  // A rows: BM rows x 64 bf16 = BM * 8 16-byte pieces
+  auto load_a = [&](int buf, int k0) {
+    uint16_t* dst = As + buf * BM * kSK;
+#pragma unroll
+    for (int i = tid; i < BM * 8; i += kThreads) {
+      const int r = i >> 3, c = (i & 7) * 8;
+      int gr = min(r0 + r, r1 - 1);
+      if (g.a_rows) gr = g.a_rows[gr];
+      cp_async16(dst + r * kSK + c, g.A + int64_t(gr) * g.lda + k0 + c);
+    }
+    cp_commit();
+  };
+
+  float acc[MI][4][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+
+  const int KT = K / kBK;
+  load_a(0, 0);
+  bt.load(0);
+  bt.store(Bs);
+  for (int kt = 0; kt < KT; ++kt) {
+    const int cur = kt & 1;
+    const bool more = kt + 1 < KT;
+    if (more) {
+      load_a(cur ^ 1, (kt + 1) * kBK);
+      bt.load((kt + 1) * kBK);
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* as = As + cur * BM * kSK;
+    const uint16_t* bs = Bs + cur * kBN * kSK;
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      uint32_t a[MI][4];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+        ldsm_x4(a[mi], as + (wm * WM + mi * 16 + (lane & 15)) * kSK + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj) {
+        uint32_t b[4];
+        ldsm_x4(b, bs + (wn * 32 + nj * 16 + (lane & 7) + (lane >> 4) * 8) * kSK + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          mma16816(acc[mi][2 * nj], a[mi], b[0], b[1]);
+          mma16816(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
+        }
+      }
+    }
+    if (more) bt.store(Bs + (cur ^ 1) * kBN * kSK);
+    __syncthreads();
+  }
+
+  // epilogue
+  const int gq = lane >> 2, cq = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = r0 + wm * WM + mi * 16 + gq + 8 * hh;
+      if (r >= r1) continue;
+      if constexpr (MODE == kGemmSiluMul) {
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int c = blockIdx.y * 64 + wn * 16 + ni * 8 + 2 * cq + q;
+            if (c < g.W0.rows) {
+              const float gv = acc[mi][ni][2 * hh + q], uv = acc[mi][ni + 2][2 * hh + q];
+              g.Cb[int64_t(r) * g.ldc + c] = f2bf(silu_f(gv) * uv);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int c = blockIdx.y * kBN + wn * 32 + ni * 8 + 2 * cq + q;
+            if (c < g.W0.rows) {
+              float* p = g.C + int64_t(r) * g.ldc + c;
+              if constexpr (MODE == kGemmAdd) *p += acc[mi][ni][2 * hh + q];
+              else *p = acc[mi][ni][2 * hh + q];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- simple reference path: one thread per output column, f32 dequantisation ----
+__device__ float wval(const DMat& m, const uint8_t* w, const uint32_t* sb, int64_t row, int k) {
+  if (m.fmt == kBF16) return bf2f(reinterpret_cast<const uint16_t*>(w + row * m.row_bytes)[k]);
+  const uint32_t s = sb[row * m.sb_row + k / m.group];
+  uint32_t q;
+  if (m.fmt == kQ4) q = (reinterpret_cast<const uint32_t*>(w + row * m.row_bytes)[k / 8] >> (4 * (k % 8))) & 15u;
+  else q = (reinterpret_cast<const uint32_t*>(w + row * m.row_bytes)[k / 4] >> (8 * (k % 4))) & 255u;
+  return bf_lo(s) * float(q) + bf_hi(s);
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(128) k_gemm_simple(const GemmArgs g) {
+  int64_t e = 0;
+  int r0, r1;
+  if (g.tiles) {
+    if (int(blockIdx.x) >= *g.n_tiles) return;
+    const int* t = g.tiles + 3 * blockIdx.x;
+    e = t[0];
+    r0 = t[1];
+    r1 = t[2];
+  } else {
+    r0 = blockIdx.x * kGemmTileM;
+    r1 = min(g.M, r0 + kGemmTileM);
+  }
+  const int c = blockIdx.y * 128 + threadIdx.x;
+  if (c >= g.W0.rows) return;
+  const int K = g.W0.cols;
+  const uint8_t* w0 = g.W0.w + e * g.w_stride;
+  const uint32_t* s0 = g.W0.sb ? g.W0.sb + e * g.sb_stride : nullptr;
+  const uint8_t* w1 = MODE == kGemmSiluMul ? g.W1.w + e * g.w_stride : nullptr;
+  const uint32_t* s1 = MODE == kGemmSiluMul && g.W1.sb ? g.W1.sb + e * g.sb_stride : nullptr;
+  for (int r = r0; r < r1; ++r) {
+    const uint16_t* a = g.A + int64_t(g.a_rows ? g.a_rows[r] : r) * g.lda;
+    float s = 0.f, u = 0.f;
+    for (int k = 0; k < K; ++k) {
+      const float x = bf2f(a[k]);
+      s = fmaf(x, wval(g.W0, w0, s0, c, k), s);
+      if constexpr (MODE == kGemmSiluMul) u = fmaf(x, wval(g.W1, w1, s1, c, k), u);
+    }
+    if constexpr (MODE == kGemmSiluMul) g.Cb[int64_t(r) * g.ldc + c] = f2bf(silu_f(s) * u);
+    else if constexpr (MODE == kGemmAdd) g.C[int64_t(r) * g.ldc + c] += s;
+    else g.C[int64_t(r) * g.ldc + c] = s;
+  }
+}
+
+template <int BM, int MODE, int FMT>
+void run_fast(const GemmArgs& g, dim3 grid, cudaStream_t s) {
+  constexpr size_t smem = size_t(2) * (BM + kBN) * kSK * 2;
+  static bool once = [] {
+    LILY_CUDA_CHECK(cudaFuncSetAttribute(k_gemm<BM, MODE, FMT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(smem)));
+    return true;
+  }();
+  (void)once;
+  k_gemm<BM, MODE, FMT><<<grid, kThreads, smem, s>>>(g);
+  LILY_CUDA_CHECK_LAUNCH();
+}
+
+template <int BM, int MODE>
+void run_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
+  switch (g.W0.fmt) {
+    case kQ4: run_fast<BM, MODE, kQ4>(g, grid, s); break;
+    case kQ8: run_fast<BM, MODE, kQ8>(g, grid, s); break;
+    default: run_fast<BM, MODE, kBF16>(g, grid, s); break;
+  }
+}
+
+template <int BM>
+void run_mode(const GemmArgs& g, int mode, dim3 grid, cudaStream_t s) {
+  if (mode == kGemmStore) run_fmt<BM, kGemmStore>(g, grid, s);
+  else if (mode == kGemmAdd) run_fmt<BM, kGemmAdd>(g, grid, s);
+  else run_fmt<BM, kGemmSiluMul>(g, grid, s);
+}
+
+}  // namespace
+
+void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
+  const DMat& w = g.W0;
+  const int K = w.cols;
+  if (mode == kGemmSiluMul &&
+      (g.W1.fmt != w.fmt || g.W1.rows != w.rows || g.W1.cols != K || g.W1.group != w.group || !g.Cb))
+    throw Error("prefill_gemm: gate and up must share shape and format");
+  if (mode != kGemmSiluMul && !g.C) throw Error("prefill_gemm: no output");
+  const bool grouped = g.tiles != nullptr;
+  if (!grouped && g.M <= 0) return;
+  const int ncols = mode == kGemmSiluMul ? 64 : kBN;
+  const bool fast_ok = !simple && K % kBK == 0 && (w.fmt == kBF16 || w.group % 32 == 0) && g.lda % 8 == 0 &&
+                       (reinterpret_cast<uintptr_t>(g.A) & 15) == 0;
+  if (!fast_ok) {
+    const dim3 grid(grouped ? g.max_tiles : (g.M + kGemmTileM - 1) / kGemmTileM, (w.rows + 127) / 128);
+    if (mode == kGemmStore) k_gemm_simple<kGemmStore><<<grid, 128, 0, s>>>(g);
+    else if (mode == kGemmAdd) k_gemm_simple<kGemmAdd><<<grid, 128, 0, s>>>(g);
+    else k_gemm_simple<kGemmSiluMul><<<grid, 128, 0, s>>>(g);
+    LILY_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int ny = (w.rows + ncols - 1) / ncols;
+  if (grouped) {
+    run_mode<kGemmTileM>(g, mode, dim3(g.max_tiles, ny), s);
+  } else if (g.M > 64) {
+    run_mode<128>(g, mode, dim3((g.M + 127) / 128, ny), s);
+  } else {
+    run_mode<64>(g, mode, dim3((g.M + 63) / 64, ny), s);
+  }
+}
+
+}  // namespace lily::cuda

@@ -1,0 +1,211 @@
+// PrefillRunner: the layer loop of the batched prefill (see prefill_runner.h), mirroring CpuBackend::forward_chunk:
+// embed; per layer RMSNorm -> bf16, token mixer (GDN or attention) with the out projection added into the
+// residual, RMSNorm -> bf16, MoE (router GEMM, device routing, grouped expert GEMMs, shared expert, combine);
+// final RMSNorm + lm_head on the rows whose logits are wanted.
+#include "cuda/prefill_runner.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "cuda/cuda_check.h"
+
+namespace lily::cuda {
+
+PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc,
+                             bool simple)
+    : m_(m), max_chunk_(max_chunk), simple_(simple) {
+  const ModelConfig& c = *m.cfg;
+  const size_t N = size_t(max_chunk), H = size_t(c.hidden), nk = N * size_t(c.top_k);
+  const size_t cd = size_t(c.conv_dim()), vd = size_t(c.value_dim()), qd = size_t(c.n_q_heads) * c.head_dim;
+  P_ = int(std::max<size_t>(cd + vd + 2 * size_t(c.lin_v_heads), size_t(c.q_proj_rows()) + 2 * size_t(c.kv_dim())));
+  max_tiles_ = int((nk + kGemmTileM - 1) / kGemmTileM) + c.n_experts;
+  auto f32 = [&](size_t n) { return static_cast<float*>(alloc(std::max<size_t>(n, 4) * 4)); };
+  auto b16 = [&](size_t n) { return static_cast<uint16_t*>(alloc(std::max<size_t>(n, 8) * 2)); };
+  auto i32 = [&](size_t n) { return static_cast<int32_t*>(alloc(std::max<size_t>(n, 4) * 4)); };
+  ids_ = i32(N);
+  x_ = f32(N * H);
+  proj_ = f32(N * size_t(P_));
+  cbuf_ = f32(N * cd);
+  obuf_ = f32(N * vd);
+  rl_ = f32(N * size_t(c.n_experts));
+  sg_ = f32(N);
+  rw_ = f32(nk);
+  yd_ = f32(nk * H);
+  shd_ = f32(N * H);
+  logits_ = f32(size_t(kLogitRows) * c.vocab);
+  xb_ = b16(N * H);
+  yb_ = b16(N * std::max(vd, qd));
+  qb_ = b16(N * qd);
+  act_ = b16(nk * size_t(c.expert_inter));
+  sact_ = b16(N * size_t(c.shared_inter));
+  ridx_ = i32(nk);
+  counts_ = i32(size_t(c.n_experts));
+  fill_ = i32(size_t(c.n_experts));
+  tiles_ = i32(size_t(max_tiles_) * 3);
+  ntiles_ = i32(1);
+  row_token_ = i32(nk);
+  slot_row_ = i32(nk);
+}
+
+void PrefillRunner::gemm(const uint16_t* A, int lda, int M, const DMat& W, float* C, int ldc, int mode,
+                         cudaStream_t s) {
+  GemmArgs g;
+  g.A = A;
+  g.lda = lda;
+  g.M = M;
+  g.W0 = W;
+  g.C = C;
+  g.ldc = ldc;
+  prefill_gemm(g, mode, s, simple_);
+}
+
+void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s) {
+  const ModelConfig& c = *m_.cfg;
+  const int H = c.hidden, cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
+  gemm(xb_, H, n, d.qkv, proj_, P_, kGemmStore, s);
+  gemm(xb_, H, n, d.z, proj_ + cd, P_, kGemmStore, s);
+  gemm(xb_, H, n, d.b, proj_ + cd + vd, P_, kGemmStore, s);
+  gemm(xb_, H, n, d.a, proj_ + cd + vd + hv, P_, kGemmStore, s);
+  GdnChunkArgs g;
+  g.proj = proj_;
+  g.ldp = P_;
+  g.n = n;
+  g.pos0 = pos0;
+  g.Hk = c.lin_k_heads;
+  g.Hv = hv;
+  g.Dk = c.lin_k_dim;
+  g.Dv = c.lin_v_dim;
+  g.K = c.conv_kernel;
+  g.conv_w = d.conv_w;
+  g.dt_bias = d.dt_bias;
+  g.a_neg = d.a_neg;
+  g.norm_w = d.gnorm;
+  g.eps = c.rms_eps;
+  g.ring = st.conv + int64_t(d.lin_idx) * c.conv_kernel * cd;
+  g.S = st.S + int64_t(d.lin_idx) * hv * int64_t(c.lin_v_dim) * c.lin_k_dim;
+  g.cbuf = cbuf_;
+  g.obuf = obuf_;
+  g.y = yb_;
+  prefill_gdn(g, s);
+  gemm(yb_, vd, n, d.out, x_, H, kGemmAdd, s);
+}
+
+void PrefillRunner::attn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s) {
+  const ModelConfig& c = *m_.cfg;
+  const int H = c.hidden, qr = c.q_proj_rows(), kvd = c.kv_dim(), hd = c.head_dim;
+  gemm(xb_, H, n, d.q, proj_, P_, kGemmStore, s);
+  gemm(xb_, H, n, d.k, proj_ + qr, P_, kGemmStore, s);
+  gemm(xb_, H, n, d.v, proj_ + qr + kvd, P_, kGemmStore, s);
+  AttnChunkArgs a;
+  a.proj = proj_;
+  a.ldp = P_;
+  a.n = n;
+  a.pos0 = pos0;
+  a.max_ctx = st.max_ctx;
+  a.nq = c.n_q_heads;
+  a.nkv = c.n_kv_heads;
+  a.hd = hd;
+  a.rope_dim = c.rope_dim;
+  a.theta = c.rope_theta;
+  a.eps = c.rms_eps;
+  a.q_norm = d.q_norm;
+  a.k_norm = d.k_norm;
+  const int64_t slab = int64_t(c.n_kv_heads) * st.max_ctx * hd;
+  a.kc = st.kv + (int64_t(d.full_idx) * 2 + 0) * slab;
+  a.vc = st.kv + (int64_t(d.full_idx) * 2 + 1) * slab;
+  a.qb = qb_;
+  a.out = yb_;
+  prefill_attn(a, s, simple_);
+  gemm(yb_, c.n_q_heads * hd, n, d.o, x_, H, kGemmAdd, s);
+}
+
+void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
+  const ModelConfig& c = *m_.cfg;
+  const int H = c.hidden, E = c.n_experts, k = c.top_k, I = c.expert_inter, Is = c.shared_inter;
+  gemm(xb_, H, n, d.router, rl_, E, kGemmStore, s);
+  gemm(xb_, H, n, d.shg, sg_, 1, kGemmStore, s);
+  RouteArgs r;
+  r.logits = rl_;
+  r.n = n;
+  r.E = E;
+  r.k = k;
+  r.idx = ridx_;
+  r.w = rw_;
+  r.counts = counts_;
+  r.fill = fill_;
+  r.tiles = tiles_;
+  r.n_tiles = ntiles_;
+  r.max_tiles = max_tiles_;
+  r.row_token = row_token_;
+  r.slot_row = slot_row_;
+  prefill_route(r, s);
+  // routed experts: gate+up (SiLU * mul) on the gathered token rows, then down, both over the tile map
+  GemmArgs g;
+  g.A = xb_;
+  g.lda = H;
+  g.a_rows = row_token_;
+  g.W0 = d.gate.m;
+  g.W1 = d.up.m;
+  g.w_stride = d.gate.w_stride;
+  g.sb_stride = d.gate.sb_stride;
+  g.tiles = tiles_;
+  g.n_tiles = ntiles_;
+  g.max_tiles = max_tiles_;
+  g.Cb = act_;
+  g.ldc = I;
+  if (d.up.w_stride != d.gate.w_stride || d.up.sb_stride != d.gate.sb_stride)
+    throw Error("prefill: gate and up expert stacks differ in layout");
+  prefill_gemm(g, kGemmSiluMul, s, simple_);
+  GemmArgs dn = g;
+  dn.A = act_;
+  dn.lda = I;
+  dn.a_rows = nullptr;
+  dn.W0 = d.down.m;
+  dn.W1 = DMat{};
+  dn.w_stride = d.down.w_stride;
+  dn.sb_stride = d.down.sb_stride;
+  dn.Cb = nullptr;
+  dn.C = yd_;
+  dn.ldc = H;
+  prefill_gemm(dn, kGemmStore, s, simple_);
+  // shared expert
+  GemmArgs sh;
+  sh.A = xb_;
+  sh.lda = H;
+  sh.M = n;
+  sh.W0 = d.sh_gate;
+  sh.W1 = d.sh_up;
+  sh.Cb = sact_;
+  sh.ldc = Is;
+  prefill_gemm(sh, kGemmSiluMul, s, simple_);
+  gemm(sact_, Is, n, d.sh_down, shd_, H, kGemmStore, s);
+  prefill_moe_combine(x_, shd_, sg_, 1, yd_, rw_, slot_row_, n, k, H, s);
+}
+
+void PrefillRunner::run(const PrefillState& st, const int32_t* ids, int n, int pos0, int n_logits, float* out,
+                        cudaStream_t s) {
+  if (n <= 0) return;
+  if (n > max_chunk_) throw Error("prefill: chunk larger than allocated");
+  const ModelConfig& c = *m_.cfg;
+  const int H = c.hidden;
+  const float eps = c.rms_eps;
+  LILY_CUDA_CHECK(cudaMemcpyAsync(ids_, ids, size_t(n) * 4, cudaMemcpyHostToDevice, s));
+  prefill_embed(m_.embed, ids_, n, x_, s);
+  for (const DLayer& d : *m_.layers) {
+    prefill_rmsnorm_bf16(x_, H, d.in_norm, n, H, eps, xb_, s);
+    if (d.is_full) attn_layer(d, st, n, pos0, s);
+    else gdn_layer(d, st, n, pos0, s);
+    prefill_rmsnorm_bf16(x_, H, d.post_norm, n, H, eps, xb_, s);
+    moe_layer(d, n, s);
+  }
+  for (int r0 = n - n_logits; r0 < n; r0 += kLogitRows) {
+    const int rows = std::min(kLogitRows, n - r0);
+    prefill_rmsnorm_bf16(x_ + int64_t(r0) * H, H, m_.final_norm, rows, H, eps, xb_, s);
+    gemm(xb_, H, rows, m_.lm_head, logits_, c.vocab, kGemmStore, s);
+    LILY_CUDA_CHECK(cudaMemcpyAsync(out + size_t(r0 - (n - n_logits)) * c.vocab, logits_,
+                                    size_t(rows) * c.vocab * 4, cudaMemcpyDeviceToHost, s));
+    LILY_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+}
+
+}  // namespace lily::cuda

@@ -1,0 +1,56 @@
+// Batched prefill of one chunk (up to max_chunk tokens) through the whole model on the device: all scratch is
+// allocated once at construction; no host synchronisation inside the chunk (MoE routing stays on the device).
+// Writes the same state as the decode kernels (bf16 KV cache, conv ring, fp32 GDN state).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/prefill.h"
+
+namespace lily::cuda {
+
+struct PrefillModel {
+  const ModelConfig* cfg = nullptr;
+  DMat embed, lm_head;
+  const float* final_norm = nullptr;
+  const std::vector<DLayer>* layers = nullptr;
+};
+
+struct PrefillState {
+  uint16_t* kv = nullptr;  // [n_full][2][nkv][max_ctx][hd]
+  float* S = nullptr;      // [n_lin][Hv][Dv][Dk]
+  float* conv = nullptr;   // [n_lin][K][conv_dim]
+  int max_ctx = 0;
+};
+
+class PrefillRunner {
+ public:
+  static constexpr int kLogitRows = 64;  // lm_head rows per pass
+  PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc, bool simple);
+  int max_chunk() const { return max_chunk_; }
+  // Consumes ids (host) [0, n) at positions pos0.. (n <= max_chunk); logits of chunk rows [n - n_logits, n) to
+  // out (host, [n_logits][vocab]). Synchronises the stream only when logits are copied out.
+  void run(const PrefillState& st, const int32_t* ids, int n, int pos0, int n_logits, float* out, cudaStream_t s);
+
+ private:
+  void gdn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
+  void attn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
+  void moe_layer(const DLayer& d, int n, cudaStream_t s);
+  void gemm(const uint16_t* A, int lda, int M, const DMat& W, float* C, int ldc, int mode, cudaStream_t s);
+
+  PrefillModel m_;
+  int max_chunk_ = 0, max_tiles_ = 0, P_ = 0;
+  bool simple_ = false;
+  int32_t* ids_ = nullptr;
+  float *x_ = nullptr, *proj_ = nullptr, *cbuf_ = nullptr, *obuf_ = nullptr, *rl_ = nullptr, *sg_ = nullptr;
+  float *rw_ = nullptr, *yd_ = nullptr, *shd_ = nullptr, *logits_ = nullptr;
+  uint16_t *xb_ = nullptr, *yb_ = nullptr, *qb_ = nullptr, *act_ = nullptr, *sact_ = nullptr;
+  int32_t *ridx_ = nullptr, *counts_ = nullptr, *fill_ = nullptr, *tiles_ = nullptr, *ntiles_ = nullptr;
+  int32_t *row_token_ = nullptr, *slot_row_ = nullptr;
+};
+
+}  // namespace lily::cuda

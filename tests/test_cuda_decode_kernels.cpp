@@ -1,0 +1,355 @@
+// CUDA decode-kernel tests against the reference kernels (src/cpu/ref_ops.h): MoE (router + routing + gate_up +
+// down, vs a CPU reference MoE), decode attention (vs ref::attention_one at T = 1, 300, 5000 with the real head
+// sizes) and the Gated DeltaNet step (vs conv_step + l2norm + gates + ref::gdn_step + gated_rmsnorm). Outputs are
+// poisoned (NaN) first; NaN never passes. Skipped without a device.
+#include <gtest/gtest.h>
+
+#ifdef LILY_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "cpu/ref_ops.h"
+#include "cuda/cuda_factory.h"
+#include "cuda/kernels.h"
+
+using namespace lily;
+
+namespace {
+
+#define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
+
+struct Dev {  // device allocations freed at scope end
+  std::vector<void*> p;
+  ~Dev() {
+    for (void* q : p) cudaFree(q);
+  }
+  template <typename T>
+  T* up(const std::vector<T>& v) {
+    void* d = nullptr;
+    if (cudaMalloc(&d, std::max<size_t>(v.size(), 4) * sizeof(T)) != cudaSuccess) return nullptr;
+    cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+    p.push_back(d);
+    return static_cast<T*>(d);
+  }
+  float* poisoned(size_t n) {
+    void* d = nullptr;
+    if (cudaMalloc(&d, std::max<size_t>(n, 4) * 4) != cudaSuccess) return nullptr;
+    cudaMemset(d, 0xFF, n * 4);
+    p.push_back(d);
+    return static_cast<float*>(d);
+  }
+};
+
+std::vector<float> down(const float* d, size_t n) {
+  std::vector<float> h(n);
+  cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost);
+  return h;
+}
+
+double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// n matrices [rows, cols] of affine `bits`/g64 stored back to back (host QMatrix views + one device stack).
+struct AffStack {
+  std::vector<uint32_t> w;
+  std::vector<uint16_t> s, b;
+  std::vector<QMatrix> q;
+  cuda::DStack d;
+};
+
+void make_stack(AffStack& st, int n, int rows, int cols, int bits, std::mt19937& rng, Dev& dev) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const size_t nw = size_t(rows) * cols * bits / 32, ng = size_t(rows) * cols / 64;
+  st.w.resize(nw * n);
+  for (auto& v : st.w) v = uint32_t(rng());
+  st.s.resize(ng * n);
+  st.b.resize(ng * n);
+  std::vector<uint32_t> sb(ng * n);
+  const float sc = bits == 4 ? 0.02f : 0.002f;
+  for (size_t i = 0; i < ng * n; ++i) {
+    st.s[i] = f32_to_bf16(sc * (0.5f + 0.5f * u(rng)));
+    st.b[i] = f32_to_bf16(-0.5f * sc * float((1 << bits) - 1) + 0.01f * u(rng));
+    sb[i] = uint32_t(st.s[i]) | (uint32_t(st.b[i]) << 16);
+  }
+  for (int e = 0; e < n; ++e) {
+    QMatrix m;
+    m.kind = QMatrix::Kind::Affine;
+    m.sdtype = DType::BF16;
+    m.w = st.w.data() + nw * e;
+    m.scales = st.s.data() + ng * e;
+    m.biases = st.b.data() + ng * e;
+    m.bits = bits;
+    m.group = 64;
+    m.rows = rows;
+    m.cols = cols;
+    st.q.push_back(m);
+  }
+  cuda::DMat& d = st.d.m;
+  d.w = reinterpret_cast<const uint8_t*>(dev.up(st.w));
+  d.sb = dev.up(sb);
+  d.fmt = bits;
+  d.rows = rows;
+  d.cols = cols;
+  d.group = 64;
+  d.row_bytes = int64_t(cols) * bits / 8;
+  d.sb_row = cols / 64;
+  st.d.w_stride = int64_t(nw) * 4;
+  st.d.sb_stride = int64_t(ng);
+}
+
+TEST(CudaDecodeKernels, MoeMatchesReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int H = 512, E = 64, K = 8, I = 128, Is = 192;
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Dev dev;
+  AffStack router, shgw, gate, up, dn, sg, su, sd;
+  make_stack(router, 1, E, H, 8, rng, dev);
+  make_stack(shgw, 1, 1, H, 8, rng, dev);
+  make_stack(gate, E, I, H, 4, rng, dev);
+  make_stack(up, E, I, H, 4, rng, dev);
+  make_stack(dn, E, H, I, 4, rng, dev);
+  make_stack(sg, 1, Is, H, 4, rng, dev);
+  make_stack(su, 1, Is, H, 4, rng, dev);
+  make_stack(sd, 1, H, Is, 4, rng, dev);
+  std::vector<float> x(H), nw(H);
+  for (auto& v : x) v = 2.f * u(rng);
+  for (auto& v : nw) v = 1.f + 0.3f * u(rng);
+  // reference
+  std::vector<float> xn(H), logits(E), want(x);
+  float shg = 0.f;
+  ref::rmsnorm(x.data(), nw.data(), H, 1e-6f, xn.data());
+  ref::matvec(router.q[0], xn.data(), logits.data());
+  ref::matvec(shgw.q[0], xn.data(), &shg);
+  std::vector<int> idx(K);
+  std::vector<float> wt(K);
+  ref::route_topk(logits.data(), E, K, idx.data(), wt.data());
+  auto expert_out = [&](const QMatrix& g, const QMatrix& uu, const QMatrix& d, int inter, float scale) {
+    std::vector<float> gv(inter), uv(inter), y(H);
+    ref::matvec(g, xn.data(), gv.data());
+    ref::matvec(uu, xn.data(), uv.data());
+    for (int i = 0; i < inter; ++i) gv[i] = ref::silu(gv[i]) * uv[i];
+    ref::matvec(d, gv.data(), y.data());
+    for (int i = 0; i < H; ++i) want[i] += scale * y[i];
+  };
+  for (int j = 0; j < K; ++j) expert_out(gate.q[idx[j]], up.q[idx[j]], dn.q[idx[j]], I, wt[j]);
+  expert_out(sg.q[0], su.q[0], sd.q[0], Is, ref::sigmoid(shg));
+  // device
+  cuda::MoeArgs a;
+  float* dx = dev.up(x);
+  a.x = dx;
+  a.norm_w = dev.up(nw);
+  a.eps = 1e-6f;
+  a.router = router.d.m;
+  a.shg_w = shgw.d.m;
+  a.logits = dev.poisoned(E);
+  a.shg = dev.poisoned(1);
+  a.route_done = reinterpret_cast<unsigned int*>(dev.up(std::vector<uint32_t>(4, 0)));
+  a.E = E;
+  a.k = K;
+  a.gate = gate.d;
+  a.up = up.d;
+  a.down = dn.d;
+  a.sh_gate = sg.d.m;
+  a.sh_up = su.d.m;
+  a.sh_down = sd.d.m;
+  a.act = dev.poisoned(size_t(K) * I + Is);
+  a.route_idx = reinterpret_cast<int32_t*>(dev.poisoned(K));
+  a.route_w = dev.poisoned(K);
+  a.out = dx;
+  for (int rep = 0; rep < 2; ++rep) {  // twice: the router's counter must reset itself
+    CK(cudaMemcpy(dx, x.data(), H * 4, cudaMemcpyHostToDevice));
+    cuda::moe_router(a, nullptr, true);
+    cuda::moe_gate_up(a, nullptr, true);
+    cuda::moe_down(a, nullptr, true);
+    CK(cudaDeviceSynchronize());
+    std::vector<int32_t> gidx(K);
+    CK(cudaMemcpy(gidx.data(), a.route_idx, K * 4, cudaMemcpyDeviceToHost));
+    for (int j = 0; j < K; ++j) EXPECT_EQ(gidx[j], idx[j]) << "rep " << rep << " slot " << j;
+    EXPECT_LT(rel_err(down(a.route_w, K), wt), 1e-5);
+    EXPECT_LT(rel_err(down(a.logits, E), logits), 1e-5);
+    EXPECT_LT(rel_err(down(dx, H), want), 1e-5) << "rep " << rep;
+  }
+}
+
+class CudaAttnDecode : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaAttnDecode, MatchesReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int T = GetParam(), nq = 16, nkv = 2, hd = 256, rope = 64, max_ctx = T + 3, layer = 1, nlayer = 2;
+  const double theta = 1e7;
+  std::mt19937 rng(1000 + T);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int pos = T - 1;
+  std::vector<float> qg(size_t(nq) * 2 * hd), k(nkv * hd), v(nkv * hd), qn(hd), kn(hd);
+  for (auto& x : qg) x = u(rng);
+  for (auto& x : k) x = u(rng);
+  for (auto& x : v) x = u(rng);
+  for (auto& x : qn) x = 1.f + 0.2f * u(rng);
+  for (auto& x : kn) x = 1.f + 0.2f * u(rng);
+  // cache [layer][K/V][nkv][max_ctx][hd] bf16, positions < pos random
+  std::vector<uint16_t> kv(size_t(nlayer) * 2 * nkv * max_ctx * hd, 0);
+  auto at = [&](int l, int kvsel, int h, int t) { return ((size_t(l) * 2 + kvsel) * nkv + h) * max_ctx * hd + size_t(t) * hd; };
+  for (int l = 0; l < nlayer; ++l)
+    for (int s = 0; s < 2; ++s)
+      for (int h = 0; h < nkv; ++h)
+        for (int t = 0; t < pos; ++t)
+          for (int d = 0; d < hd; ++d) kv[at(l, s, h, t) + d] = f32_to_bf16(2.f * u(rng));
+  // reference: q/k norm + rope, new k/v rounded to bf16 like the cache
+  std::vector<float> q(size_t(nq) * hd), kc(size_t(T) * nkv * hd), vc(size_t(T) * nkv * hd), want(size_t(nq) * hd);
+  for (int h = 0; h < nq; ++h) {
+    ref::rmsnorm(&qg[size_t(h) * 2 * hd], qn.data(), hd, 1e-6f, &q[size_t(h) * hd]);
+    ref::rope_neox(&q[size_t(h) * hd], rope, pos, theta);
+  }
+  for (int h = 0; h < nkv; ++h) {
+    std::vector<float> kk(hd);
+    ref::rmsnorm(&k[size_t(h) * hd], kn.data(), hd, 1e-6f, kk.data());
+    ref::rope_neox(kk.data(), rope, pos, theta);
+    for (int t = 0; t < T; ++t)
+      for (int d = 0; d < hd; ++d) {
+        const size_t o = (size_t(t) * nkv + h) * hd + d;
+        kc[o] = t < pos ? bf16_to_f32(kv[at(layer, 0, h, t) + d]) : bf16_to_f32(f32_to_bf16(kk[d]));
+        vc[o] = t < pos ? bf16_to_f32(kv[at(layer, 1, h, t) + d]) : bf16_to_f32(f32_to_bf16(v[h * hd + d]));
+      }
+  }
+  ref::attention_one(q.data(), kc.data(), vc.data(), T, nq, nkv, hd, want.data());
+  for (int h = 0; h < nq; ++h)
+    for (int d = 0; d < hd; ++d) want[size_t(h) * hd + d] *= ref::sigmoid(qg[size_t(h) * 2 * hd + hd + d]);
+  // device
+  Dev dev;
+  cuda::StepCtl ctl;
+  ctl.kv = dev.up(kv);
+  ctl.pos = pos;
+  ctl.max_ctx = max_ctx;
+  cuda::StepCtl* dctl = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&dctl), sizeof(ctl)));
+  dev.p.push_back(dctl);
+  CK(cudaMemcpy(dctl, &ctl, sizeof(ctl), cudaMemcpyHostToDevice));
+  cuda::AttnArgs a;
+  a.q = dev.up(qg);
+  a.k = dev.up(k);
+  a.v = dev.up(v);
+  a.q_norm = dev.up(qn);
+  a.k_norm = dev.up(kn);
+  a.layer = layer;
+  a.nq = nq;
+  a.nkv = nkv;
+  a.hd = hd;
+  a.rope_dim = rope;
+  a.theta = theta;
+  a.eps = 1e-6f;
+  a.part = dev.poisoned(size_t(nkv) * cuda::kAttnSplits * (8 * hd + 16));
+  a.out = dev.poisoned(size_t(nq) * hd);
+  a.ctl = dctl;
+  for (int rep = 0; rep < 2; ++rep) {  // twice: the merge counters must reset themselves
+    CK(cudaMemset(a.out, 0xFF, size_t(nq) * hd * 4));
+    cuda::attn_decode(a, nullptr, true);
+    CK(cudaDeviceSynchronize());
+    EXPECT_LT(rel_err(down(a.out, size_t(nq) * hd), want), 2e-5) << "T=" << T << " rep " << rep;
+  }
+  // the new k/v were appended at pos
+  std::vector<uint16_t> kv2(kv.size());
+  CK(cudaMemcpy(kv2.data(), ctl.kv, kv.size() * 2, cudaMemcpyDeviceToHost));
+  for (int d = 0; d < hd; ++d) {
+    EXPECT_EQ(bf16_to_f32(kv2[at(layer, 1, 1, pos) + d]), bf16_to_f32(f32_to_bf16(v[hd + d])));
+    EXPECT_NEAR(bf16_to_f32(kv2[at(layer, 0, 0, pos) + d]), kc[(size_t(pos) * nkv + 0) * hd + d], 1e-2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Lengths, CudaAttnDecode, ::testing::Values(1, 300, 5000));
+
+TEST(CudaDecodeKernels, GdnStepMatchesReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int Hk = 16, Hv = 32, Dk = 128, Dv = 128, K = 4, layer = 1, nlayer = 2, pos = 9;
+  const int KD = Hk * Dk, C = 2 * KD + Hv * Dv;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> qkv(C), z(Hv * Dv), b(Hv), a(Hv), convw(size_t(C) * K), dtb(Hv), aneg(Hv), nw(Dv);
+  for (auto& x : qkv) x = u(rng);
+  for (auto& x : z) x = u(rng);
+  for (auto& x : b) x = u(rng);
+  for (auto& x : a) x = u(rng);
+  for (auto& x : convw) x = 0.5f * u(rng);
+  for (auto& x : dtb) x = 0.5f * u(rng);
+  for (auto& x : aneg) x = -0.5f - 0.5f * std::fabs(u(rng));
+  for (auto& x : nw) x = 1.f + 0.2f * u(rng);
+  std::vector<float> S(size_t(nlayer) * Hv * Dv * Dk), ring(size_t(nlayer) * K * C);
+  for (auto& x : S) x = 0.1f * u(rng);
+  for (auto& x : ring) x = u(rng);
+  // reference
+  std::vector<float> state(size_t(K - 1) * C), conv(C);
+  for (int tap = 0; tap < K - 1; ++tap)  // oldest first: position pos-(K-1)+tap lives in slot (that) % K
+    for (int ch = 0; ch < C; ++ch) state[size_t(tap) * C + ch] = ring[(size_t(layer) * K + (pos - (K - 1) + tap) % K) * C + ch];
+  ref::conv_step(state.data(), convw.data(), qkv.data(), C, K, conv.data());
+  float* q = conv.data();
+  float* kk = q + KD;
+  float* vv = kk + KD;
+  auto l2 = [](float* p, int n, float scale) {
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += double(p[i]) * p[i];
+    const float inv = float(1.0 / std::sqrt(ss + 1e-6)) * scale;
+    for (int i = 0; i < n; ++i) p[i] *= inv;
+  };
+  for (int h = 0; h < Hk; ++h) {
+    l2(q + h * Dk, Dk, 1.f / std::sqrt(float(Dk)));
+    l2(kk + h * Dk, Dk, 1.f);
+  }
+  std::vector<float> g(Hv), beta(Hv), o(Hv * Dv), want(Hv * Dv);
+  for (int j = 0; j < Hv; ++j) {
+    beta[j] = ref::sigmoid(b[j]);
+    g[j] = aneg[j] * ref::softplus(a[j] + dtb[j]);
+  }
+  std::vector<float> Sref(S.begin() + size_t(layer) * Hv * Dv * Dk, S.begin() + size_t(layer + 1) * Hv * Dv * Dk);
+  ref::gdn_step(Sref.data(), q, kk, vv, g.data(), beta.data(), Hk, Hv, Dk, Dv, o.data());
+  ref::gated_rmsnorm(o.data(), z.data(), nw.data(), Hv, Dv, 1e-6f, want.data());
+  // device
+  Dev dev;
+  cuda::StepCtl ctl;
+  ctl.S = dev.up(S);
+  ctl.conv = dev.up(ring);
+  ctl.pos = pos;
+  cuda::StepCtl* dctl = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&dctl), sizeof(ctl)));
+  dev.p.push_back(dctl);
+  CK(cudaMemcpy(dctl, &ctl, sizeof(ctl), cudaMemcpyHostToDevice));
+  cuda::GdnArgs ga;
+  ga.qkv = dev.up(qkv);
+  ga.z = dev.up(z);
+  ga.b = dev.up(b);
+  ga.a = dev.up(a);
+  ga.conv_w = dev.up(convw);
+  ga.dt_bias = dev.up(dtb);
+  ga.a_neg = dev.up(aneg);
+  ga.norm_w = dev.up(nw);
+  ga.layer = layer;
+  ga.Hk = Hk;
+  ga.Hv = Hv;
+  ga.Dk = Dk;
+  ga.Dv = Dv;
+  ga.K = K;
+  ga.eps = 1e-6f;
+  ga.y = dev.poisoned(size_t(Hv) * Dv);
+  ga.ctl = dctl;
+  cuda::gdn_decode(ga, nullptr, true);
+  CK(cudaDeviceSynchronize());
+  EXPECT_LT(rel_err(down(ga.y, size_t(Hv) * Dv), want), 1e-4);
+  const std::vector<float> S2 = down(ctl.S + size_t(layer) * Hv * Dv * Dk, size_t(Hv) * Dv * Dk);
+  EXPECT_LT(rel_err(S2, Sref), 1e-5);
+  const std::vector<float> ring2 = down(ctl.conv + (size_t(layer) * K + pos % K) * C, C);
+  EXPECT_LT(rel_err(ring2, qkv), 1e-7);  // this position's raw inputs stored in its ring slot
+}
+
+}  // namespace
+
+#endif  // LILY_HAVE_CUDA

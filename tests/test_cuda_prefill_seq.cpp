@@ -1,0 +1,173 @@
+// Prefill sequence kernels against the CPU reference: the GDN chunk (conv ring + delta-rule state carried across
+// two chunks) and chunked causal attention over the bf16 KV cache (flash and simple). Skipped without a device.
+#include <gtest/gtest.h>
+
+#ifdef LILY_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "cpu/ref_ops.h"
+#include "cuda/cuda_factory.h"
+#include "cuda/prefill.h"
+
+using namespace lily;
+
+namespace {
+
+template <class T>
+T* dnew(const std::vector<T>& v) {
+  void* d = nullptr;
+  cudaMalloc(&d, std::max<size_t>(v.size(), 1) * sizeof(T));
+  cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return static_cast<T*>(d);
+}
+template <class T>
+std::vector<T> down(const T* d, size_t n) {
+  std::vector<T> h(n);
+  cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return h;
+}
+double err(const std::vector<float>& got, const std::vector<float>& want) {
+  double mx = 0, mw = 1e-30;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    mx = std::max(mx, std::fabs(double(got[i]) - want[i]));
+    mw = std::max(mw, std::fabs(double(want[i])));
+  }
+  return mx / mw;
+}
+float bfr(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+TEST(PrefillGdn, TwoChunksMatchTokenByTokenReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int Hk = 2, Hv = 4, Dk = 64, Dv = 32, K = 4, n1 = 3, n2 = 70, n = n1 + n2;
+  const int kd = Hk * Dk, vd = Hv * Dv, cd = 2 * kd + vd, P = cd + vd + 2 * Hv;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> proj(size_t(n) * P), cw(size_t(cd) * K), dtb(Hv), an(Hv), nw(Dv);
+  for (auto& v : proj) v = u(rng);
+  for (auto& v : cw) v = u(rng) * 0.5f;
+  for (auto& v : dtb) v = u(rng);
+  for (auto& v : an) v = -std::fabs(u(rng));
+  for (auto& v : nw) v = 1.f + 0.3f * u(rng);
+  // reference
+  std::vector<float> cst(size_t(K - 1) * cd, 0.f), S(size_t(Hv) * Dv * Dk, 0.f), co(cd), o(vd), g(Hv), be(Hv);
+  std::vector<float> want(size_t(n) * vd);
+  for (int t = 0; t < n; ++t) {
+    const float* pr = &proj[size_t(t) * P];
+    ref::conv_step(cst.data(), cw.data(), pr, cd, K, co.data());
+    for (int h = 0; h < 2 * Hk; ++h) {
+      float* x = &co[size_t(h) * Dk];
+      double ss = 0;
+      for (int i = 0; i < Dk; ++i) ss += double(x[i]) * x[i];
+      const float sc = float(1.0 / std::sqrt(ss + 1e-6)) * (h < Hk ? 1.f / std::sqrt(float(Dk)) : 1.f);
+      for (int i = 0; i < Dk; ++i) x[i] *= sc;
+    }
+    for (int j = 0; j < Hv; ++j) {
+      be[size_t(j)] = ref::sigmoid(pr[cd + vd + j]);
+      g[size_t(j)] = an[size_t(j)] * ref::softplus(pr[cd + vd + Hv + j] + dtb[size_t(j)]);
+    }
+    ref::gdn_step(S.data(), co.data(), co.data() + kd, co.data() + 2 * kd, g.data(), be.data(), Hk, Hv, Dk, Dv,
+                  o.data());
+    ref::gated_rmsnorm(o.data(), pr + cd, nw.data(), Hv, Dv, 1e-6f, &want[size_t(t) * vd]);
+  }
+  // device, two chunks
+  float* dproj = dnew(proj);
+  cuda::GdnChunkArgs a;
+  a.ldp = P;
+  a.Hk = Hk; a.Hv = Hv; a.Dk = Dk; a.Dv = Dv; a.K = K;
+  a.conv_w = dnew(cw); a.dt_bias = dnew(dtb); a.a_neg = dnew(an); a.norm_w = dnew(nw);
+  a.ring = dnew(std::vector<float>(size_t(K) * cd, 0.f));
+  a.S = dnew(std::vector<float>(S.size(), 0.f));
+  a.cbuf = dnew(std::vector<float>(size_t(n) * cd, NAN));
+  a.obuf = dnew(std::vector<float>(size_t(n) * vd, NAN));
+  std::vector<uint16_t> yb(size_t(n) * vd, 0xFFFF);
+  uint16_t* dy = dnew(yb);
+  a.proj = dproj; a.n = n1; a.pos0 = 0; a.y = dy;
+  cuda::prefill_gdn(a, nullptr);
+  a.proj = dproj + size_t(n1) * P; a.n = n2; a.pos0 = n1; a.y = dy + size_t(n1) * vd;
+  cuda::prefill_gdn(a, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto yh = down(dy, yb.size());
+  std::vector<float> got(yh.size());
+  for (size_t i = 0; i < yh.size(); ++i) got[i] = bf16_to_f32(yh[i]);
+  const double ey = err(got, want), es = err(down(a.S, S.size()), S);
+  std::printf("[ prefill gdn ] y %.2e  S %.2e\n", ey, es);
+  EXPECT_LT(ey, 1e-2);
+  EXPECT_LT(es, 1e-4);
+  for (void* p : {static_cast<void*>(dproj), (void*)a.conv_w, (void*)a.dt_bias, (void*)a.a_neg, (void*)a.norm_w,
+                  (void*)a.ring, (void*)a.S, (void*)a.cbuf, (void*)a.obuf, (void*)dy})
+    cudaFree(p);
+}
+
+class PrefillAttn : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(PrefillAttn, ChunksOverCacheMatchReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const auto [hd, simple] = GetParam();
+  const int nq = 8, nkv = 2, rope = hd / 4, n1 = 40, n2 = 90, n = n1 + n2, max_ctx = 160;
+  const int P = nq * 2 * hd + 2 * nkv * hd;
+  std::mt19937 rng(5 + hd);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> proj(size_t(n) * P), qn(hd), kn(hd);
+  for (auto& v : proj) v = u(rng) * 2.f;
+  for (auto& v : qn) v = 1.f + 0.3f * u(rng);
+  for (auto& v : kn) v = 1.f + 0.3f * u(rng);
+  // reference: cache [T][nkv][hd] of bf16-rounded normed+roped k and v
+  std::vector<float> kc(size_t(n) * nkv * hd), vc(kc.size()), want(size_t(n) * nq * hd), q(size_t(nq) * hd);
+  for (int t = 0; t < n; ++t) {
+    const float* pr = &proj[size_t(t) * P];
+    for (int h = 0; h < nkv; ++h) {
+      float* k = &kc[(size_t(t) * nkv + h) * hd];
+      ref::rmsnorm(pr + nq * 2 * hd + h * hd, kn.data(), hd, 1e-6f, k);
+      ref::rope_neox(k, rope, t, 1e7);
+      for (int d = 0; d < hd; ++d) {
+        k[d] = bfr(k[d]);
+        vc[(size_t(t) * nkv + h) * hd + d] = bfr(pr[nq * 2 * hd + nkv * hd + h * hd + d]);
+      }
+    }
+    for (int h = 0; h < nq; ++h) {
+      ref::rmsnorm(pr + h * 2 * hd, qn.data(), hd, 1e-6f, &q[size_t(h) * hd]);
+      ref::rope_neox(&q[size_t(h) * hd], rope, t, 1e7);
+      for (int d = 0; d < hd; ++d) q[size_t(h) * hd + d] = bfr(q[size_t(h) * hd + d]);
+    }
+    float* o = &want[size_t(t) * nq * hd];
+    ref::attention_one(q.data(), kc.data(), vc.data(), t + 1, nq, nkv, hd, o);
+    for (int h = 0; h < nq; ++h)
+      for (int d = 0; d < hd; ++d) o[h * hd + d] *= ref::sigmoid(pr[h * 2 * hd + hd + d]);
+  }
+  float* dproj = dnew(proj);
+  std::vector<uint16_t> cache(size_t(2) * nkv * max_ctx * hd, 0xFFFF);  // NaN where never written
+  uint16_t* dkv = dnew(cache);
+  uint16_t* dq = dnew(std::vector<uint16_t>(size_t(n) * nq * hd, 0xFFFF));
+  uint16_t* dout = dnew(std::vector<uint16_t>(size_t(n) * nq * hd, 0xFFFF));
+  cuda::AttnChunkArgs a;
+  a.ldp = P; a.max_ctx = max_ctx; a.nq = nq; a.nkv = nkv; a.hd = hd; a.rope_dim = rope; a.theta = 1e7;
+  a.eps = 1e-6f;
+  a.q_norm = dnew(qn); a.k_norm = dnew(kn);
+  a.kc = dkv; a.vc = dkv + size_t(nkv) * max_ctx * hd; a.qb = dq;
+  a.proj = dproj; a.n = n1; a.pos0 = 0; a.out = dout;
+  cuda::prefill_attn(a, nullptr, simple);
+  a.proj = dproj + size_t(n1) * P; a.n = n2; a.pos0 = n1; a.out = dout + size_t(n1) * nq * hd;
+  cuda::prefill_attn(a, nullptr, simple);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto oh = down(dout, want.size());
+  std::vector<float> got(oh.size());
+  for (size_t i = 0; i < oh.size(); ++i) got[i] = bf16_to_f32(oh[i]);
+  const double e = err(got, want);
+  std::printf("[ prefill attn hd %d %s ] %.2e\n", hd, simple ? "simple" : "flash", e);
+  EXPECT_LT(e, 2e-2);
+  for (void* p : {static_cast<void*>(dproj), (void*)dkv, (void*)dq, (void*)dout, (void*)a.q_norm, (void*)a.k_norm})
+    cudaFree(p);
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, PrefillAttn, ::testing::Combine(::testing::Values(64, 256), ::testing::Bool()));
+
+}  // namespace
+
+#endif  // LILY_HAVE_CUDA
