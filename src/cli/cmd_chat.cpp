@@ -1,6 +1,7 @@
 // `lily chat`: an interactive terminal chat. Reads user lines from stdin, keeps the conversation, streams
-// each reply (reasoning dimmed on a terminal, prefixed otherwise). Uses the server's Generator and session
-// cache, so each turn resumes from the previous one when the tokens match.
+// each reply (reasoning dimmed on a terminal, prefixed otherwise, or hidden with --hide-reasoning). Uses the
+// server's Generator and session cache, so each turn resumes from the previous one when the tokens match.
+// Commands: /reset, /think on|off, /help, /exit (or Ctrl-D).
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,9 +18,49 @@
 namespace lily {
 namespace {
 
+const char* kHelp =
+    "commands: /reset (forget the conversation), /think on|off (reasoning for the next turns), /help, /exit\n";
+
+// Prints a reply as it streams: reasoning dimmed (TTY) or prefixed with "[thinking] ", or not at all.
+class ReplyPrinter {
+ public:
+  ReplyPrinter(bool tty, bool hide_reasoning) : tty_(tty), hide_(hide_reasoning) {}
+
+  void chunk(const ParsedDelta& d) {
+    if (!d.reasoning.empty() && !hide_) {
+      if (!in_reasoning_) std::fputs(tty_ ? "\033[2m" : "[thinking] ", stdout);
+      in_reasoning_ = true;
+      std::fputs(d.reasoning.c_str(), stdout);
+      line_start_ = d.reasoning.back() == '\n';
+    }
+    if (!d.content.empty()) {
+      end_reasoning();
+      std::fputs(d.content.c_str(), stdout);
+    }
+    std::fflush(stdout);
+  }
+
+  void finish() {
+    if (in_reasoning_ && tty_) std::fputs("\033[0m", stdout);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+  }
+
+ private:
+  void end_reasoning() {
+    if (!in_reasoning_) return;
+    if (tty_) std::fputs("\033[0m", stdout);
+    if (!line_start_) std::fputs("\n", stdout);
+    in_reasoning_ = false;
+  }
+
+  bool tty_, hide_;
+  bool in_reasoning_ = false, line_start_ = true;
+};
+
 int chat(const Args& a) {
   a.check_known({"model", "backend", "ctx", "max-tokens", "temperature", "top-p", "top-k", "seed", "no-think",
-                 "system", "cache-mb"});
+                 "hide-reasoning", "system", "cache-mb"});
   const std::string dir = model_dir_or_demo(a);
   auto w = load_model(dir);
   auto tok = Tokenizer::load(dir + "/tokenizer.json");
@@ -27,6 +68,8 @@ int chat(const Args& a) {
   auto be = make_backend(a.get("backend", "auto"), w);
   const int ctx = static_cast<int>(a.get_int("ctx", std::min(32768, w->cfg.max_pos > 0 ? w->cfg.max_pos : 32768)));
   const int max_tokens = static_cast<int>(a.get_int("max-tokens", 2048));
+  if (ctx < 16) throw Error("--ctx must be at least 16");
+  if (max_tokens < 1) throw Error("--max-tokens must be at least 1");
   SessionCache cache(static_cast<size_t>(a.get_int("cache-mb", 2048)) << 20);
   Generator gen(*be, *tok, &cache, ctx);
   SamplerParams sp;
@@ -37,25 +80,45 @@ int chat(const Args& a) {
     sp.has_seed = true;
     sp.seed = static_cast<uint64_t>(a.get_int("seed", 0));
   }
-  const bool think = !a.has("no-think");
+  bool think = !a.has("no-think");
+  const bool hide_reasoning = a.has("hide-reasoning");
   const int32_t im_start = tok->token_to_id("<|im_start|>");
   const bool tty = isatty(STDOUT_FILENO);
   const char* dim = tty ? "\033[2m" : "";
   const char* reset = tty ? "\033[0m" : "";
 
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  if (a.has("system")) messages.push_back({{"role", "system"}, {"content", a.get("system")}});
-  std::fprintf(stderr, "lily chat (%s): type a message; /reset starts over, /exit or Ctrl-D quits.\n",
-               be->name().c_str());
+  auto start_over = [&] {
+    messages = nlohmann::ordered_json::array();
+    if (a.has("system")) messages.push_back({{"role", "system"}, {"content", a.get("system")}});
+  };
+  start_over();
+  std::fprintf(stderr, "lily chat (%s, thinking %s): type a message; /help lists commands, /exit or Ctrl-D quits.\n",
+               be->name().c_str(), think ? "on" : "off");
   std::string line;
   for (;;) {
     if (tty) std::fputs("\n> ", stdout);
     std::fflush(stdout);
     if (!std::getline(std::cin, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
-      messages = nlohmann::ordered_json::array();
-      if (a.has("system")) messages.push_back({{"role", "system"}, {"content", a.get("system")}});
+      start_over();
+      std::fprintf(stderr, "%s[conversation reset]%s\n", dim, reset);
+      continue;
+    }
+    if (line == "/think on" || line == "/think off") {
+      think = line == "/think on";
+      std::fprintf(stderr, "%s[thinking %s for the next turns]%s\n", dim, think ? "on" : "off", reset);
+      continue;
+    }
+    if (line == "/help" || line == "/think") {
+      std::fprintf(stderr, "%sthinking is %s; %s", dim, think ? "on" : "off", kHelp);
+      if (tty) std::fputs(reset, stderr);
+      continue;
+    }
+    if (line.size() > 1 && line[0] == '/' && line[1] != '/' && line.find(' ') == std::string::npos) {
+      std::fprintf(stderr, "unknown command %s; %s", line.c_str(), kHelp);
       continue;
     }
     if (line.empty()) continue;
@@ -80,6 +143,7 @@ int chat(const Args& a) {
     std::string tail = text;
     while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
     job.chat = true;
+    job.parser.parse_tool_calls = false;  // no tools in a terminal chat: "<tool_call>" is plain text
     job.parser.thinking_open_at_start = tail.size() >= 7 && tail.compare(tail.size() - 7, 7, "<think>") == 0;
     job.max_tokens = max_tokens;
     for (int i = static_cast<int>(job.prompt.size()) - 1; i > 0 && im_start >= 0; --i)
@@ -88,29 +152,10 @@ int chat(const Args& a) {
         break;
       }
     job.sampling = sp;
-    bool in_reasoning = false, line_start = true;
-    auto emit = [&](GenChunk&& c) {
-      if (!c.delta.reasoning.empty()) {
-        if (!in_reasoning) std::fputs(tty ? dim : "[thinking] ", stdout);
-        in_reasoning = true;
-        std::fputs(c.delta.reasoning.c_str(), stdout);
-        line_start = c.delta.reasoning.back() == '\n';
-      }
-      if (!c.delta.content.empty()) {
-        if (in_reasoning) {
-          std::fputs(reset, stdout);
-          if (!line_start) std::fputs("\n", stdout);
-          in_reasoning = false;
-        }
-        std::fputs(c.delta.content.c_str(), stdout);
-      }
-      std::fflush(stdout);
-    };
-    GenResult r = gen.run(job, emit, nullptr);
+    ReplyPrinter out(tty, hide_reasoning);
+    GenResult r = gen.run(job, [&](GenChunk&& c) { out.chunk(c.delta); }, nullptr);
     gen.save_reply_snapshot();
-    if (in_reasoning) std::fputs(reset, stdout);
-    std::fputs("\n", stdout);
-    std::fflush(stdout);
+    out.finish();
     std::fprintf(stderr, "%s[%d prompt tokens (%d cached), %d generated, %.1f tok/s, %s]%s\n", dim, r.prompt_tokens,
                  r.cached_tokens, r.completion_tokens, r.completion_tokens / std::max(r.decode_s, 1e-9),
                  r.finish_reason.c_str(), reset);
@@ -123,7 +168,9 @@ int chat(const Args& a) {
 
 }  // namespace
 
-LILY_COMMAND("chat", "interactive terminal chat: [--model DIR] [--no-think] [--system TEXT] [--temperature T]", chat,
-             {"no-think"});
+LILY_COMMAND("chat",
+             "interactive terminal chat: [--model DIR] [--no-think] [--hide-reasoning] [--system TEXT] "
+             "[--temperature T] [--seed N] [--max-tokens N] [--ctx N]",
+             chat, {"no-think", "hide-reasoning"});
 
 }  // namespace lily

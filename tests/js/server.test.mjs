@@ -3,50 +3,8 @@
 // the tests check shapes, determinism and server behaviour, not text quality.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const LILY = process.env.LILY_BIN || path.join(here, '../../build/lily');
-const CTX = 512;
-
-function startServer(extra = []) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(LILY, ['serve', '--port', '0', '--ctx', String(CTX), ...extra], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '', err = '';
-    const timer = setTimeout(() => reject(new Error('lily serve did not start:\n' + err)), 120000);
-    proc.stderr.on('data', (d) => { err += d; });
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/[^\s]+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc, url: m[1], stderr: () => err });
-      }
-    });
-    proc.on('error', (e) => {
-      clearTimeout(timer);
-      reject(new Error(`cannot start ${LILY}: ${e.message}`));
-    });
-    proc.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`lily serve exited with ${code}:\n${err}`));
-    });
-  });
-}
-
-function stopServer(s) {
-  return new Promise((resolve) => {
-    if (!s || s.proc.exitCode !== null) return resolve(s ? s.proc.exitCode : 0);
-    s.proc.removeAllListeners('exit');
-    s.proc.on('exit', (code, sig) => resolve(code ?? sig));
-    s.proc.kill('SIGTERM');
-  });
-}
+import { CTX, startServer, stopServer } from './helpers.mjs';
 
 let srv, client, model;
 

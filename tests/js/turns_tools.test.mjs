@@ -1,0 +1,142 @@
+// Conversations and tool calls through the official `openai` client against a real `lily serve` (demo
+// model, random weights: output is noise, so these check what the server does around it).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { startServer, stopServer } from './helpers.mjs';
+
+let srv, client, model;
+
+before(async () => {
+  srv = await startServer();
+  client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+  model = (await client.models.list()).data[0].id;
+});
+
+after(async () => {
+  assert.equal(await stopServer(srv), 0);
+});
+
+test('each turn of a conversation resumes from the previous one and prefills only its new tokens', async () => {
+  // thinking off so each reply is content, which goes back into the history as the assistant message
+  const base = { model, max_tokens: 10, temperature: 0, chat_template_kwargs: { enable_thinking: false } };
+  const messages = [
+    { role: 'system', content: 'You are a patient tutor who explains arithmetic step by step. '.repeat(6) },
+    { role: 'user', content: 'What is two plus two?' },
+  ];
+  let prev = await client.chat.completions.create({ ...base, messages });
+  assert.equal(prev.usage.prompt_tokens_details.cached_tokens, 0, 'first turn: nothing cached');
+  for (const question of ['And three plus three?', 'Now multiply both answers.']) {
+    const reply = prev.choices[0].message;
+    assert.ok(reply.content.length > 0, 'a content reply to carry over');
+    messages.push({ role: 'assistant', content: reply.content }, { role: 'user', content: question });
+    const r = await client.chat.completions.create({ ...base, messages });
+    const { prompt_tokens: total } = r.usage;
+    const cached = r.usage.prompt_tokens_details.cached_tokens;
+    // the new turn's tokens: the previous reply and the new question, plus the previous turn's generation
+    // prompt "<|im_start|>assistant\n<think>\n\n</think>\n\n" (11 tokens), re-rendered as history: the
+    // cache resumes where that header began
+    const HEADER = 11, added = total - prev.usage.prompt_tokens;
+    assert.ok(cached >= prev.usage.prompt_tokens - HEADER, `cached ${cached} of the previous ${prev.usage.prompt_tokens}`);
+    assert.ok(total - cached <= added + HEADER, `prefilled ${total - cached}, new ${added}`);
+    assert.ok(total - cached < total / 3, `prefilled ${total - cached} of ${total}`);
+    prev = r;
+  }
+});
+
+const weather = { type: 'function', function: { name: 'get_weather', description: 'Weather for a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } };
+const clock = { type: 'function', function: { name: 'get_time', description: 'Time in a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } };
+const HEADER = '<tool_call>\n<function=get_weather>\n';
+const toolArgs = (extra = {}) => ({
+  model, max_tokens: 24, temperature: 0, tools: [clock, weather],
+  tool_choice: { type: 'function', function: { name: 'get_weather' } },
+  messages: [{ role: 'user', content: 'What is the weather in Paris?' }], ...extra,
+});
+
+// A named tool_choice starts the reply with the call header for that function. What follows is the
+// model's: a real model writes "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>" and the
+// client gets a tool call (finish_reason "tool_calls"). The demo model's random weights write noise
+// instead, so the call is malformed, and the server answers:
+//   - non-stream: no tool_calls; content is the raw text, starting with the forced header;
+//   - stream: the call's first delta (index 0, id, type, name, empty arguments) was sent as soon as the
+//     header was complete; then the raw text, header included, arrives as content. The finish_reason
+//     ("length" here, never "tool_calls") tells the client no call was made.
+// Each branch below asserts its own shape exactly; the demo model always takes the malformed one.
+function checkCall(msg, finish) {
+  if (finish === 'tool_calls') {
+    assert.equal(msg.tool_calls.length, 1);
+    assert.equal(msg.tool_calls[0].function.name, 'get_weather');
+    assert.equal(typeof JSON.parse(msg.tool_calls[0].function.arguments), 'object');
+    return 'valid';
+  }
+  assert.equal(finish, 'length');
+  assert.ok(msg.content.startsWith(HEADER), JSON.stringify(msg.content));
+  assert.ok(msg.content.length > HEADER.length);
+  return 'malformed';
+}
+
+test('named tool_choice, non-stream: the openai client sees the forced call', async (t) => {
+  const r = await client.chat.completions.create(toolArgs());
+  const msg = r.choices[0].message;
+  const kind = checkCall(msg, r.choices[0].finish_reason);
+  if (kind === 'malformed') assert.equal(msg.tool_calls, undefined);
+  t.diagnostic(`named tool_choice non-stream: ${kind} call, finish_reason ${r.choices[0].finish_reason}`);
+  // the same request again is the same reply (greedy), tool-call ids aside
+  const again = await client.chat.completions.create(toolArgs());
+  assert.equal(again.choices[0].message.content, msg.content);
+});
+
+test('named tool_choice, stream: the openai client sees a call to that function', async (t) => {
+  const stream = await client.chat.completions.create(toolArgs({ stream: true }));
+  const callDeltas = [];
+  let content = '', finish = null;
+  for await (const ch of stream) {
+    const c = ch.choices[0];
+    if (!c) continue;
+    for (const tc of c.delta.tool_calls || []) callDeltas.push({ ...tc, afterContent: content.length > 0 });
+    content += c.delta.content || '';
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  assert.ok(callDeltas.length >= 1, 'a tool_calls delta arrived');
+  const first = callDeltas[0];
+  assert.equal(first.index, 0);
+  assert.match(first.id, /^call_[A-Za-z0-9]{24}$/);
+  assert.equal(first.type, 'function');
+  assert.equal(first.function.name, 'get_weather');
+  assert.equal(first.afterContent, false, 'the call header comes before any content');
+  const kind = checkCall({ content, tool_calls: finish === 'tool_calls' ? [{ function: { name: first.function.name,
+    arguments: callDeltas.map((d) => d.function.arguments || '').join('') } }] : undefined }, finish);
+  if (kind === 'malformed') {
+    assert.equal(callDeltas.length, 1, 'no arguments were streamed');
+    assert.equal(first.function.arguments, '');
+  }
+  // the non-stream reply is the same text
+  const whole = await client.chat.completions.create(toolArgs());
+  if (kind === 'malformed') assert.equal(content, whole.choices[0].message.content);
+  t.diagnostic(`named tool_choice stream: ${kind} call, finish_reason ${finish}`);
+
+  // the SDK's stream helper assembles the same: a call to get_weather in the final message
+  const final = await client.chat.completions.stream(toolArgs()).finalChatCompletion();
+  const fm = final.choices[0].message;
+  assert.equal(fm.tool_calls[0].function.name, 'get_weather');
+  assert.equal(final.choices[0].finish_reason, finish);
+  if (kind === 'malformed') assert.equal(fm.content, content);
+});
+
+test('tool_choice "none" hides the tools; a tool result turn is answered', async () => {
+  const r = await client.chat.completions.create(toolArgs({ tool_choice: 'none' }));
+  assert.equal(r.choices[0].message.tool_calls, undefined);
+  assert.ok(!(r.choices[0].message.content || '').startsWith('<tool_call>'));
+  const next = await client.chat.completions.create(toolArgs({
+    tool_choice: 'auto',
+    messages: [
+      { role: 'user', content: 'What is the weather in Paris?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+        function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '18C, sunny' },
+    ] }));
+  assert.equal(next.choices[0].message.role, 'assistant');
+  assert.ok(next.usage.prompt_tokens > r.usage.prompt_tokens, 'the call and its result are in the prompt');
+});
