@@ -33,7 +33,7 @@ port=18089
 spid=$!
 for _ in $(seq 50); do curl -sf localhost:$port/health > /dev/null && break; sleep 0.2; done
 curl -s localhost:$port/v1/chat/completions -H 'Content-Type: application/json' \
-  -d '{"model":"x","messages":[{"role":"user","content":"Hi"}],"max_tokens":8}' | head -c 600; echo
+  -d '{"model":"tiny-model","messages":[{"role":"user","content":"Hi"}],"max_tokens":8}' | head -c 600; echo
 kill $spid; wait $spid 2>/dev/null
 echo "== bench"
 timeout "${BENCH_TIMEOUT:-330}" "$B/lily" bench --backend cuda --synthetic qwen3.6-35b-a3b --limits --prefill-chunk 2048 \
