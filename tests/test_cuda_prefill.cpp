@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/prefill.h"
@@ -205,6 +206,159 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Formats, PrefillGemm,
                          ::testing::Combine(::testing::Values(int(cuda::kQ4), int(cuda::kQ8), int(cuda::kBF16)),
                                             ::testing::Bool()));
+
+// fp16 / split operand paths (prefill.h PrefillPrec). A rows span 1e-6 .. 1e6 (beyond fp16 range: the row scale
+// must keep them finite and precise), one row is zero. Checks:
+//  - vs a CPU reference with the inputs rounded the way the mode rounds them (A: fp16 of A / rowscale, or exact
+//    for split; W: fp16 of the f32 dequantised value on the mma path): only f32 summation order differs, < 2e-4;
+//  - vs the exact f32 reference, per row relative to the row's max |y|: every product carries at most the unit
+//    roundoff of each rounded operand (2^-11 each), so the error is ~2^-11 * sqrt(sum (aw)^2) << 2^-10 * max|y|:
+//    bound 2e-3 (= 2^-9; a CPU simulation of these shapes gives 5e-4 .. 7e-4) where an fp16 operand is rounded
+//    (fp16 A, or quantised W on the mma path), 2e-5 where nothing is (split A with bf16 weights, which fp16
+//    holds exactly, or split A on the f32-dequant simple path). The bf16 mode's bound is 1e-2.
+// The grouped SiLU*mul (f32 output, gathered rows, row scales through the gather) gets twice those bounds.
+float round_f16(float x) {  // to the nearest fp16 value (ties to even), saturating at 65504
+  if (!(std::fabs(x) >= 6.103515625e-05f)) return std::nearbyint(x * 16777216.f) / 16777216.f;
+  int e = 0;
+  const float m = std::frexp(x, &e);
+  return std::clamp(std::ldexp(std::nearbyint(std::ldexp(m, 11)), e - 11), -65504.f, 65504.f);
+}
+double row_err(const std::vector<float>& got, const std::vector<double>& want, int rows, int cols) {
+  double worst = 0;
+  for (int r = 0; r < rows; ++r) {
+    double mx = 0, mw = 0;
+    for (int c = 0; c < cols; ++c) {
+      const size_t i = size_t(r) * cols + c;
+      if (!std::isfinite(got[i])) return INFINITY;
+      mx = std::max(mx, std::fabs(got[i] - want[i]));
+      mw = std::max(mw, std::fabs(want[i]));
+    }
+    if (mw > 0) worst = std::max(worst, mx / mw);
+    else worst = std::max(worst, mx);
+  }
+  return worst;
+}
+
+class PrefillGemmPrec : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
+
+TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const auto [fmt, prec, simple] = GetParam();
+  std::mt19937 rng(11 + fmt + 3 * prec + simple);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Dev dev;
+  const int M = 150, N = 200, K = 256;
+  Mat w;
+  make(w, dev, N, K, fmt, 1, rng);
+  std::vector<float> a(size_t(M) * K);
+  for (int r = 0; r < M; ++r) {
+    const float mag = r == 3 ? 0.f : r % 7 == 0 ? 1e6f : r % 7 == 1 ? 1e-6f : std::ldexp(1.f, r % 11 - 5);
+    for (int k = 0; k < K; ++k) a[size_t(r) * K + k] = u(rng) * mag;
+  }
+  cuda::ActRows ar;
+  ar.hi = dev.poisoned<uint16_t>(a.size());
+  ar.scale = dev.poisoned<float>(size_t(M));
+  if (prec == cuda::kPrecSplit) ar.lo = dev.poisoned<uint16_t>(a.size());
+  cuda::prefill_quant_rows(dev.up(a), K, M, K, prec, ar, nullptr);
+  // host copies of the operands as the mode rounds them
+  std::vector<double> wd(size_t(N) * K), wr(wd.size()), ad(a.size()), arr(a.size());
+  {
+    std::vector<float> ek(size_t(K), 0.f), col(static_cast<size_t>(N));
+    for (int k = 0; k < K; ++k) {
+      ek[size_t(k)] = 1.f;
+      ref::matvec(w.q[0], ek.data(), col.data());
+      ek[size_t(k)] = 0.f;
+      for (int n = 0; n < N; ++n) {
+        wd[size_t(n) * K + k] = col[size_t(n)];
+        wr[size_t(n) * K + k] = simple ? col[size_t(n)] : round_f16(col[size_t(n)]);
+      }
+    }
+  }
+  for (int r = 0; r < M; ++r) {
+    float mx = 0.f;
+    for (int k = 0; k < K; ++k) mx = std::max(mx, std::fabs(a[size_t(r) * K + k]));
+    int e = 0;
+    if (mx > 0.f) std::frexp(mx, &e);
+    const float sc = std::ldexp(1.f, e - 15);
+    for (int k = 0; k < K; ++k) {
+      const size_t i = size_t(r) * K + k;
+      ad[i] = a[i];
+      arr[i] = prec == cuda::kPrecSplit ? double(a[i]) : double(round_f16(a[i] / sc)) * sc;
+    }
+  }
+  auto mm = [&](const std::vector<double>& A, const std::vector<double>& W) {
+    std::vector<double> y(size_t(M) * N);
+    for (int r = 0; r < M; ++r)
+      for (int n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int k = 0; k < K; ++k) acc += A[size_t(r) * K + k] * W[size_t(n) * K + k];
+        y[size_t(r) * N + n] = acc;
+      }
+    return y;
+  };
+  const std::vector<double> y_exact = mm(ad, wd), y_round = mm(arr, wr);
+  cuda::GemmArgs g;
+  g.A = ar.hi;
+  g.A_lo = ar.lo;
+  g.a_scale = ar.scale;
+  g.prec = prec;
+  g.lda = K;
+  g.M = M;
+  g.W0 = w.d;
+  g.C = dev.poisoned<float>(size_t(M) * N);
+  g.ldc = N;
+  cuda::prefill_gemm(g, cuda::kGemmStore, nullptr, simple);
+  CK(cudaDeviceSynchronize());
+  const std::vector<float> got = down(g.C, size_t(M) * N);
+  const double e_round = row_err(got, y_round, M, N), e_exact = row_err(got, y_exact, M, N);
+  const bool w_rounded = !simple && fmt != cuda::kBF16;
+  const double tol = (prec == cuda::kPrecFP16 || w_rounded) ? 2e-3 : 2e-5;
+  // grouped SiLU*mul over gathered rows, f32 output
+  const int I = 96, R = 100;
+  Mat gt, upm;
+  make(gt, dev, I, K, fmt, 1, rng);
+  make(upm, dev, I, K, fmt, 1, rng);
+  std::vector<int32_t> rows(static_cast<size_t>(R)), tiles = {0, 0, 64, 0, 64, R}, nt = {2};
+  for (int i = 0; i < R; ++i) rows[size_t(i)] = int32_t((i * 37 + 5) % M);
+  cuda::GemmArgs q = g;
+  q.M = 0;
+  q.a_rows = dev.up(rows);
+  q.W0 = gt.d;
+  q.W1 = upm.d;
+  q.tiles = dev.up(tiles);
+  q.n_tiles = dev.up(nt);
+  q.max_tiles = 3;
+  q.C = dev.poisoned<float>(size_t(R) * I);
+  q.ldc = I;
+  cuda::prefill_gemm(q, cuda::kGemmSiluMul, nullptr, simple);
+  CK(cudaDeviceSynchronize());
+  std::vector<double> want3(size_t(R) * I);
+  std::vector<float> gv(static_cast<size_t>(I)), uv(static_cast<size_t>(I));
+  for (int i = 0; i < R; ++i) {
+    ref::matvec(gt.q[0], &a[size_t(rows[size_t(i)]) * K], gv.data());
+    ref::matvec(upm.q[0], &a[size_t(rows[size_t(i)]) * K], uv.data());
+    for (int j = 0; j < I; ++j) want3[size_t(i) * I + j] = double(ref::silu(gv[size_t(j)])) * uv[size_t(j)];
+  }
+  const double e3 = row_err(down(q.C, want3.size()), want3, R, I);
+  std::printf("[ prefill gemm %s fmt %d %s ] vs rounded-input ref %.2e, vs exact %.2e (tol %.0e), silu*mul %.2e\n",
+              cuda::prefill_prec_name(prec), fmt, simple ? "simple" : "mma", e_round, e_exact, tol, e3);
+  EXPECT_LT(e_round, 2e-4);
+  EXPECT_LT(e_exact, tol);
+  EXPECT_LT(e3, 2 * tol + 1e-5);  // + f32 silu (expf) vs the reference's
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, PrefillGemmPrec,
+                         ::testing::Combine(::testing::Values(int(cuda::kQ4), int(cuda::kQ8), int(cuda::kBF16)),
+                                            ::testing::Values(int(cuda::kPrecFP16), int(cuda::kPrecSplit)),
+                                            ::testing::Bool()));
+
+TEST(PrefillPrec, ParsesEnvValues) {
+  EXPECT_EQ(cuda::parse_prefill_prec("bf16"), cuda::kPrecBF16);
+  EXPECT_EQ(cuda::parse_prefill_prec("fp16"), cuda::kPrecFP16);
+  EXPECT_EQ(cuda::parse_prefill_prec("split"), cuda::kPrecSplit);
+  EXPECT_THROW(cuda::parse_prefill_prec("f16"), Error);
+  EXPECT_THROW(cuda::parse_prefill_prec(""), Error);
+}
 
 // Rate of the tensor-core GEMM on a big Q4 tile grid (printed; the bench reports the end-to-end rate).
 TEST(PrefillGemmSpeed, Q4LargeTiles) {

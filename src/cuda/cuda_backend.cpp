@@ -42,6 +42,9 @@ CudaOptions CudaOptions::from_env() {
   if (o.profile) o.graph = false;
   o.prefill = env_on("LILY_CUDA_PREFILL", true);
   o.prefill_simple = env_on("LILY_CUDA_PREFILL_SIMPLE", false);
+  const char* prec = std::getenv("LILY_CUDA_PREFILL_PRECISION");
+  o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecFP16;
+  o.prefill_attn_precise = env_on("LILY_CUDA_PREFILL_ATTN_PRECISE", true);
   return o;
 }
 
@@ -274,7 +277,8 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     pm.final_norm = final_norm_;
     pm.layers = &layers_;
     prefill_ = std::make_unique<PrefillRunner>(pm, kMaxPrefillChunk, [this](size_t b) { return dev_alloc(b); },
-                                               opt_.prefill_simple);
+                                               opt_.prefill_simple, opt_.prefill_prec,
+                                               opt_.prefill_attn_precise);
   }
   LILY_CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -1,6 +1,12 @@
 // Batched prefill kernels (n tokens of one sequence at once) and their host launchers. Activations between
-// kernels: the residual stream and projections in f32, the inputs of every matrix multiply in bf16 (row-major,
-// one row per token). All launchers are asynchronous on `s` and check the launch.
+// kernels: the residual stream and projections in f32; the inputs of every matrix multiply are 16-bit operand
+// rows (row-major, one row per token) in one of three precisions (PrefillPrec):
+//   kPrecBF16:  A bf16, weights dequantised to bf16, bf16 mma (8-bit significand).
+//   kPrecFP16:  A = scale[row] * hi with hi fp16 and scale a power of two chosen per row so that max|hi| lies in
+//               [2^14, 2^15) (no overflow whatever the activation range); weights s*q+b in f32 rounded to fp16
+//               (saturating); fp16 mma (11-bit significand), the row scale folded into the f32 result.
+//   kPrecSplit: as kPrecFP16 plus a second fp16 part, A = scale * (hi + lo), two mma per k-step (A to ~22 bits).
+// All launchers are asynchronous on `s` and check the launch.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -10,15 +16,32 @@
 
 namespace lily::cuda {
 
-// ---- GEMM: C[r][c] (op)= sum_k A[r][k] * W[c][k], bf16 tensor-core MMA with the weights dequantised per tile ----
+enum PrefillPrec : int { kPrecBF16 = 0, kPrecFP16 = 1, kPrecSplit = 2 };
+// Parses LILY_CUDA_PREFILL_PRECISION values "bf16" | "fp16" | "split" (case-sensitive); throws on anything else.
+int parse_prefill_prec(const char* s);
+const char* prefill_prec_name(int prec);
+
+// One GEMM operand: n rows of K elements (ld K) in precision prec. bf16: hi only; fp16: hi + scale;
+// split: hi + lo + scale.
+struct ActRows {
+  uint16_t* hi = nullptr;
+  uint16_t* lo = nullptr;
+  float* scale = nullptr;
+};
+
+// ---- GEMM: C[r][c] (op)= sum_k A[r][k] * W[c][k], tensor-core MMA with the weights dequantised per tile ----
 enum GemmMode : int {
   kGemmStore = 0,    // C f32 = acc
   kGemmAdd = 1,      // C f32 += acc (residual)
-  kGemmSiluMul = 2,  // dual: W0 = gate, W1 = up (same shape); Cb bf16 [r][j] = silu(gate.x) * (up.x), j < W0.rows
+  kGemmSiluMul = 2,  // dual: W0 = gate, W1 = up (same shape); [r][j] = silu(gate.x) * (up.x), j < W0.rows, to
+                     // Cb (bf16) when set, else to C (f32)
 };
 
 struct GemmArgs {
-  const uint16_t* A = nullptr;   // bf16 rows, lda elements apart
+  const uint16_t* A = nullptr;   // operand rows (bf16, or fp16 hi parts), lda elements apart
+  const uint16_t* A_lo = nullptr;   // kPrecSplit: fp16 low parts, same layout
+  const float* a_scale = nullptr;   // kPrecFP16 / kPrecSplit: per A row (indexed like A, i.e. after a_rows)
+  int prec = kPrecBF16;
   int lda = 0;
   const int32_t* a_rows = nullptr;  // optional gather: output row r reads A row a_rows[r]
   int M = 0;                     // rows (dense mode)
@@ -30,7 +53,7 @@ struct GemmArgs {
   int max_tiles = 0;
   int64_t w_stride = 0, sb_stride = 0;
   float* C = nullptr;            // f32 out (kGemmStore, kGemmAdd)
-  uint16_t* Cb = nullptr;        // bf16 out (kGemmSiluMul)
+  uint16_t* Cb = nullptr;        // bf16 out (kGemmSiluMul; null: f32 to C)
   int ldc = 0;
 };
 constexpr int kGemmTileM = 64;   // rows per tile of the grouped GEMM (the MoE tile map is built for it)
@@ -43,6 +66,11 @@ void prefill_embed(const DMat& E, const int32_t* ids, int n, float* x, cudaStrea
 // out[t] = bf16(rmsnorm(x[t]) * w), x rows of H floats (ldx apart)
 void prefill_rmsnorm_bf16(const float* x, int ldx, const float* w, int n, int H, float eps, uint16_t* out,
                           cudaStream_t s);
+// the same into operand rows of precision prec (bf16: out.hi only)
+void prefill_rmsnorm_act(const float* x, int ldx, const float* w, int n, int H, float eps, int prec,
+                         const ActRows& out, cudaStream_t s);
+// f32 rows x[t][0..K) (ldx apart) -> operand rows of precision prec (row scale: see PrefillPrec)
+void prefill_quant_rows(const float* x, int ldx, int n, int K, int prec, const ActRows& out, cudaStream_t s);
 
 // ---- MoE routing, all on the device ----
 struct RouteArgs {
@@ -78,6 +106,7 @@ struct GdnChunkArgs {
   float* cbuf = nullptr;         // scratch [n][conv_dim]: conv + SiLU, q/k l2-normalised (q * 1/sqrt(Dk))
   float* obuf = nullptr;         // scratch [n][Hv*Dv]: delta-rule outputs
   uint16_t* y = nullptr;         // [n][Hv*Dv] bf16 gated-RMSNorm output
+  float* y_f = nullptr;          // when set: f32 output there instead of y
 };
 void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s);
 
@@ -92,8 +121,13 @@ struct AttnChunkArgs {
   const float* q_norm = nullptr, *k_norm = nullptr;
   uint16_t* kc = nullptr;        // this layer's K cache [nkv][max_ctx][hd] bf16
   uint16_t* vc = nullptr;        // V cache, same layout
-  uint16_t* qb = nullptr;        // scratch [n][nq][hd] bf16 normed + roped queries
+  uint16_t* qb = nullptr;        // scratch [n][nq][hd] normed + roped queries (bf16, fp16 when precise)
   uint16_t* out = nullptr;       // [n][nq*hd] bf16 gated attention output
+  float* out_f = nullptr;        // when set: f32 output there instead of out
+  // precise = true: Q in fp16 and Q K^T as fp16 mma (K converted from the bf16 cache in registers: exact for
+  // |k| <= 65504, which RMSNorm guarantees when sqrt(hd) * max|k_norm| < 65504 - checked by the caller);
+  // P V with P split into two bf16 parts (P = P_hi + P_lo, two mma), V from the bf16 cache exact.
+  bool precise = false;
 };
 // simple = true: one warp per (token, head), scalar online softmax (reference / fallback).
 void prefill_attn(const AttnChunkArgs& a, cudaStream_t s, bool simple = false);

@@ -1,10 +1,13 @@
 // Gated full attention over a chunk (KV cache layout as attn_decode.cu: [nkv][max_ctx][hd] bf16 per K and V):
 //  k_prep: one warp per (token, slot): q heads RMSNorm + partial NeoX RoPE -> bf16 qb; k heads RMSNorm + RoPE
 //    -> K cache at pos0 + t; v heads -> V cache (the same rope angles as the decode kernel).
-//  k_flash: causal flash attention, bf16 mma.sync m16n8k16, f32 online softmax in exp2 space. Block = 64
+//  k_flash: causal flash attention, mma.sync m16n8k16, f32 online softmax in exp2 space. Block = 64
 //    queries of one q head (4 warps x 16 rows), key tiles of 64 from the cache (earlier chunks and this one);
 //    S = Q K^T from ldmatrix fragments, P reused in registers as the A operand of P V (V via ldmatrix.trans).
-//    Epilogue: O / l * sigmoid(gate) -> bf16.
+//    PRECISE = false: bf16 Q, K, P, V. PRECISE = true: fp16 Q (written so by k_prep) and K fragments converted
+//    bf16 -> fp16 in registers (exact in range), fp16 mma for Q K^T; P = P_hi + P_lo (two bf16 parts) and two
+//    bf16 mma per P V step (V from the cache is exact in bf16), so P carries ~16 bits instead of 8.
+//    Epilogue: O / l * sigmoid(gate) -> bf16 (out) or f32 (out_f).
 //  k_simple: one warp per (token, head), scalar online softmax (the reference / fallback path).
 #include <algorithm>
 #include <cfloat>
@@ -65,12 +68,16 @@ __global__ void k_prep(const AttnChunkArgs a) {
     }
   }
   __syncwarp();
-  for (int d = lane; d < hd; d += 32) dst[d] = f2bf(x[d]);
+  if (a.precise && sl < a.nq) {
+    for (int d = lane; d < hd; d += 32) dst[d] = f2h_bits(x[d]);
+  } else {
+    for (int d = lane; d < hd; d += 32) dst[d] = f2bf(x[d]);
+  }
 }
 
 constexpr int kBQ = 64, kBKV = 64;
 
-template <int HD>
+template <int HD, bool PRECISE>
 __global__ void __launch_bounds__(128) k_flash(const AttnChunkArgs a) {
   constexpr int SD = HD + 8;  // smem row stride (bf16)
   constexpr int ND = HD / 8;  // n8 tiles of the output
@@ -127,8 +134,15 @@ __global__ void __launch_bounds__(128) k_flash(const AttnChunkArgs a) {
       for (int nj = 0; nj < 4; ++nj) {
         uint32_t b[4];
         ldsm_x4(b, Ks + (nj * 16 + (lane & 7) + (lane >> 4) * 8) * SD + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma16816(sc[2 * nj], qa, b[0], b[1]);
-        mma16816(sc[2 * nj + 1], qa, b[2], b[3]);
+        if constexpr (PRECISE) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) b[i] = bf2_to_h2(b[i]);
+          mma16816_f16(sc[2 * nj], qa, b[0], b[1]);
+          mma16816_f16(sc[2 * nj + 1], qa, b[2], b[3]);
+        } else {
+          mma16816(sc[2 * nj], qa, b[0], b[1]);
+          mma16816(sc[2 * nj + 1], qa, b[2], b[3]);
+        }
       }
     }
     // mask, online softmax
@@ -158,28 +172,38 @@ __global__ void __launch_bounds__(128) k_flash(const AttnChunkArgs a) {
       o[i][0] *= corr[0]; o[i][1] *= corr[0];
       o[i][2] *= corr[1]; o[i][3] *= corr[1];
     }
-    uint32_t pa[4][4];
-#pragma unroll
-    for (int ni = 0; ni < 8; ++ni) {
-      float p[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int hh = q >> 1;
-        p[q] = sc[ni][q] == -FLT_MAX ? 0.f : exp2f(sc[ni][q] - m[hh]);
-        l[hh] += p[q];
-      }
-      pa[ni >> 1][(ni & 1) * 2 + 0] = pack_bf2(p[0], p[1]);
-      pa[ni >> 1][(ni & 1) * 2 + 1] = pack_bf2(p[2], p[3]);
-    }
-    // O += P V
+    // P (per 16-key step kk: key columns ni = 2kk, 2kk+1) packed as the A operand, then O += P V
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
+      uint32_t pa[4];
+      [[maybe_unused]] uint32_t pl[4];
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int ni = 2 * kk + h2;
+        float p[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int hh = q >> 1;
+          p[q] = sc[ni][q] == -FLT_MAX ? 0.f : exp2f(sc[ni][q] - m[hh]);
+          l[hh] += p[q];
+        }
+        pa[h2 * 2 + 0] = pack_bf2(p[0], p[1]);
+        pa[h2 * 2 + 1] = pack_bf2(p[2], p[3]);
+        if constexpr (PRECISE) {  // low parts: p - bf16(p), exact in f32
+          pl[h2 * 2 + 0] = pack_bf2(p[0] - bf_lo(pa[h2 * 2 + 0]), p[1] - bf_hi(pa[h2 * 2 + 0]));
+          pl[h2 * 2 + 1] = pack_bf2(p[2] - bf_lo(pa[h2 * 2 + 1]), p[3] - bf_hi(pa[h2 * 2 + 1]));
+        }
+      }
 #pragma unroll
       for (int dj = 0; dj < HD / 16; ++dj) {
         uint32_t b[4];
         ldsm_x4_t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * SD + dj * 16 + (lane >> 4) * 8);
-        mma16816(o[2 * dj], pa[kk], b[0], b[1]);
-        mma16816(o[2 * dj + 1], pa[kk], b[2], b[3]);
+        mma16816(o[2 * dj], pa, b[0], b[1]);
+        mma16816(o[2 * dj + 1], pa, b[2], b[3]);
+        if constexpr (PRECISE) {
+          mma16816(o[2 * dj], pl, b[0], b[1]);
+          mma16816(o[2 * dj + 1], pl, b[2], b[3]);
+        }
       }
     }
   }
@@ -195,12 +219,18 @@ __global__ void __launch_bounds__(128) k_flash(const AttnChunkArgs a) {
     if (t >= a.n) continue;
     const float inv = 1.f / l[hh];
     const float* gate = a.proj + int64_t(t) * a.ldp + h * 2 * HD + HD;
-    uint16_t* out = a.out + int64_t(t) * a.nq * HD + h * HD;
+    const int64_t ob = int64_t(t) * a.nq * HD + h * HD;
 #pragma unroll
     for (int i = 0; i < ND; ++i) {
       const int d = i * 8 + 2 * cq;
-      out[d] = f2bf(o[i][2 * hh] * inv * sigmoid_f(gate[d]));
-      out[d + 1] = f2bf(o[i][2 * hh + 1] * inv * sigmoid_f(gate[d + 1]));
+      const float v0 = o[i][2 * hh] * inv * sigmoid_f(gate[d]), v1 = o[i][2 * hh + 1] * inv * sigmoid_f(gate[d + 1]);
+      if (a.out_f) {
+        a.out_f[ob + d] = v0;
+        a.out_f[ob + d + 1] = v1;
+      } else {
+        a.out[ob + d] = f2bf(v0);
+        a.out[ob + d + 1] = f2bf(v1);
+      }
     }
   }
 }
@@ -217,7 +247,8 @@ __global__ void k_simple(const AttnChunkArgs a) {
   const float scale = rsqrtf(float(hd)) * kLog2e;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    q[i] = i < nd ? bf2f(a.qb[(int64_t(t) * a.nq + h) * hd + lane + 32 * i]) * scale : 0.f;
+    const uint16_t qv = i < nd ? a.qb[(int64_t(t) * a.nq + h) * hd + lane + 32 * i] : uint16_t(0);
+    q[i] = i < nd ? (a.precise ? h2f_bits(qv) : bf2f(qv)) * scale : 0.f;
     acc[i] = 0.f;
   }
   float m = -FLT_MAX, l = 0.f;
@@ -239,20 +270,28 @@ __global__ void k_simple(const AttnChunkArgs a) {
   for (int i = 0; i < 8; ++i)
     if (i < nd) {
       const int d = lane + 32 * i;
-      a.out[int64_t(t) * a.nq * hd + h * hd + d] = f2bf(acc[i] / l * sigmoid_f(gate[d]));
+      const float v = acc[i] / l * sigmoid_f(gate[d]);
+      if (a.out_f) a.out_f[int64_t(t) * a.nq * hd + h * hd + d] = v;
+      else a.out[int64_t(t) * a.nq * hd + h * hd + d] = f2bf(v);
     }
 }
 
-template <int HD>
-void run_flash(const AttnChunkArgs& a, cudaStream_t s) {
+template <int HD, bool PRECISE>
+void run_flash_p(const AttnChunkArgs& a, cudaStream_t s) {
   constexpr size_t smem = size_t(kBQ + 2 * kBKV) * (HD + 8) * 2;
   static bool once = [] {
-    LILY_CUDA_CHECK(cudaFuncSetAttribute(k_flash<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    LILY_CUDA_CHECK(
+        cudaFuncSetAttribute(k_flash<HD, PRECISE>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)once;
-  k_flash<HD><<<dim3((a.n + kBQ - 1) / kBQ, a.nq), 128, smem, s>>>(a);
+  k_flash<HD, PRECISE><<<dim3((a.n + kBQ - 1) / kBQ, a.nq), 128, smem, s>>>(a);
   LILY_CUDA_CHECK_LAUNCH();
+}
+template <int HD>
+void run_flash(const AttnChunkArgs& a, cudaStream_t s) {
+  if (a.precise) run_flash_p<HD, true>(a, s);
+  else run_flash_p<HD, false>(a, s);
 }
 
 }  // namespace

@@ -151,7 +151,11 @@ __global__ void k_norm(const GdnChunkArgs g) {
   for (int i = lane; i < Dv; i += 32) ss += o[i] * o[i];
   ss = warp_sum(ss);
   const float r = rsqrtf(ss / float(Dv) + g.eps);
-  for (int i = lane; i < Dv; i += 32) g.y[int64_t(t) * vd + j * Dv + i] = f2bf(o[i] * r * g.norm_w[i] * silu_f(z[i]));
+  for (int i = lane; i < Dv; i += 32) {
+    const float v = o[i] * r * g.norm_w[i] * silu_f(z[i]);
+    if (g.y_f) g.y_f[int64_t(t) * vd + j * Dv + i] = v;
+    else g.y[int64_t(t) * vd + j * Dv + i] = f2bf(v);
+  }
 }
 
 }  // namespace

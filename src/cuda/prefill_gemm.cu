@@ -1,11 +1,13 @@
-// Prefill GEMM: C[r][c] = sum_k A[r][k] W[c][k] with A bf16 activations and W in the checkpoint's format (MLX
-// affine 4/8-bit or bf16). Block tile BM x 128 x 64 (k), 8 warps (2 x 4), bf16 mma.sync m16n8k16 with f32
-// accumulation. A tiles come in by cp.async (optionally gathered through a_rows), W tiles are read as packed
-// words into registers one k-tile ahead, dequantised (s*q + b in f32, rounded to bf16) and stored to shared
-// memory: weights are never expanded in global memory. Double-buffered shared memory, one sync pair per k-tile.
-// Dense mode tiles rows [0, M); grouped mode reads a device tile map {expert, r0, r1} (the MoE expert groups).
-// kGemmSiluMul computes gate and up of the same 64 output columns in one tile (each warp: 16 gate + 16 up
-// columns) and writes bf16 silu(gate) * up.
+// Prefill GEMM: C[r][c] = sum_k A[r][k] W[c][k] with A 16-bit operand rows and W in the checkpoint's format (MLX
+// affine 4/8-bit or bf16). Block tile BM x 128 x 64 (k), 8 warps (2 x 4), mma.sync m16n8k16 with f32
+// accumulation; PREC (prefill.h PrefillPrec) picks bf16 or fp16 operands, kPrecSplit adds the fp16 low part of A
+// (second A tile, second mma with the same W fragment). A tiles come in by cp.async (optionally gathered through
+// a_rows), W tiles are read as packed words into registers one k-tile ahead, dequantised (s*q + b in f32, rounded
+// to bf16 or saturating fp16) and stored to shared memory: weights are never expanded in global memory.
+// Double-buffered shared memory, one sync pair per k-tile. fp16 A rows carry a power-of-two scale, applied to the
+// f32 accumulator in the epilogue. Dense mode tiles rows [0, M); grouped mode reads a device tile map
+// {expert, r0, r1} (the MoE expert groups). kGemmSiluMul computes gate and up of the same 64 output columns in one
+// tile (each warp: 16 gate + 16 up columns) and writes silu(gate) * up (bf16 to Cb, or f32 to C).
 #include "cuda/prefill.h"
 #include "cuda/prefill_util.cuh"
 
@@ -18,7 +20,13 @@ constexpr int kThreads = 256;
 __device__ __forceinline__ const uint8_t* mat_w(const DMat& m, int64_t e, int64_t ws) { return m.w + e * ws; }
 
 // Per-thread share of a W tile: 32 consecutive k of one tile row (thread t: row t/2, half t%2).
-template <int FMT>
+template <int PREC>
+__device__ __forceinline__ uint32_t pack_w(float lo, float hi) {
+  if constexpr (PREC == kPrecBF16) return pack_bf2(lo, hi);
+  else return pack_h2(lo, hi);
+}
+
+template <int FMT, int PREC>
 struct BTile {
   static constexpr int kU4 = FMT == kQ4 ? 1 : FMT == kQ8 ? 2 : 4;  // 16-byte words per 32 elements
   uint4 raw[kU4];
@@ -41,19 +49,23 @@ struct BTile {
       for (int i = 0; i < 4; ++i) dst[i] = make_uint4(0, 0, 0, 0);
       return;
     }
-    if constexpr (FMT == kBF16) {
+    if constexpr (FMT == kBF16 && PREC == kPrecBF16) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) dst[i] = raw[i];
+    } else if constexpr (FMT == kBF16) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        dst[i] = make_uint4(bf2_to_h2(raw[i].x), bf2_to_h2(raw[i].y), bf2_to_h2(raw[i].z), bf2_to_h2(raw[i].w));
     } else if constexpr (FMT == kQ4) {
       const float s16 = 16.f * bf_lo(sb), b = bf_hi(sb) - s16;
       const uint32_t wv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint32_t x = wv[i];
-        dst[i] = make_uint4(pack_bf2(fmaf(s16, q4f<0>(x), b), fmaf(s16, q4f<1>(x), b)),
-                            pack_bf2(fmaf(s16, q4f<2>(x), b), fmaf(s16, q4f<3>(x), b)),
-                            pack_bf2(fmaf(s16, q4f<4>(x), b), fmaf(s16, q4f<5>(x), b)),
-                            pack_bf2(fmaf(s16, q4f<6>(x), b), fmaf(s16, q4f<7>(x), b)));
+        dst[i] = make_uint4(pack_w<PREC>(fmaf(s16, q4f<0>(x), b), fmaf(s16, q4f<1>(x), b)),
+                            pack_w<PREC>(fmaf(s16, q4f<2>(x), b), fmaf(s16, q4f<3>(x), b)),
+                            pack_w<PREC>(fmaf(s16, q4f<4>(x), b), fmaf(s16, q4f<5>(x), b)),
+                            pack_w<PREC>(fmaf(s16, q4f<6>(x), b), fmaf(s16, q4f<7>(x), b)));
       }
     } else {
       const float s256 = 256.f * bf_lo(sb), b = bf_hi(sb) - s256;
@@ -62,11 +74,11 @@ struct BTile {
         const uint32_t wv[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          dst[u * 2 + i] = make_uint4(pack_bf2(fmaf(s256, q8f<0>(wv[2 * i]), b), fmaf(s256, q8f<1>(wv[2 * i]), b)),
-                                      pack_bf2(fmaf(s256, q8f<2>(wv[2 * i]), b), fmaf(s256, q8f<3>(wv[2 * i]), b)),
-                                      pack_bf2(fmaf(s256, q8f<0>(wv[2 * i + 1]), b),
+          dst[u * 2 + i] = make_uint4(pack_w<PREC>(fmaf(s256, q8f<0>(wv[2 * i]), b), fmaf(s256, q8f<1>(wv[2 * i]), b)),
+                                      pack_w<PREC>(fmaf(s256, q8f<2>(wv[2 * i]), b), fmaf(s256, q8f<3>(wv[2 * i]), b)),
+                                      pack_w<PREC>(fmaf(s256, q8f<0>(wv[2 * i + 1]), b),
                                                fmaf(s256, q8f<1>(wv[2 * i + 1]), b)),
-                                      pack_bf2(fmaf(s256, q8f<2>(wv[2 * i + 1]), b),
+                                      pack_w<PREC>(fmaf(s256, q8f<2>(wv[2 * i + 1]), b),
                                                fmaf(s256, q8f<3>(wv[2 * i + 1]), b)));
         }
       }
@@ -74,12 +86,14 @@ struct BTile {
   }
 };
 
-template <int BM, int MODE, int FMT>
+template <int BM, int MODE, int FMT, int PREC>
 __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
   constexpr int WM = BM / 2, MI = WM / 16;
+  constexpr bool kSplit = PREC == kPrecSplit;
   extern __shared__ uint4 smem_u4[];
   uint16_t* As = reinterpret_cast<uint16_t*>(smem_u4);  // [2][BM][kSK]
   uint16_t* Bs = As + 2 * BM * kSK;                     // [2][kBN][kSK]
+  uint16_t* Al = Bs + 2 * kBN * kSK;                    // kPrecSplit: [2][BM][kSK] low parts
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
 
@@ -98,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
   const int K = g.W0.cols;
 
   // this thread's W row
-  BTile<FMT> bt;
+  BTile<FMT, PREC> bt;
   {
     const int r = tid >> 1;
     const DMat* m = &g.W0;
@@ -124,6 +138,7 @@ __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
       int gr = min(r0 + r, r1 - 1);
       if (g.a_rows) gr = g.a_rows[gr];
       cp_async16(dst + r * kSK + c, g.A + int64_t(gr) * g.lda + k0 + c);
+      if constexpr (kSplit) cp_async16(Al + buf * BM * kSK + r * kSK + c, g.A_lo + int64_t(gr) * g.lda + k0 + c);
     }
     cp_commit();
   };
@@ -165,8 +180,24 @@ __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
         ldsm_x4(b, bs + (wn * 32 + nj * 16 + (lane & 7) + (lane >> 4) * 8) * kSK + kk * 16 + ((lane >> 3) & 1) * 8);
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
-          mma16816(acc[mi][2 * nj], a[mi], b[0], b[1]);
-          mma16816(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
+          mma_op<PREC>(acc[mi][2 * nj], a[mi], b[0], b[1]);
+          mma_op<PREC>(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
+        }
+      }
+      if constexpr (kSplit) {  // low parts of A against the same W fragments (reloaded: keeps registers low)
+        const uint16_t* al = Al + cur * BM * kSK;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+          ldsm_x4(a[mi], al + (wm * WM + mi * 16 + (lane & 15)) * kSK + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int nj = 0; nj < 2; ++nj) {
+          uint32_t b[4];
+          ldsm_x4(b, bs + (wn * 32 + nj * 16 + (lane & 7) + (lane >> 4) * 8) * kSK + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+            mma_op<PREC>(acc[mi][2 * nj], a[mi], b[0], b[1]);
+            mma_op<PREC>(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
+          }
         }
       }
     }
@@ -182,6 +213,8 @@ __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
     for (int hh = 0; hh < 2; ++hh) {
       const int r = r0 + wm * WM + mi * 16 + gq + 8 * hh;
       if (r >= r1) continue;
+      float rs = 1.f;
+      if constexpr (PREC != kPrecBF16) rs = g.a_scale[g.a_rows ? g.a_rows[r] : r];
       if constexpr (MODE == kGemmSiluMul) {
 #pragma unroll
         for (int ni = 0; ni < 2; ++ni) {
@@ -189,8 +222,9 @@ __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
           for (int q = 0; q < 2; ++q) {
             const int c = blockIdx.y * 64 + wn * 16 + ni * 8 + 2 * cq + q;
             if (c < g.W0.rows) {
-              const float gv = acc[mi][ni][2 * hh + q], uv = acc[mi][ni + 2][2 * hh + q];
-              g.Cb[int64_t(r) * g.ldc + c] = f2bf(silu_f(gv) * uv);
+              const float gv = acc[mi][ni][2 * hh + q] * rs, uv = acc[mi][ni + 2][2 * hh + q] * rs;
+              if (g.Cb) g.Cb[int64_t(r) * g.ldc + c] = f2bf(silu_f(gv) * uv);
+              else g.C[int64_t(r) * g.ldc + c] = silu_f(gv) * uv;
             }
           }
         }
@@ -202,8 +236,8 @@ __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
             const int c = blockIdx.y * kBN + wn * 32 + ni * 8 + 2 * cq + q;
             if (c < g.W0.rows) {
               float* p = g.C + int64_t(r) * g.ldc + c;
-              if constexpr (MODE == kGemmAdd) *p += acc[mi][ni][2 * hh + q];
-              else *p = acc[mi][ni][2 * hh + q];
+              if constexpr (MODE == kGemmAdd) *p += acc[mi][ni][2 * hh + q] * rs;
+              else *p = acc[mi][ni][2 * hh + q] * rs;
             }
           }
         }
@@ -220,6 +254,15 @@ __device__ float wval(const DMat& m, const uint8_t* w, const uint32_t* sb, int64
   if (m.fmt == kQ4) q = (reinterpret_cast<const uint32_t*>(w + row * m.row_bytes)[k / 8] >> (4 * (k % 8))) & 15u;
   else q = (reinterpret_cast<const uint32_t*>(w + row * m.row_bytes)[k / 4] >> (8 * (k % 4))) & 255u;
   return bf_lo(s) * float(q) + bf_hi(s);
+}
+
+// A[r][k] as float in any precision (r: the A row, after the gather)
+__device__ __forceinline__ float aval(const GemmArgs& g, int64_t r, int k) {
+  const int64_t i = r * g.lda + k;
+  if (g.prec == kPrecBF16) return bf2f(g.A[i]);
+  float v = h2f_bits(g.A[i]);
+  if (g.prec == kPrecSplit) v += h2f_bits(g.A_lo[i]);
+  return v * g.a_scale[r];
 }
 
 template <int MODE>
@@ -244,46 +287,56 @@ __global__ void __launch_bounds__(128) k_gemm_simple(const GemmArgs g) {
   const uint8_t* w1 = MODE == kGemmSiluMul ? g.W1.w + e * g.w_stride : nullptr;
   const uint32_t* s1 = MODE == kGemmSiluMul && g.W1.sb ? g.W1.sb + e * g.sb_stride : nullptr;
   for (int r = r0; r < r1; ++r) {
-    const uint16_t* a = g.A + int64_t(g.a_rows ? g.a_rows[r] : r) * g.lda;
+    const int64_t ar = g.a_rows ? g.a_rows[r] : r;
     float s = 0.f, u = 0.f;
     for (int k = 0; k < K; ++k) {
-      const float x = bf2f(a[k]);
+      const float x = aval(g, ar, k);
       s = fmaf(x, wval(g.W0, w0, s0, c, k), s);
       if constexpr (MODE == kGemmSiluMul) u = fmaf(x, wval(g.W1, w1, s1, c, k), u);
     }
-    if constexpr (MODE == kGemmSiluMul) g.Cb[int64_t(r) * g.ldc + c] = f2bf(silu_f(s) * u);
+    if constexpr (MODE == kGemmSiluMul) {
+      if (g.Cb) g.Cb[int64_t(r) * g.ldc + c] = f2bf(silu_f(s) * u);
+      else g.C[int64_t(r) * g.ldc + c] = silu_f(s) * u;
+    }
     else if constexpr (MODE == kGemmAdd) g.C[int64_t(r) * g.ldc + c] += s;
     else g.C[int64_t(r) * g.ldc + c] = s;
   }
 }
 
-template <int BM, int MODE, int FMT>
+template <int BM, int MODE, int FMT, int PREC>
 void run_fast(const GemmArgs& g, dim3 grid, cudaStream_t s) {
-  constexpr size_t smem = size_t(2) * (BM + kBN) * kSK * 2;
+  constexpr size_t smem = size_t(2) * (BM * (PREC == kPrecSplit ? 2 : 1) + kBN) * kSK * 2;
   static bool once = [] {
-    LILY_CUDA_CHECK(cudaFuncSetAttribute(k_gemm<BM, MODE, FMT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    LILY_CUDA_CHECK(cudaFuncSetAttribute(k_gemm<BM, MODE, FMT, PREC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          int(smem)));
     return true;
   }();
   (void)once;
-  k_gemm<BM, MODE, FMT><<<grid, kThreads, smem, s>>>(g);
+  k_gemm<BM, MODE, FMT, PREC><<<grid, kThreads, smem, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
 }
 
-template <int BM, int MODE>
+template <int BM, int MODE, int PREC>
 void run_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   switch (g.W0.fmt) {
-    case kQ4: run_fast<BM, MODE, kQ4>(g, grid, s); break;
-    case kQ8: run_fast<BM, MODE, kQ8>(g, grid, s); break;
-    default: run_fast<BM, MODE, kBF16>(g, grid, s); break;
+    case kQ4: run_fast<BM, MODE, kQ4, PREC>(g, grid, s); break;
+    case kQ8: run_fast<BM, MODE, kQ8, PREC>(g, grid, s); break;
+    default: run_fast<BM, MODE, kBF16, PREC>(g, grid, s); break;
   }
+}
+
+template <int BM, int MODE>
+void run_prec(const GemmArgs& g, dim3 grid, cudaStream_t s) {
+  if (g.prec == kPrecSplit) run_fmt<BM, MODE, kPrecSplit>(g, grid, s);
+  else if (g.prec == kPrecFP16) run_fmt<BM, MODE, kPrecFP16>(g, grid, s);
+  else run_fmt<BM, MODE, kPrecBF16>(g, grid, s);
 }
 
 template <int BM>
 void run_mode(const GemmArgs& g, int mode, dim3 grid, cudaStream_t s) {
-  if (mode == kGemmStore) run_fmt<BM, kGemmStore>(g, grid, s);
-  else if (mode == kGemmAdd) run_fmt<BM, kGemmAdd>(g, grid, s);
-  else run_fmt<BM, kGemmSiluMul>(g, grid, s);
+  if (mode == kGemmStore) run_prec<BM, kGemmStore>(g, grid, s);
+  else if (mode == kGemmAdd) run_prec<BM, kGemmAdd>(g, grid, s);
+  else run_prec<BM, kGemmSiluMul>(g, grid, s);
 }
 
 }  // namespace
@@ -292,14 +345,18 @@ void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
   const DMat& w = g.W0;
   const int K = w.cols;
   if (mode == kGemmSiluMul &&
-      (g.W1.fmt != w.fmt || g.W1.rows != w.rows || g.W1.cols != K || g.W1.group != w.group || !g.Cb))
+      (g.W1.fmt != w.fmt || g.W1.rows != w.rows || g.W1.cols != K || g.W1.group != w.group || (!g.Cb && !g.C)))
     throw Error("prefill_gemm: gate and up must share shape and format");
   if (mode != kGemmSiluMul && !g.C) throw Error("prefill_gemm: no output");
+  if (g.prec != kPrecBF16 && g.prec != kPrecFP16 && g.prec != kPrecSplit) throw Error("prefill_gemm: bad precision");
+  if (g.prec != kPrecBF16 && !g.a_scale) throw Error("prefill_gemm: fp16 operands need row scales");
+  if (g.prec == kPrecSplit && !g.A_lo) throw Error("prefill_gemm: split operands need the low parts");
   const bool grouped = g.tiles != nullptr;
   if (!grouped && g.M <= 0) return;
   const int ncols = mode == kGemmSiluMul ? 64 : kBN;
   const bool fast_ok = !simple && K % kBK == 0 && (w.fmt == kBF16 || w.group % 32 == 0) && g.lda % 8 == 0 &&
-                       (reinterpret_cast<uintptr_t>(g.A) & 15) == 0;
+                       (reinterpret_cast<uintptr_t>(g.A) & 15) == 0 &&
+                       (reinterpret_cast<uintptr_t>(g.A_lo) & 15) == 0;
   if (!fast_ok) {
     const dim3 grid(grouped ? g.max_tiles : (g.M + kGemmTileM - 1) / kGemmTileM, (w.rows + 127) / 128);
     if (mode == kGemmStore) k_gemm_simple<kGemmStore><<<grid, 128, 0, s>>>(g);

@@ -30,8 +30,12 @@ struct PrefillState {
 class PrefillRunner {
  public:
   static constexpr int kLogitRows = 64;  // lm_head rows per pass
-  PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc, bool simple);
+  // prec: operand precision of the GEMMs (PrefillPrec; see prefill.h); in the fp16 modes attn_precise also makes
+  // the flash attention precise (AttnChunkArgs::precise) where the q/k norm weights allow fp16 Q K^T.
+  PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc, bool simple,
+                int prec = kPrecFP16, bool attn_precise = true);
   int max_chunk() const { return max_chunk_; }
+  int prec() const { return prec_; }
   // Consumes ids (host) [0, n) at positions pos0.. (n <= max_chunk); logits of chunk rows [n - n_logits, n) to
   // out (host, [n_logits][vocab]). Synchronises the stream only when logits are copied out.
   void run(const PrefillState& st, const int32_t* ids, int n, int pos0, int n_logits, float* out, cudaStream_t s);
@@ -40,15 +44,22 @@ class PrefillRunner {
   void gdn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
   void attn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
   void moe_layer(const DLayer& d, int n, cudaStream_t s);
-  void gemm(const uint16_t* A, int lda, int M, const DMat& W, float* C, int ldc, int mode, cudaStream_t s);
+  void gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode, cudaStream_t s);
+  void set_a(GemmArgs& g, const ActRows& A) const;
+  // f32 rows in stage_ -> operand rows dst (no-op in bf16 mode, where the producers write bf16 directly)
+  void to_act(int n, int K, const ActRows& dst, cudaStream_t s);
 
   PrefillModel m_;
   int max_chunk_ = 0, max_tiles_ = 0, P_ = 0;
   bool simple_ = false;
+  int prec_ = kPrecFP16;
+  std::vector<char> attn_precise_;  // per layer: fp16 Q K^T is safe (RMSNorm bound of q/k below fp16 range)
   int32_t* ids_ = nullptr;
   float *x_ = nullptr, *proj_ = nullptr, *cbuf_ = nullptr, *obuf_ = nullptr, *rl_ = nullptr, *sg_ = nullptr;
   float *rw_ = nullptr, *yd_ = nullptr, *shd_ = nullptr, *logits_ = nullptr;
-  uint16_t *xb_ = nullptr, *yb_ = nullptr, *qb_ = nullptr, *act_ = nullptr, *sact_ = nullptr;
+  float* stage_ = nullptr;  // precise modes: f32 outputs of GDN / attention / SiLU*mul before to_act
+  ActRows xa_, ya_, acta_, sacta_;  // GEMM operands: normed x, mixer output, expert and shared activations
+  uint16_t* qb_ = nullptr;
   int32_t *ridx_ = nullptr, *counts_ = nullptr, *fill_ = nullptr, *tiles_ = nullptr, *ntiles_ = nullptr;
   int32_t *row_token_ = nullptr, *slot_row_ = nullptr;
 };

@@ -1,6 +1,8 @@
-// Device helpers of the prefill kernels: cp.async, ldmatrix, bf16 mma.sync m16n8k16 (sm_80+), bf16 packing.
+// Device helpers of the prefill kernels: cp.async, ldmatrix, bf16 / fp16 mma.sync m16n8k16 (sm_80+), bf16 and
+// saturating fp16 packing.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -39,6 +41,34 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
       "{%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a * b with fp16 operands (same fragment layout as the bf16 m16n8k16), f32 accumulate.
+__device__ __forceinline__ void mma16816_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// PREC selects the operand type: bf16 (kPrecBF16) or fp16 (kPrecFP16 / kPrecSplit).
+template <int PREC>
+__device__ __forceinline__ void mma_op(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (PREC == 0) mma16816(d, a, b0, b1);
+  else mma16816_f16(d, a, b0, b1);
+}
+
+// Two floats -> fp16x2, round to nearest, saturating to +-65504 (never inf; NaN stays NaN).
+__device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// bf16x2 -> fp16x2 (exact for |x| in [2^-14, 65504]; smaller values become fp16 subnormals, larger saturate).
+__device__ __forceinline__ uint32_t bf2_to_h2(uint32_t v) { return pack_h2(bf_lo(v), bf_hi(v)); }
+__device__ __forceinline__ float h2f_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ uint16_t f2h_bits(float f) {  // saturating, round to nearest
+  return uint16_t(pack_h2(f, 0.f) & 0xffffu);
 }
 
 __device__ __forceinline__ uint32_t pack_bf2(float lo, float hi) {
