@@ -267,7 +267,7 @@ TEST_P(CudaAttnDecode, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Lengths, CudaAttnDecode, ::testing::Values(1, 300, 5000));
+INSTANTIATE_TEST_SUITE_P(Lengths, CudaAttnDecode, ::testing::Values(1, 129, 300, 5000, 20000));
 
 TEST(CudaDecodeKernels, GdnStepMatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
