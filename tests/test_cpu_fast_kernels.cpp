@@ -140,3 +140,25 @@ TEST(CpuFastKernels, AttentionMatchesReferenceShortAndSplit) {
     EXPECT_LE(rel_err(b, a), 1e-5) << "T=" << T;
   }
 }
+
+TEST(CpuFastKernels, DenseBf16MatchesReference) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int rows = 45, cols = 272;
+  std::vector<uint16_t> w(size_t(rows) * cols);
+  for (auto& x : w) x = f32_to_bf16(nd(rng) * 0.05f);
+  QMatrix m;
+  m.kind = QMatrix::Kind::Dense;
+  m.dtype = DType::BF16;
+  m.rows = rows;
+  m.cols = cols;
+  m.w = w.data();
+  for (int n : {1, 5}) {
+    std::vector<float> X(size_t(n) * cols);
+    for (auto& x : X) x = nd(rng);
+    std::vector<float> ref(size_t(n) * rows), got(ref.size(), NAN);
+    ref::matmul(m, X.data(), n, ref.data());
+    fast::matmul(m, X.data(), n, got.data(), true);
+    EXPECT_LE(rel_err(got, ref), 1e-5) << "n=" << n;
+  }
+}

@@ -3,6 +3,8 @@
 // wherever jinja2 fails (raise_exception messages verbatim). Skipped when /usr/bin/python3 lacks jinja2.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -81,22 +83,24 @@ void compare_generated(const std::string& tmpl_source, const std::string& label,
     }
   }
   fs::remove_all(dir);
+  std::printf("[ %s ] %d rendered identically, %d raised the same error, %d failed in both\n", label.c_str(),
+              tally->rendered, tally->raised, tally->errors);
 }
 
 }  // namespace
 
 TEST(TemplateOracle, Qwen35GeneratedConversations) {
   Tally t;
-  compare_generated(slurp(kTests / "fixtures" / "qwen35-chat" / "Qwen3.5-4B.jinja"), "qwen35", 20240601, 120, &t);
-  EXPECT_GE(t.rendered, 60);
+  compare_generated(slurp(kTests / "fixtures" / "qwen35-chat" / "Qwen3.5-4B.jinja"), "qwen35", 20240601, 300, &t);
+  EXPECT_GE(t.rendered, 200);
   EXPECT_GE(t.raised, 10);
 }
 
 TEST(TemplateOracle, Qwen3GeneratedConversations) {
   auto cfg = nlohmann::ordered_json::parse(slurp(kTests / "fixtures" / "qwen3-tokenizer" / "tokenizer_config.json"));
   Tally t;
-  compare_generated(cfg["chat_template"].get<std::string>(), "qwen3", 777, 120, &t);
-  EXPECT_GE(t.rendered, 60);
+  compare_generated(cfg["chat_template"].get<std::string>(), "qwen3", 777, 300, &t);
+  EXPECT_GE(t.rendered, 250);
 }
 
 // The feature cases are also re-rendered live by jinja2, so the checked-in expectations cannot drift from it.

@@ -91,8 +91,12 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
     const int j = static_cast<int>(std::upper_bound(fst, fst + count + 1, t) - fst) - 1;
     const MatJob& jb = jobs[j];
     const int64_t r0 = (t - fst[j]) * bl[j], r1 = std::min(jb.W->rows, r0 + bl[j]);
-    if (qi[j] < 0)
-      generic_rows(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
+    if (qi[j] < 0) {
+      if (avx && q8_bf16_supported(*jb.W))
+        q8_bf16_rows_avx512(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
+      else
+        generic_rows(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
+    }
     else if (avx)
       q4_rows_avx512(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
     else

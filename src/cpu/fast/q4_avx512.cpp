@@ -94,8 +94,10 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
     }
     bias[k] = _mm512_reduce_add_ps(bacc);
   }
+  // row_bytes() is out of line: a call inside the loop would spill every zmm register around it
+  const int64_t rb = static_cast<int64_t>(W.row_bytes());
   const uint8_t* wr[4];
-  for (int k = 0; k < 4; ++k) wr[k] = static_cast<const uint8_t*>(W.w) + (r + (k < nr ? k : 0)) * W.row_bytes();
+  for (int k = 0; k < 4; ++k) wr[k] = static_cast<const uint8_t*>(W.w) + (r + (k < nr ? k : 0)) * rb;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   const int8_t* xh = &X.hi[static_cast<size_t>(i) * X.P * 128];
@@ -116,7 +118,7 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
     for (int k = 0; k < 4; ++k) {
       // 4 rows = 4 short streams 1 KiB apart, too short for the hardware prefetcher: fetch the same spot of
       // the next quad's rows ourselves (measured 7 -> 18 GB/s single-thread on a 64 MiB matrix)
-      _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * 64 + 4 * W.row_bytes()), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wr[k] + p * 64 + 4 * rb), _MM_HINT_T0);
       const __m512i wb = _mm512_maskz_loadu_epi8(mask, wr[k] + p * 64);
       const __m512i lo = _mm512_and_si512(wb, m4);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), m4);

@@ -10,6 +10,9 @@ bool q4_avx512_available();
 // Peak int8 multiply-add rate (GOP/s, one thread) of the VNNI instruction the kernels use.
 double vnni_gops_one_thread(double seconds);
 void q4_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y);
+// 8-bit affine (group % 16 == 0) and dense bf16 matrices, decoded in registers, f32 activations X [n, cols].
+bool q8_bf16_supported(const QMatrix& W);
+void q8_bf16_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const float* X, int n, float* Y);
 // Portable version of the same integer arithmetic (any CPU; also the oracle of the SIMD kernel).
 void q4_rows_portable(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y);
 
