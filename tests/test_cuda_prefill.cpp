@@ -360,7 +360,8 @@ TEST(PrefillPrec, ParsesEnvValues) {
   EXPECT_THROW(cuda::parse_prefill_prec(""), Error);
 }
 
-// Rate of the tensor-core GEMM on a big Q4 tile grid (printed; the bench reports the end-to-end rate).
+// Rate of the tensor-core GEMM on a big Q4 tile grid, per operand precision (printed; the bench reports the
+// end-to-end rate).
 TEST(PrefillGemmSpeed, Q4LargeTiles) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(9);
@@ -368,28 +369,39 @@ TEST(PrefillGemmSpeed, Q4LargeTiles) {
   const int M = 4096, N = 8192, K = 2048;
   Mat w;
   make(w, dev, N, K, cuda::kQ4, 1, rng);
-  std::vector<uint16_t> ab(size_t(M) * K, f32_to_bf16(0.01f));
-  cuda::GemmArgs g;
-  g.A = dev.up(ab);
-  g.lda = K;
-  g.M = M;
-  g.W0 = w.d;
-  g.C = dev.poisoned<float>(size_t(M) * N);
-  g.ldc = N;
-  cuda::prefill_gemm(g, cuda::kGemmStore, nullptr);
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  CK(cudaEventRecord(e0));
-  for (int i = 0; i < 10; ++i) cuda::prefill_gemm(g, cuda::kGemmStore, nullptr);
-  CK(cudaEventRecord(e1));
-  CK(cudaEventSynchronize(e1));
-  float ms = 0;
-  CK(cudaEventElapsedTime(&ms, e0, e1));
-  const double tf = 2.0 * M * N * K * 10 / (ms * 1e-3) / 1e12;
-  std::printf("[ prefill gemm speed ] %dx%dx%d Q4: %.3f ms, %.1f TFLOP/s\n", M, N, K, ms / 10, tf);
-  auto c = down(g.C, 1000);
-  for (float v : c) EXPECT_TRUE(std::isfinite(v));
+  const uint16_t* a_bf = dev.up(std::vector<uint16_t>(size_t(M) * K, f32_to_bf16(0.01f)));
+  const uint16_t* a_h = dev.up(std::vector<uint16_t>(size_t(M) * K, uint16_t(0x211F)));  // fp16 0.01
+  const uint16_t* a_lo = dev.up(std::vector<uint16_t>(size_t(M) * K, uint16_t(0)));
+  const float* sc = dev.up(std::vector<float>(size_t(M), 1.f));
+  for (int prec : {int(cuda::kPrecBF16), int(cuda::kPrecFP16), int(cuda::kPrecSplit)}) {
+    cuda::GemmArgs g;
+    g.A = prec == cuda::kPrecBF16 ? a_bf : a_h;
+    g.A_lo = prec == cuda::kPrecSplit ? a_lo : nullptr;
+    g.a_scale = prec == cuda::kPrecBF16 ? nullptr : sc;
+    g.prec = prec;
+    g.lda = K;
+    g.M = M;
+    g.W0 = w.d;
+    g.C = dev.poisoned<float>(size_t(M) * N);
+    g.ldc = N;
+    cuda::prefill_gemm(g, cuda::kGemmStore, nullptr);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < 10; ++i) cuda::prefill_gemm(g, cuda::kGemmStore, nullptr);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double tf = 2.0 * M * N * K * 10 / (ms * 1e-3) / 1e12;
+    std::printf("[ prefill gemm speed %s ] %dx%dx%d Q4: %.3f ms, %.1f TFLOP/s\n", cuda::prefill_prec_name(prec), M, N,
+                K, ms / 10, tf);
+    auto c = down(g.C, 1000);
+    for (float v : c) EXPECT_TRUE(std::isfinite(v));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+  }
 }
 
 TEST(PrefillRoute, TopkHistogramScanScatter) {
