@@ -43,7 +43,9 @@ CudaOptions CudaOptions::from_env() {
   o.prefill = env_on("LILY_CUDA_PREFILL", true);
   o.prefill_simple = env_on("LILY_CUDA_PREFILL_SIMPLE", false);
   const char* prec = std::getenv("LILY_CUDA_PREFILL_PRECISION");
-  o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecFP16;
+  // Default split: measured on the H200 (small fixture, real head sizes) it keeps prompt logits within 0.013 of
+  // the f32 reference (fp16: 0.09, bf16: 1.07 with top-1 0.875) for 17% of the bf16 prefill speed at 4K.
+  o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecSplit;
   o.prefill_attn_precise = env_on("LILY_CUDA_PREFILL_ATTN_PRECISE", true);
   return o;
 }
