@@ -256,7 +256,8 @@ TEST_P(CudaAttnDecode, MatchesReference) {
     CK(cudaMemset(a.out, 0xFF, size_t(nq) * hd * 4));
     cuda::attn_decode(a, nullptr, true);
     CK(cudaDeviceSynchronize());
-    EXPECT_LT(rel_err(down(a.out, size_t(nq) * hd), want), 2e-5) << "T=" << T << " rep " << rep;
+    // f32 online softmax over T positions vs the reference: 2e-5 up to 5000; H200 measured 4.1e-5 at T = 20000
+    EXPECT_LT(rel_err(down(a.out, size_t(nq) * hd), want), T > 5000 ? 8e-5 : 2e-5) << "T=" << T << " rep " << rep;
   }
   // the new k/v were appended at pos
   std::vector<uint16_t> kv2(kv.size());
@@ -267,7 +268,7 @@ TEST_P(CudaAttnDecode, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Lengths, CudaAttnDecode, ::testing::Values(1, 300, 5000));
+INSTANTIATE_TEST_SUITE_P(Lengths, CudaAttnDecode, ::testing::Values(1, 129, 300, 5000, 20000));
 
 TEST(CudaDecodeKernels, GdnStepMatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";

@@ -38,20 +38,31 @@ __device__ void norm_rope_warp(float* x, const float* w, int hd, int rope_dim, i
   __syncwarp();
 }
 
-template <int DPL>
-__device__ __forceinline__ void load_bf(const uint16_t* p, float (&v)[DPL]) {
-  if constexpr (DPL == 8) {
-    const uint4 t = *reinterpret_cast<const uint4*>(p);
-    v[0] = bf_lo(t.x); v[1] = bf_hi(t.x); v[2] = bf_lo(t.y); v[3] = bf_hi(t.y);
-    v[4] = bf_lo(t.z); v[5] = bf_hi(t.z); v[6] = bf_lo(t.w); v[7] = bf_hi(t.w);
-  } else if constexpr (DPL == 4) {
-    const uint2 t = *reinterpret_cast<const uint2*>(p);
-    v[0] = bf_lo(t.x); v[1] = bf_hi(t.x); v[2] = bf_lo(t.y); v[3] = bf_hi(t.y);
-  } else {
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) v[i] = bf2f(p[i]);
+// One lane's DPL bf16 of a K or V row, loaded raw (so that several rows can be in flight) and unpacked later.
+template <int DPL> struct KvRaw;
+template <> struct KvRaw<8> {
+  uint4 v;
+  __device__ __forceinline__ void load(const uint16_t* p) { v = ldg_stream(p); }
+  __device__ __forceinline__ void unpack(float (&f)[8]) const {
+    f[0] = bf_lo(v.x); f[1] = bf_hi(v.x); f[2] = bf_lo(v.y); f[3] = bf_hi(v.y);
+    f[4] = bf_lo(v.z); f[5] = bf_hi(v.z); f[6] = bf_lo(v.w); f[7] = bf_hi(v.w);
   }
-}
+};
+template <> struct KvRaw<4> {
+  uint2 v;
+  __device__ __forceinline__ void load(const uint16_t* p) { v = __ldg(reinterpret_cast<const uint2*>(p)); }
+  __device__ __forceinline__ void unpack(float (&f)[4]) const {
+    f[0] = bf_lo(v.x); f[1] = bf_hi(v.x); f[2] = bf_lo(v.y); f[3] = bf_hi(v.y);
+  }
+};
+template <> struct KvRaw<2> {
+  unsigned int v;
+  __device__ __forceinline__ void load(const uint16_t* p) { v = __ldg(reinterpret_cast<const unsigned int*>(p)); }
+  __device__ __forceinline__ void unpack(float (&f)[2]) const { f[0] = bf_lo(v); f[1] = bf_hi(v); }
+};
+
+constexpr int kMinSplit = 128;  // positions per split at least (fewer splits -> a cheaper last-block merge)
+constexpr int kKvInFlight = 4;  // K/V rows per warp loaded before any is used
 
 template <int HD, int G>
 __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
@@ -64,16 +75,33 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   const int kvh = blockIdx.y, split = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-  pdl_wait();
+  // Before pdl_wait: ctl (pos) is written only by the previous step's lm_head, and the cached K/V rows < pos by
+  // earlier steps, so the split and this warp's first K/V rows can be loaded while the previous kernel finishes.
   StepCtl* ctl = a.ctl;
   const int pos = ctl->pos, max_ctx = ctl->max_ctx;
   const int T = pos + 1;
-  // >= 64 positions per split, at most kAttnSplits splits: 4K context -> 64 splits x nkv blocks
-  int nsplit = min(kAttnSplits, (T + 63) / 64);
+  // >= kMinSplit positions per split, at most kAttnSplits splits: 4K context -> 32 splits x nkv blocks
+  int nsplit = min(kAttnSplits, (T + kMinSplit - 1) / kMinSplit);
   const int chunk = (T + nsplit - 1) / nsplit;
   nsplit = (T + chunk - 1) / chunk;
   if (split >= nsplit) return;
   const int t0 = split * chunk, t1 = min(T, t0 + chunk);
+  uint16_t* Kc = ctl->kv + ((int64_t(a.layer) * 2 + 0) * a.nkv + kvh) * int64_t(max_ctx) * HD;
+  uint16_t* Vc = ctl->kv + ((int64_t(a.layer) * 2 + 1) * a.nkv + kvh) * int64_t(max_ctx) * HD;
+  constexpr int U = kKvInFlight;
+  KvRaw<DPL> kraw[U] = {}, vraw[U] = {};
+  auto issue = [&](int tb) {  // rows tb, tb + kWarps, ... of this warp (the new row pos comes from kn/vn)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int t = tb + u * kWarps;
+      if (t < t1 && t < pos) {
+        kraw[u].load(Kc + int64_t(t) * HD + lane * DPL);
+        vraw[u].load(Vc + int64_t(t) * HD + lane * DPL);
+      }
+    }
+  };
+  issue(t0 + warp);
+  pdl_wait();
 
   // q heads of this kv head, new k and v
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
@@ -91,8 +119,6 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     else norm_rope_warp(kn, a.k_norm, HD, a.rope_dim, pos, a.theta, a.eps, 1.f);
   }
   __syncthreads();
-  uint16_t* Kc = ctl->kv + ((int64_t(a.layer) * 2 + 0) * a.nkv + kvh) * int64_t(max_ctx) * HD;
-  uint16_t* Vc = ctl->kv + ((int64_t(a.layer) * 2 + 1) * a.nkv + kvh) * int64_t(max_ctx) * HD;
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {  // the cache holds bf16: use the rounded values here too
     const uint16_t kb = f2bf(kn[d]), vb = f2bf(vn[d]);
     if (split == 0) { Kc[int64_t(pos) * HD + d] = kb; Vc[int64_t(pos) * HD + d] = vb; }
@@ -110,12 +136,16 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
 #pragma unroll
     for (int e = 0; e < DPL; ++e) { q[g][e] = qs[g][lane * DPL + e]; acc[g][e] = 0.f; }
   }
-#pragma unroll 2
-  for (int t = t0 + warp; t < t1; t += kWarps) {
+  for (int tb = t0 + warp; tb < t1; tb += U * kWarps) {
+    if (tb != t0 + warp) issue(tb);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+    const int t = tb + u * kWarps;
+    if (t >= t1) break;  // warp-uniform
     float kr[DPL], vr[DPL];
     if (t < pos) {
-      load_bf<DPL>(Kc + int64_t(t) * HD + lane * DPL, kr);
-      load_bf<DPL>(Vc + int64_t(t) * HD + lane * DPL, vr);
+      kraw[u].unpack(kr);
+      vraw[u].unpack(vr);
     } else {
 #pragma unroll
       for (int e = 0; e < DPL; ++e) { kr[e] = kn[lane * DPL + e]; vr[e] = vn[lane * DPL + e]; }
@@ -151,6 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
       l[g] = l[g] * corr + p;
 #pragma unroll
       for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(acc[g][e], corr, p * vr[e]);
+    }
     }
   }
   // merge warps
@@ -195,30 +226,45 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   // last block of this kv head: merge the splits (weights per split and head first, in shared memory), gate
   float* wsp = &accs[0][0];  // reuse: [nsplit][G] merge weights (nsplit * G <= G * HD)
   const float* pk = a.part + int64_t(kvh) * kAttnSplits * stride;
-  if (threadIdx.x < G) {
-    const int g = threadIdx.x;
+  // one warp per head, lanes over the splits: all (m, l) loads in flight at once (was one thread per head
+  // walking the splits serially)
+  static_assert(kAttnSplits % 32 == 0 && kAttnSplits <= HD, "merge weights must fit in accs");
+  for (int g = warp; g < G; g += kWarps) {
+    constexpr int SPL = kAttnSplits / 32;
+    float ms[SPL], ls[SPL];
     float mx = kNegBig;
-    for (int s = 0; s < nsplit; ++s) mx = fmaxf(mx, __ldcg(pk + s * stride + G * HD + g));
-    float den = 0.f;
-    for (int s = 0; s < nsplit; ++s) {
-      const float f = exp2f(__ldcg(pk + s * stride + G * HD + g) - mx);
-      wsp[s * G + g] = f;
-      den += __ldcg(pk + s * stride + G * HD + G + g) * f;
+#pragma unroll
+    for (int i = 0; i < SPL; ++i) {
+      const int s = lane + 32 * i;
+      ms[i] = s < nsplit ? __ldcg(pk + s * stride + G * HD + g) : kNegBig;
+      ls[i] = s < nsplit ? __ldcg(pk + s * stride + G * HD + G + g) : 0.f;
+      mx = fmaxf(mx, ms[i]);
     }
-    for (int s = 0; s < nsplit; ++s) wsp[s * G + g] /= den;
+    mx = warp_max(mx);
+    float den = 0.f;
+#pragma unroll
+    for (int i = 0; i < SPL; ++i) {
+      ms[i] = lane + 32 * i < nsplit ? exp2f(ms[i] - mx) : 0.f;
+      den += ls[i] * ms[i];
+    }
+    const float inv = 1.f / warp_sum(den);
+#pragma unroll
+    for (int i = 0; i < SPL; ++i)
+      if (lane + 32 * i < nsplit) wsp[(lane + 32 * i) * G + g] = ms[i] * inv;
   }
   __syncthreads();
-  // each thread merges 4 consecutive outputs, 8 splits' loads in flight at a time
+  // each thread merges 4 consecutive outputs, 16 splits' loads in flight at a time
+  constexpr int MU = 16;
   for (int i4 = threadIdx.x; i4 < G * HD / 4; i4 += blockDim.x) {
     const int i = i4 * 4, g = i / HD, d = i % HD;
     float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
     int s = 0;
-    for (; s + 8 <= nsplit; s += 8) {
-      float4 v[8];
+    for (; s + MU <= nsplit; s += MU) {
+      float4 v[MU];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] = __ldcg(reinterpret_cast<const float4*>(pk + (s + u) * stride + i));
+      for (int u = 0; u < MU; ++u) v[u] = __ldcg(reinterpret_cast<const float4*>(pk + (s + u) * stride + i));
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
+      for (int u = 0; u < MU; ++u) {
         const float f = wsp[(s + u) * G + g];
         num.x += v[u].x * f; num.y += v[u].y * f; num.z += v[u].z * f; num.w += v[u].w * f;
       }

@@ -52,6 +52,23 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {  // read-only, do n
 }
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// ---- cp.async (sm_80+): weights that do not depend on the previous kernel staged into shared memory before
+// pdl_wait, so their latency overlaps the wait and the x prologue ----
+__device__ __forceinline__ void cp_async16(void* smem, const void* g) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// Starts copying n floats (n % 4 == 0) of src into shared dst; returns the pointer to read them through (dst, or
+// src itself when src is null or not 16-byte aligned). load_x waits for the copies (cp_async_wait_all + barrier).
+__device__ __forceinline__ const float* stage_vec(const float* src, int n, float* dst) {
+  if (!src || (reinterpret_cast<uintptr_t>(src) & 15u)) return src;
+  for (int i = threadIdx.x * 4; i < n; i += blockDim.x * 4) cp_async16(dst + i, src + i);
+  cp_async_commit();
+  return dst;
+}
+
 __device__ __forceinline__ float bf_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
 __device__ __forceinline__ uint16_t f2bf(float f) {  // round to nearest even
@@ -102,7 +119,7 @@ __device__ __forceinline__ float sigmoid_f(float x) { return 1.f / (1.f + __expf
 // per-16-element sums into xsum16[n/16]. red: 32 floats of scratch. Ends with __syncthreads().
 // Each thread owns whole 16-element groups; its x loads (float4) are all issued before any is used, so the
 // prologue costs ~two round trips (x, then norm_w) instead of one per element per thread as before.
-// Requires n % 16 == 0 (callers check n % 32 == 0).
+// Requires n % 16 == 0 (callers check n % 32 == 0). norm_w may point to global or (staged by stage_vec) shared memory.
 __device__ __forceinline__ void load_x(const float* __restrict__ x, const float* __restrict__ norm_w, float eps,
                                        int n, float* xs, float* xsum16, float* red) {
   constexpr int kMaxG = 2;  // groups of x held in registers per thread (longer x: plain loop below)
@@ -119,6 +136,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
   }
   float r = 1.f;
   if (norm_w) {
+    cp_async_wait_all();  // norm_w may be staged in shared memory (stage_vec); block_sum's barrier publishes it
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < kMaxG; ++k)
@@ -152,7 +170,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       if (norm_w) {
         const float4* wp = reinterpret_cast<const float4*>(norm_w) + g * 4;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = __ldg(wp + i);
+        for (int i = 0; i < 4; ++i) w[i] = wp[i];  // shared (staged) or global
       }
       put(g, scale(v[k][0], w[0]), scale(v[k][1], w[1]), scale(v[k][2], w[2]), scale(v[k][3], w[3]));
     }

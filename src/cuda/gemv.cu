@@ -19,10 +19,11 @@ struct GemvParams {  // passed by value (kernel parameter space)
 };
 
 template <int FMT>
-__global__ void __launch_bounds__(kThreads) k_gemv(const GemvParams p) {
+__global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
-  float* xsum16 = xs + p.cols;
+  float* nws = xs + p.cols;  // norm_w staged here before pdl_wait
+  float* xsum16 = nws + p.cols;
   __shared__ float red[32];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
@@ -43,8 +44,9 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const GemvParams p) {
   resolve(row, s0, r0);
   resolve(row + nwarps, s1, r1);
   if (r0 >= 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, 0, lane);
+  const float* nw = stage_vec(p.norm_w, p.cols, nws);
   pdl_wait();
-  load_x(p.x, p.norm_w, p.eps, p.cols, xs, xsum16, red);
+  load_x(p.x, nw, p.eps, p.cols, xs, xsum16, red);
   pdl_trigger();
 
   while (r0 >= 0) {  // two rows per warp in flight, next pair loaded before this pair's reductions
@@ -101,14 +103,14 @@ int num_sms() {
   return n;
 }
 
-int resident_blocks(int fmt) {  // blocks of k_gemv<fmt> resident per SM (4 KB of dynamic smem assumed)
+int resident_blocks(int fmt) {  // blocks of k_gemv<fmt> resident per SM (cols 4096 of dynamic smem assumed)
   static int occ[3] = {0, 0, 0};
   const int i = fmt == kQ4 ? 0 : fmt == kQ8 ? 1 : 2;
   if (!occ[i]) {
     int n = 0;
-    if (fmt == kQ4) LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kQ4>, kThreads, 17408));
-    else if (fmt == kQ8) LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kQ8>, kThreads, 17408));
-    else LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kBF16>, kThreads, 17408));
+    if (fmt == kQ4) LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kQ4>, kThreads, 33792));
+    else if (fmt == kQ8) LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kQ8>, kThreads, 33792));
+    else LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kBF16>, kThreads, 33792));
     occ[i] = std::max(n, 1);
   }
   return occ[i];
@@ -116,7 +118,7 @@ int resident_blocks(int fmt) {  // blocks of k_gemv<fmt> resident per SM (4 KB o
 
 }  // namespace
 
-size_t gemv_smem_bytes(int cols) { return size_t(cols) * 4 + size_t(cols / 16) * 4; }
+size_t gemv_smem_bytes(int cols) { return size_t(cols) * 8 + size_t(cols / 16) * 4; }  // x, staged norm_w, sums
 
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
           bool pdl) {

@@ -1,6 +1,8 @@
 // Device limits for `lily bench --limits` on CUDA: sustained device-to-device copy bandwidth (bytes read +
 // written) and the bf16 tensor-core matrix rate through cuBLAS on an 8192^3 product of random data.
+#ifdef LILY_HAVE_CUBLAS
 #include <cublas_v2.h>
+#endif
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@ namespace lily {
 
 namespace {
 
+#ifdef LILY_HAVE_CUBLAS
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     uint32_t h = uint32_t(i) * 2654435761u ^ seed;
@@ -28,6 +31,7 @@ __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
 void check_cublas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string("cuBLAS ") + what + " failed (status " + std::to_string(int(s)) + ")");
 }
+#endif
 
 }  // namespace
 
@@ -59,6 +63,7 @@ CudaLimits cuda_probe_limits(double seconds) {
   out.copy_gbps = 2.0 * double(bytes) / (best * 1e-3) / 1e9;
   LILY_CUDA_CHECK(cudaFree(src));
   LILY_CUDA_CHECK(cudaFree(dst));
+#ifdef LILY_HAVE_CUBLAS
   // matrix rate: C = A·B, bf16 in, fp32 accumulate, random data
   const int n = 8192;
   __nv_bfloat16 *A = nullptr, *B = nullptr, *C = nullptr;
@@ -89,6 +94,7 @@ CudaLimits cuda_probe_limits(double seconds) {
   LILY_CUDA_CHECK(cudaFree(A));
   LILY_CUDA_CHECK(cudaFree(B));
   LILY_CUDA_CHECK(cudaFree(C));
+#endif  // without cuBLAS the matrix rate stays 0 (reported as not measured)
   LILY_CUDA_CHECK(cudaEventDestroy(a));
   LILY_CUDA_CHECK(cudaEventDestroy(b));
   return out;

@@ -68,7 +68,8 @@ __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) 
   extern __shared__ float4 smem4[];
   const int H = a.router.cols;
   float* xs = reinterpret_cast<float*>(smem4);
-  float* xsum16 = xs + H;
+  float* nws = xs + H;  // norm_w staged here before pdl_wait
+  float* xsum16 = nws + H;
   __shared__ float red[32];
   __shared__ int s_idx[kMaxK];
   __shared__ float s_w[kMaxK];
@@ -76,12 +77,23 @@ __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) 
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * (kRouterThreads / 32) + (threadIdx.x >> 5);
   const int rows = a.E + 1;  // the shared-expert gate is row E
+  // The router rows and norm_w do not depend on the previous kernel: their loads are issued before pdl_wait.
+  const bool sh = row == a.E;
+  const DMat& m = sh ? a.shg_w : a.router;
+  const int mrow = sh ? 0 : row;
+  const int nch = H / FmtInfo<FMT>::kElems;
+  RowPair<FMT> P;
+  if (row < rows) P.load(m, mrow, m, -1, 0, lane);
+  const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
-  load_x(a.x, a.norm_w, a.eps, H, xs, xsum16, red);
+  load_x(a.x, nw, a.eps, H, xs, xsum16, red);
   pdl_trigger();
   if (row < rows) {
-    const bool sh = row == a.E;
-    float v = row_dot_lane<FMT>(sh ? a.shg_w : a.router, sh ? 0 : row, xs, xsum16, 0, lane);
+    float v = 0.f, unused = 0.f;
+    for (int c0 = 0; c0 < nch; c0 += 64) {
+      if (c0 > 0) P.load(m, mrow, m, -1, c0, lane);
+      P.dot(m, -1, xs, xsum16, c0, lane, v, unused);
+    }
     v = warp_sum(v);
     if (lane == 0) {
       if (sh) a.shg[0] = v;
@@ -104,11 +116,12 @@ __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) 
 }
 
 template <int FMT>
-__global__ void __launch_bounds__(kThreads) k_moe_gate_up(const MoeArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) k_moe_gate_up(const MoeArgs a) {
   extern __shared__ float4 smem4[];
   const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
   float* xs = reinterpret_cast<float*>(smem4);
-  float* xsum16 = xs + H;
+  float* nws = xs + H;  // norm_w staged here before pdl_wait
+  float* xsum16 = nws + H;
   __shared__ float red[32];
   __shared__ int s_idx[kMaxK];
   const int lane = threadIdx.x & 31;
@@ -116,9 +129,10 @@ __global__ void __launch_bounds__(kThreads) k_moe_gate_up(const MoeArgs a) {
   const int nwarps = gridDim.x * (kThreads / 32);
   const int rows = a.k * I + Is;
 
+  const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (threadIdx.x < a.k) s_idx[threadIdx.x] = a.route_idx[threadIdx.x];
-  load_x(a.x, a.norm_w, a.eps, H, xs, xsum16, red);  // ends with __syncthreads (s_idx visible)
+  load_x(a.x, nw, a.eps, H, xs, xsum16, red);  // ends with __syncthreads (s_idx visible)
   pdl_trigger();
   for (int row = warp; row < rows; row += nwarps) {
     DMat g, u;
@@ -227,7 +241,7 @@ void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl) {
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1)
     throw Error("moe_router: router and shared gate must share format and cols");
   const int blocks = (a.E + 1 + kRouterThreads / 32 - 1) / (kRouterThreads / 32);
-  const size_t smem = size_t(a.router.cols) * 4 + size_t(a.router.cols / 16) * 4;
+  const size_t smem = size_t(a.router.cols) * 8 + size_t(a.router.cols / 16) * 4;
   auto run = [&](auto kern) {
     static bool once = (set_smem(kern), true);
     (void)once;
@@ -244,7 +258,7 @@ void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
   check(a);
   const int rows = a.k * a.gate.m.rows + a.sh_gate.rows;
   const int blocks = std::min((rows + 7) / 8, num_sms() * 4);
-  const size_t smem = size_t(a.gate.m.cols) * 4 + size_t(a.gate.m.cols / 16) * 4;
+  const size_t smem = size_t(a.gate.m.cols) * 8 + size_t(a.gate.m.cols / 16) * 4;
   auto run = [&](auto kern) {
     static bool once = (set_smem(kern), true);
     (void)once;

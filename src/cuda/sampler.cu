@@ -18,12 +18,13 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int id) {
 }
 
 template <int FMT>
-__global__ void __launch_bounds__(kThreads) k_lm_head(const DMat W, const float* x, const float* norm_w, float eps,
+__global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const float* x, const float* norm_w, float eps,
                                                       float* logits, int32_t* in_ids, int32_t* out_ids,
                                                       StepCtl* ctl) {
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
-  float* xsum16 = xs + W.cols;
+  float* nws = xs + W.cols;  // norm_w staged here before pdl_wait
+  float* xsum16 = nws + W.cols;
   __shared__ float red[32];
   __shared__ unsigned long long wbest[kThreads / 32];
   __shared__ int s_last;
@@ -35,8 +36,9 @@ __global__ void __launch_bounds__(kThreads) k_lm_head(const DMat W, const float*
   int row = warp;
   int row1 = row + nwarps < W.rows ? row + nwarps : -1;
   if (row < W.rows) P.load(W, row, W, row1, 0, lane);
+  const float* nw = stage_vec(norm_w, W.cols, nws);
   pdl_wait();
-  load_x(x, norm_w, eps, W.cols, xs, xsum16, red);
+  load_x(x, nw, eps, W.cols, xs, xsum16, red);
   pdl_trigger();
   float bv = -FLT_MAX;
   int bi = 0;
@@ -98,7 +100,7 @@ int num_sms() {
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
                     int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl) {
   const int blocks = std::min((W.rows + 7) / 8, num_sms() * 3);
-  const size_t smem = size_t(W.cols) * 4 + size_t(W.cols / 16) * 4;
+  const size_t smem = size_t(W.cols) * 8 + size_t(W.cols / 16) * 4;
   auto run = [&](auto kern) {
     static bool once = [&] {
       LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
