@@ -1,6 +1,9 @@
 // Generator on the demo model: session-cache resumption gives the same output as a fresh run, snapshots
-// at prompt boundaries and after replies, cancellation mid-prefill, stop strings, seeded sampling.
+// at prompt boundaries and after replies, cancellation mid-prefill, stop strings, seeded sampling,
+// json_object replies.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/backend.h"
 #include "engine/generate.h"
@@ -171,4 +174,33 @@ TEST(Generate, ChatParsesReasoning) {
   Outcome r = run(g, j);
   // no </think> in 6 noise tokens: everything is reasoning
   EXPECT_FALSE(r.r.reasoning.empty());
+}
+
+TEST(Generate, JsonObjectReplyParses) {
+  Generator g(*demo().be, *demo().tok, nullptr, 256);
+  for (uint64_t seed : {1, 2, 3, 4, 5, 6}) {
+    GenJob j = job_for("<|im_start|>user\nJSON please<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", 24);
+    j.chat = true;
+    j.json_object = true;
+    j.sampling.temperature = 1.0f;
+    j.sampling.has_seed = true;
+    j.sampling.seed = seed;
+    Outcome o = run(g, j);
+    EXPECT_EQ(o.streamed, o.r.content);
+    EXPECT_LE(o.r.completion_tokens, 24);
+    // max_tokens >= 2: closed in time, by the model ("stop") or the budget rule ("length").
+    ASSERT_TRUE(nlohmann::json::accept(o.r.content)) << o.r.content;
+    EXPECT_TRUE(nlohmann::json::parse(o.r.content).is_object()) << o.r.content;
+    EXPECT_TRUE(o.r.finish_reason == "stop" || o.r.finish_reason == "length");
+  }
+  // Thinking open: the reasoning is free text and the JSON would start after </think>, which the
+  // random model does not write in a few tokens.
+  GenJob j = job_for("<|im_start|>user\nJSON please<|im_end|>\n<|im_start|>assistant\n<think>\n", 8);
+  j.chat = true;
+  j.json_object = true;
+  j.parser.thinking_open_at_start = true;
+  Outcome o = run(g, j);
+  EXPECT_EQ(o.r.finish_reason, "length");
+  EXPECT_FALSE(o.r.reasoning.empty());
+  EXPECT_EQ(o.r.content, "");
 }

@@ -96,6 +96,14 @@ TEST(RequestParse, Rejections) {
   EXPECT_EQ(status_of(with("seed", 1.5)), 400);
   EXPECT_EQ(status_of(with("response_format", {{"type", "json_schema"}})), 400);
   EXPECT_EQ(status_of(with("response_format", {{"type", "json_object"}})), 200);
+  {
+    json b = with("response_format", {{"type", "json_object"}});
+    b["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+    b["tool_choice"] = "required";
+    EXPECT_EQ(status_of(b), 400);  // the reply cannot be both a JSON object and a tool call
+    b["tool_choice"] = "auto";
+    EXPECT_EQ(status_of(b), 200);
+  }
   EXPECT_EQ(status_of(with("tools", {{{"type", "function"}}})), 400);
   EXPECT_EQ(status_of(with("tool_choice", "required")), 400);  // no tools
   EXPECT_EQ(status_of(with("top_logprobs", 3)), 400);          // without logprobs

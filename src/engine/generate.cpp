@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "engine/json_reply.h"
 #include "engine/stop_strings.h"
 #include "server/session_cache.h"
 
@@ -98,6 +99,17 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   StopMatcher stops(job.stop);
   std::optional<OutputParser> parser;
   if (job.chat) parser.emplace(job.parser);
+  std::optional<JsonReplyGate> json;
+  if (job.json_object) {
+    const Tokenizer& tok = tok_;
+    json.emplace([&tok](int32_t id) { return tok.is_special(id) ? std::string() : tok.token_bytes(id); }, stop_ids_,
+                 job.chat && job.parser.thinking_open_at_start);
+  }
+  // The end-of-turn token that closes a constrained reply (what the chat template renders after it).
+  int32_t end_id = stop_ids_.empty() ? -1 : stop_ids_.front();
+  if (int32_t im_end = tok_.token_to_id("<|im_end|>");
+      im_end >= 0 && std::find(stop_ids_.begin(), stop_ids_.end(), im_end) != stop_ids_.end())
+    end_id = im_end;
   std::vector<int32_t> generated;
   GenChunk pending;          // output not yet emitted
   bool tool_limit = false;   // single_tool_call and a second call began
@@ -136,7 +148,23 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   const int budget = std::min(job.max_tokens, ctx_ - n);
   for (int i = 0; i < budget; ++i) {
     if (cancelled && cancelled()) throw Cancelled();
-    SampleResult s = sampler.sample(logits.data(), V);
+    if (json && json->complete()) {  // the object is closed: end the turn
+      finish = "stop";
+      if (end_id >= 0) {
+        eos = true;
+        generated.push_back(end_id);
+      }
+      break;
+    }
+    SampleResult s;
+    if (json) {
+      json->begin_step(budget - i);
+      s = sampler.sample(logits.data(), V, [&json](int32_t id) { return json->allows(id); });
+      if (s.rejected) break;  // no token continues the JSON (not with a byte-level vocabulary)
+      json->accept(s.id);
+    } else {
+      s = sampler.sample(logits.data(), V);
+    }
     if (std::find(stop_ids_.begin(), stop_ids_.end(), s.id) != stop_ids_.end()) {
       finish = "stop";
       eos = true;
@@ -162,6 +190,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
     if (so.stopped) finish = "stop";
     feed(stops.flush());
   }
+  if (json && !stops.stopped()) finish = json->complete() && !json->steered() ? "stop" : "length";
   if (parser) {
     take(parser->finish());
     res.content = parser->content();

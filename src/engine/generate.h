@@ -27,6 +27,10 @@ struct GenJob {
   std::string forced_text;         // chat: reply text the prompt already ends with (fed to the parser first)
   bool logprobs = false;           // report per-token logprobs
   bool single_tool_call = false;   // parallel_tool_calls=false: end after the first tool call
+  // response_format json_object: the reply (after the reasoning block when parser.thinking_open_at_start)
+  // is constrained to one JSON object (engine/json_reply.h); the turn ends as soon as it is closed.
+  // finish_reason is "length" when the budget forced it closed early (or it could not be closed at all).
+  bool json_object = false;
   std::string cache_key;           // prompt_cache_key
   // Extra prompt positions (0 < p < n) to snapshot during prefill, e.g. where the final assistant header
   // starts: the next turn of the conversation shares the prompt up to there even when the template

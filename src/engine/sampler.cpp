@@ -47,11 +47,7 @@ void Sampler::accept(int32_t id) {
   if (p_.repetition_penalty != 1.0f) seen_.insert(id);
 }
 
-SampleResult Sampler::sample(const float* logits, int vocab) {
-  SampleResult r;
-  float lse = 0;
-  r.top = top_logprobs(logits, vocab, p_.top_logprobs, &lse);
-
+void Sampler::adjust(const float* logits, int vocab) {
   work_.assign(logits, logits + vocab);
   // Penalties on the raw logits (OpenAI presence/frequency; HF-style multiplicative repetition).
   if (p_.repetition_penalty != 1.0f && p_.repetition_penalty > 0.0f) {
@@ -70,6 +66,28 @@ SampleResult Sampler::sample(const float* logits, int vocab) {
   // NaN logits never win.
   for (float& l : work_)
     if (std::isnan(l)) l = -std::numeric_limits<float>::infinity();
+}
+
+int32_t Sampler::first_allowed(size_t n, const TokenFilter& allow) {
+  auto desc = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
+  // Sort a growing prefix: the answer is usually among the first few dozen.
+  size_t done = 0, m = std::min<size_t>(n, 64);
+  while (done < n) {
+    std::partial_sort(idx_.begin() + static_cast<long>(done), idx_.begin() + static_cast<long>(m),
+                      idx_.begin() + static_cast<long>(n), desc);
+    for (size_t i = done; i < m; ++i)
+      if (allow(idx_[i])) return idx_[i];
+    done = m;
+    m = std::min(n, m * 4);
+  }
+  return -1;
+}
+
+SampleResult Sampler::sample(const float* logits, int vocab, const TokenFilter& allow) {
+  SampleResult r;
+  float lse = 0;
+  r.top = top_logprobs(logits, vocab, p_.top_logprobs, &lse);
+  adjust(logits, vocab);
 
   auto argmax = [&] {
     int32_t best = 0;
@@ -77,12 +95,25 @@ SampleResult Sampler::sample(const float* logits, int vocab) {
       if (work_[i] > work_[best]) best = i;
     return best;
   };
-
-  if (p_.temperature <= 0.0f || p_.top_k == 1) {
-    r.id = argmax();
-  } else {
+  auto all_ids = [&] {
     idx_.resize(static_cast<size_t>(vocab));
     for (int i = 0; i < vocab; ++i) idx_[i] = i;
+  };
+  // Greedy under the filter, over the whole vocabulary (work_ must hold the adjusted logits).
+  auto best_allowed = [&] {
+    const int32_t best = argmax();
+    if (allow(best)) return best;
+    all_ids();
+    const int32_t id = first_allowed(idx_.size(), allow);
+    if (id >= 0) return id;
+    r.rejected = true;
+    return best;
+  };
+
+  if (p_.temperature <= 0.0f || p_.top_k == 1) {
+    r.id = allow ? best_allowed() : argmax();
+  } else {
+    all_ids();
     auto desc = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
     size_t n = idx_.size();
     if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
@@ -93,7 +124,7 @@ SampleResult Sampler::sample(const float* logits, int vocab) {
     float mx = -std::numeric_limits<float>::infinity();
     for (size_t i = 0; i < n; ++i) mx = std::max(mx, work_[idx_[i]]);
     if (!std::isfinite(mx)) {
-      r.id = argmax();
+      r.id = allow ? best_allowed() : argmax();
     } else {
       // Probabilities (unnormalised) of the candidates at temperature T, stored back into work_.
       const float invT = 1.0f / p_.temperature;
@@ -114,12 +145,11 @@ SampleResult Sampler::sample(const float* logits, int vocab) {
       }
       // top-p: sort a growing prefix until it holds top_p of the mass (usually a few dozen tokens).
       if (p_.top_p < 1.0f && n > 1) {
-        auto pdesc = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
         const double target = static_cast<double>(p_.top_p) * total;
         size_t m = std::min<size_t>(n, 64);
         for (;;) {
           std::partial_sort(idx_.begin(), idx_.begin() + static_cast<long>(m), idx_.begin() + static_cast<long>(n),
-                            pdesc);
+                            desc);
           double cum = 0;
           size_t keep = 0;
           while (keep < m && cum < target) cum += work_[idx_[keep++]];
@@ -132,13 +162,37 @@ SampleResult Sampler::sample(const float* logits, int vocab) {
         total = 0;
         for (size_t i = 0; i < n; ++i) total += work_[idx_[i]];
       }
-      double u = uniform01(rng_) * total, acc = 0;
-      r.id = idx_[n - 1];
-      for (size_t i = 0; i < n; ++i) {
-        acc += work_[idx_[i]];
-        if (u < acc) {
-          r.id = idx_[i];
-          break;
+      // One draw from the candidates' weights; rounding past the end picks the last positive weight.
+      auto draw = [&] {
+        const double u = uniform01(rng_) * total;
+        double acc = 0;
+        int32_t id = idx_[n - 1];
+        for (size_t i = 0; i < n; ++i) {
+          const float w = work_[idx_[i]];
+          if (w <= 0) continue;
+          acc += w;
+          id = idx_[i];
+          if (u < acc) break;
+        }
+        return id;
+      };
+      if (!allow) {
+        r.id = draw();
+      } else {
+        r.id = -1;
+        for (int t = 0; t < kFilterDraws && total > 0; ++t) {
+          const int32_t id = draw();
+          if (allow(id)) {
+            r.id = id;
+            break;
+          }
+          total -= work_[id];
+          work_[id] = 0;
+        }
+        if (r.id < 0) r.id = first_allowed(n, allow);
+        if (r.id < 0) {  // nothing allowed among the candidates: the best allowed token of all
+          adjust(logits, vocab);
+          r.id = best_allowed();
         }
       }
     }

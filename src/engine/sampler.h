@@ -3,6 +3,7 @@
 // Also computes the chosen token's log-probability and the top-N alternatives (model distribution).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <unordered_map>
 #include <unordered_set>
@@ -33,7 +34,12 @@ struct SampleResult {
   int32_t id = 0;
   float logprob = 0.0f;             // of `id` under the model distribution
   std::vector<TokenLogprob> top;    // [top_logprobs] most likely tokens, most likely first
+  bool rejected = false;            // a filter was given and no token of the vocabulary passed it
 };
+
+// Constrained decoding: may this token come next? Called only for tokens the sampler is about to pick,
+// in the order it would pick them, so it can be expensive.
+using TokenFilter = std::function<bool(int32_t)>;
 
 class Sampler {
  public:
@@ -41,13 +47,23 @@ class Sampler {
   Sampler(const SamplerParams& p, const std::vector<int32_t>& prompt);
 
   // Picks the next token from logits[0..vocab). `logits` is not modified.
-  SampleResult sample(const float* logits, int vocab);
+  // With `allow`, the token is one that passes it: greedy takes the best allowed token; sampling draws,
+  // and a drawn token that is not allowed gets probability 0 and the rest is drawn from again (at most
+  // kFilterDraws times), then the candidates (after top-k / min-p / top-p) are scanned most likely first,
+  // then the whole vocabulary. The RNG use depends only on the logits and the filter's answers, so a
+  // seed still gives the same tokens. When nothing passes, `rejected` is set and `id` is the argmax.
+  SampleResult sample(const float* logits, int vocab, const TokenFilter& allow = {});
+  static constexpr int kFilterDraws = 16;
   // Records a token as generated (penalty history). sample() does not call it.
   void accept(int32_t id);
 
   const SamplerParams& params() const { return p_; }
 
  private:
+  void adjust(const float* logits, int vocab);  // work_ = logits with penalties, NaN -> -inf
+  // First token of idx_[0..n) that `allow` passes, in descending work_ order (ties: lower id); -1 if none.
+  int32_t first_allowed(size_t n, const TokenFilter& allow);
+
   SamplerParams p_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> generated_;   // token id -> times generated

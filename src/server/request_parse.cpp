@@ -283,6 +283,10 @@ ChatRequest parse_chat_request(const json& b) {
     if (type != "text" && type != "json_object")
       throw bad_request("response_format type must be 'text' or 'json_object'", "response_format");
     r.response_format = type;
+    if (type == "json_object" && (r.tool_choice == "required" || r.tool_choice == "function"))
+      throw bad_request("response_format json_object cannot be combined with tool_choice '" + r.tool_choice +
+                            "': the reply must be a JSON object, not a tool call",
+                        "response_format");
   }
   if (const json* k = field(b, "chat_template_kwargs")) {
     if (!k->is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
@@ -290,6 +294,7 @@ ChatRequest parse_chat_request(const json& b) {
     if (const json* et = field(*k, "enable_thinking")) {
       if (!et->is_boolean()) throw bad_request("'chat_template_kwargs.enable_thinking' must be a boolean", "chat_template_kwargs");
       r.enable_thinking = et->get<bool>();
+      r.thinking_explicit = true;
     }
     if (const json* pt = field(*k, "preserve_thinking"); pt && !pt->is_boolean())
       throw bad_request("'chat_template_kwargs.preserve_thinking' must be a boolean", "chat_template_kwargs");

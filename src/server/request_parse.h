@@ -45,6 +45,7 @@ struct ChatRequest {
   std::string response_format = "text";  // text | json_object
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
   bool enable_thinking = true;
+  bool thinking_explicit = false;     // chat_template_kwargs.enable_thinking was given
 };
 
 struct CompletionRequest {

@@ -38,7 +38,9 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   }
   if (!tools.is_null()) ctx["tools"] = tools;
   ctx["add_generation_prompt"] = true;
-  ctx["enable_thinking"] = r.enable_thinking;
+  // json_object: thinking is off unless the request turns it on (then the JSON starts after </think>).
+  const bool json_object = r.response_format == "json_object";
+  ctx["enable_thinking"] = json_object && !r.thinking_explicit ? false : r.enable_thinking;
   if (!ctx.contains("preserve_thinking")) ctx["preserve_thinking"] = false;
   std::string text;
   try {
@@ -59,7 +61,9 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   job.stop = r.opt.stop;
   job.chat = true;
   job.parser.thinking_open_at_start = thinking_open;
-  job.parser.parse_tool_calls = !tools.is_null();
+  // A constrained reply is one JSON object: "<tool_call>" inside one of its strings is text.
+  job.parser.parse_tool_calls = !tools.is_null() && !json_object;
+  job.json_object = json_object;
   if (!tools.is_null()) job.parser.tools = nlohmann::json::parse(tools.dump());
   job.logprobs = r.opt.logprobs;
   job.single_tool_call = !r.parallel_tool_calls;
