@@ -1,5 +1,7 @@
 #include "server/http_util.h"
 
+#include "core/error.h"
+
 #include "server/response_json.h"
 #include "server/sse.h"
 
@@ -74,6 +76,18 @@ void relay_ticket(httplib::Response& res, const char* content_type, std::shared_
   res.set_chunked_content_provider(content_type, provider, [t](bool success) {
     if (!success) t->cancel = true;
   });
+}
+
+void run_guarded(httplib::Response& res, const std::function<void()>& handler) {
+  try {
+    handler();
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  } catch (const Error& e) {
+    send_error(res, bad_request(e.what()));
+  } catch (const std::exception& e) {
+    send_error(res, ApiError(500, e.what()));
+  }
 }
 
 }  // namespace lily

@@ -35,6 +35,10 @@ struct Relay {
   std::function<void(Ticket&, const Writer&)> on_done;
 };
 
+// Runs a route's handler, turning exceptions into OpenAI error responses: ApiError as it is, lily::Error
+// (tokenizer / template input problems) as 400, anything else as 500.
+void run_guarded(httplib::Response& res, const std::function<void()>& handler);
+
 // Streams the ticket's output through a chunked response. Cancels the job when the client disconnects
 // (checked every 50 ms, also while waiting in the queue or during prefill).
 void relay_ticket(httplib::Response& res, const char* content_type, std::shared_ptr<Ticket> t, Relay relay);

@@ -144,15 +144,7 @@ void handle_chat(ServerContext& c, const httplib::Request& req, httplib::Respons
 
 void register_chat_routes(httplib::Server& svr, ServerContext& c) {
   svr.Post("/v1/chat/completions", [&c](const httplib::Request& req, httplib::Response& res) {
-    try {
-      handle_chat(c, req, res);
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    } catch (const Error& e) {  // tokenizer / template input problems
-      send_error(res, bad_request(e.what()));
-    } catch (const std::exception& e) {
-      send_error(res, ApiError(500, e.what()));
-    }
+    run_guarded(res, [&] { handle_chat(c, req, res); });
   });
 }
 

@@ -88,15 +88,7 @@ void handle_completion(ServerContext& c, const httplib::Request& req, httplib::R
 
 void register_completion_routes(httplib::Server& svr, ServerContext& c) {
   svr.Post("/v1/completions", [&c](const httplib::Request& req, httplib::Response& res) {
-    try {
-      handle_completion(c, req, res);
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    } catch (const Error& e) {  // tokenizer / template input problems
-      send_error(res, bad_request(e.what()));
-    } catch (const std::exception& e) {
-      send_error(res, ApiError(500, e.what()));
-    }
+    run_guarded(res, [&] { handle_completion(c, req, res); });
   });
 }
 
