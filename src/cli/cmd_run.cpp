@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "chat/template.h"
+#include "core/progress.h"
 #include "cli/model_source.h"
 #include "cli/registry.h"
 #include "core/error.h"
@@ -52,8 +54,14 @@ int run(const Args& a) {
   auto st = be->new_state(ctx_len);
   const int V = w->cfg.vocab;
   std::vector<float> logits(V);
+  std::optional<Progress> bar;  // long prompts (several chunks): drawn only on a terminal
+  if (ids.size() > 2 * static_cast<size_t>(opt.prefill_chunk)) {
+    bar.emplace("prefill", ids.size());
+    opt.progress = [&](int done, int) { bar->set(static_cast<uint64_t>(done)); };
+  }
   auto t0 = Clock::now();
   be->forward(*st, ids.data(), static_cast<int>(ids.size()), 1, logits.data(), opt);
+  if (bar) bar->finish();
   auto t1 = Clock::now();
   StreamDecoder dec(*tok);
   int generated = 0;

@@ -2,6 +2,8 @@
 // captured CUDA graph), forward() and on-device greedy decode.
 #include "cuda/cuda_backend.h"
 
+#include "core/progress.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -211,7 +213,9 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   lm_head_ = upload(w_->lm_head, "lm_head");
   final_norm_ = upload_f32(w_->final_norm);
   int n_lin = 0, n_full = 0;
+  Progress bar("uploading", uint64_t(c.n_layers));  // drawn only on a terminal
   for (int i = 0; i < c.n_layers; ++i) {
+    bar.add(1);
     const LayerWeights& L = w_->layers[size_t(i)];
     DLayer d;
     d.is_full = L.is_full;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/safetensors.h"
 #include "io/text_file.h"
 
@@ -58,7 +59,7 @@ CheckpointFiles::CheckpointFiles(const std::string& dir) : dir_(dir) {
       }
       entries.emplace_back(it.key(), fi->second);
     }
-    for (const std::string& f : file_names_) files_.push_back(SafetensorsFile::open((fs::path(dir) / f).string()));
+    open_files_with_progress(dir);
     for (auto& [name, fi] : entries) {
       where_.emplace(name, fi);
       names_.push_back(name);
@@ -76,9 +77,9 @@ CheckpointFiles::CheckpointFiles(const std::string& dir) : dir_(dir) {
     if (file_names_.empty())
       throw Error(dir + ": expected model.safetensors.index.json, model.safetensors or *.safetensors files, found none");
   }
+  open_files_with_progress(dir);
   for (size_t i = 0; i < file_names_.size(); ++i) {
-    files_.push_back(SafetensorsFile::open((fs::path(dir) / file_names_[i]).string()));
-    for (const std::string& name : files_.back()->names()) {
+    for (const std::string& name : files_[i]->names()) {
       auto [it, inserted] = where_.emplace(name, i);
       if (!inserted)
         throw Error(dir + ": tensor '" + name + "' appears in both " + file_names_[it->second] + " and " +
@@ -113,6 +114,19 @@ std::string CheckpointFiles::files_searched() const {
 
 std::vector<std::shared_ptr<const void>> CheckpointFiles::keep_alive() const {
   return std::vector<std::shared_ptr<const void>>(files_.begin(), files_.end());
+}
+
+// Opening maps (and pre-faults) each shard: the bar counts bytes, shown only on a terminal.
+void CheckpointFiles::open_files_with_progress(const std::string& dir) {
+  std::error_code ec;
+  uint64_t total = 0;
+  for (const std::string& f : file_names_) total += fs::file_size(fs::path(dir) / f, ec);
+  Progress bar("loading", total);
+  for (const std::string& f : file_names_) {
+    files_.push_back(SafetensorsFile::open((fs::path(dir) / f).string()));
+    bar.add(files_.back()->mapping()->size());
+  }
+  bar.finish();
 }
 
 }  // namespace lily

@@ -88,6 +88,7 @@ class CheckpointFiles {
   std::vector<std::shared_ptr<const void>> keep_alive() const;
 
  private:
+  void open_files_with_progress(const std::string& dir);
   std::string dir_;
   bool has_index_ = false;
   std::vector<std::string> file_names_;  // relative to dir_
