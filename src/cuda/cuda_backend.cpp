@@ -322,6 +322,17 @@ std::unique_ptr<SeqState> CudaBackend::new_state(int max_ctx) {
   return std::make_unique<CudaState>(this, cfg_, max_ctx);
 }
 
+// Segments that read the same normalised x: one launch when they share a weight format, else one each.
+void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s) {
+  bool same = true;
+  for (int i = 1; i < n; ++i) same = same && segs[i].m.fmt == segs[0].m.fmt;
+  if (same) {
+    gemv(segs, n, x_, norm_w, cfg_.rms_eps, s, opt_.pdl);
+    return;
+  }
+  for (int i = 0; i < n; ++i) gemv(&segs[i], 1, x_, norm_w, cfg_.rms_eps, s, opt_.pdl);
+}
+
 // One decode step: embed in_ids[cursor], all layers, lm_head + argmax (advances cursor and pos on the device).
 void CudaBackend::enqueue_step(cudaStream_t s) {
   const ModelConfig& c = cfg_;
@@ -335,11 +346,7 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
                          {d.a, proj_ + cd + vd + hv, 0}};
-      if (d.qkv.fmt == d.z.fmt && d.z.fmt == d.b.fmt && d.b.fmt == d.a.fmt) {
-        gemv(segs, 4, x_, d.in_norm, eps, s, pdl);
-      } else {
-        for (auto& sg : segs) gemv(&sg, 1, x_, d.in_norm, eps, s, pdl);
-      }
+      gemv_shared_x(segs, 4, d.in_norm, s);
       mark("gdn in_proj gemv");
       GdnArgs g;
       g.qkv = proj_;
@@ -367,11 +374,7 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
     } else {
       const int qr = c.q_proj_rows(), kvd = c.kv_dim();
       GemvSeg segs[3] = {{d.q, proj_, 0}, {d.k, proj_ + qr, 0}, {d.v, proj_ + qr + kvd, 0}};
-      if (d.q.fmt == d.k.fmt && d.k.fmt == d.v.fmt) {
-        gemv(segs, 3, x_, d.in_norm, eps, s, pdl);
-      } else {
-        for (auto& sg : segs) gemv(&sg, 1, x_, d.in_norm, eps, s, pdl);
-      }
+      gemv_shared_x(segs, 3, d.in_norm, s);
       mark("attn qkv gemv");
       AttnArgs a;
       a.q = proj_;

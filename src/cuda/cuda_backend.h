@@ -71,6 +71,7 @@ class CudaBackend : public Backend {
   DStack upload_stack(const ExpertStack& s, const char* what);
   float* upload_f32(const std::vector<float>& v);
   void enqueue_step(cudaStream_t s);
+  void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s);
   void begin(CudaState& st, int n_given);
   void run_step();
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`

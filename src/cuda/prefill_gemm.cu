@@ -17,6 +17,23 @@ namespace {
 constexpr int kBN = 128, kBK = 64, kSK = kBK + 8;  // smem row stride in bf16 (144 bytes: ldmatrix conflict-free)
 constexpr int kThreads = 256;
 
+// The rows this block multiplies: grouped mode reads (expert, first row, end row) from the device tile map
+// (false: past the tiles the routing produced), dense mode takes rows [blockIdx.x * tile_m, +tile_m) of [0, M).
+__device__ __forceinline__ bool block_rows(const GemmArgs& g, int tile_m, int64_t& e, int& r0, int& r1) {
+  e = 0;
+  if (g.tiles) {
+    if (int(blockIdx.x) >= *g.n_tiles) return false;
+    const int* t = g.tiles + 3 * blockIdx.x;
+    e = t[0];
+    r0 = t[1];
+    r1 = t[2];
+  } else {
+    r0 = blockIdx.x * tile_m;
+    r1 = min(g.M, r0 + tile_m);
+  }
+  return true;
+}
+
 __device__ __forceinline__ const uint8_t* mat_w(const DMat& m, int64_t e, int64_t ws) { return m.w + e * ws; }
 
 // Per-thread share of a W tile: 32 consecutive k of one tile row (thread t: row t/2, half t%2).
@@ -97,18 +114,9 @@ __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
 
-  int64_t e = 0;
+  int64_t e;
   int r0, r1;
-  if (g.tiles) {
-    if (int(blockIdx.x) >= *g.n_tiles) return;
-    const int* t = g.tiles + 3 * blockIdx.x;
-    e = t[0];
-    r0 = t[1];
-    r1 = t[2];
-  } else {
-    r0 = blockIdx.x * BM;
-    r1 = min(g.M, r0 + BM);
-  }
+  if (!block_rows(g, BM, e, r0, r1)) return;
   const int K = g.W0.cols;
 
   // this thread's W row
@@ -267,18 +275,9 @@ __device__ __forceinline__ float aval(const GemmArgs& g, int64_t r, int k) {
 
 template <int MODE>
 __global__ void __launch_bounds__(128) k_gemm_simple(const GemmArgs g) {
-  int64_t e = 0;
+  int64_t e;
   int r0, r1;
-  if (g.tiles) {
-    if (int(blockIdx.x) >= *g.n_tiles) return;
-    const int* t = g.tiles + 3 * blockIdx.x;
-    e = t[0];
-    r0 = t[1];
-    r1 = t[2];
-  } else {
-    r0 = blockIdx.x * kGemmTileM;
-    r1 = min(g.M, r0 + kGemmTileM);
-  }
+  if (!block_rows(g, kGemmTileM, e, r0, r1)) return;
   const int c = blockIdx.y * 128 + threadIdx.x;
   if (c >= g.W0.rows) return;
   const int K = g.W0.cols;
