@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "cuda/cuda_check.h"
@@ -15,7 +17,10 @@ namespace lily::cuda {
 
 PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc,
                              bool simple, int prec, bool attn_precise)
-    : m_(m), max_chunk_(max_chunk), simple_(simple), prec_(prec) {
+    : m_(m), max_chunk_(max_chunk), simple_(simple), prec_(prec), timer_([] {
+        const char* v = std::getenv("LILY_CUDA_PREFILL_PROFILE");
+        return v && std::strcmp(v, "0") != 0;
+      }()) {
   if (prec != kPrecBF16 && prec != kPrecFP16 && prec != kPrecSplit) throw Error("prefill: bad precision");
   const ModelConfig& c = *m.cfg;
   const size_t N = size_t(max_chunk), H = size_t(c.hidden), nk = N * size_t(c.top_k);
@@ -99,10 +104,12 @@ void PrefillRunner::gemm(const ActRows& A, int lda, int M, const DMat& W, float*
 void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s) {
   const ModelConfig& c = *m_.cfg;
   const int H = c.hidden, cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
+  timer_.mark("gdn.proj", s);
   gemm(xa_, H, n, d.qkv, proj_, P_, kGemmStore, s);
   gemm(xa_, H, n, d.z, proj_ + cd, P_, kGemmStore, s);
   gemm(xa_, H, n, d.b, proj_ + cd + vd, P_, kGemmStore, s);
   gemm(xa_, H, n, d.a, proj_ + cd + vd + hv, P_, kGemmStore, s);
+  timer_.mark("gdn.scan", s);
   GdnChunkArgs g;
   g.proj = proj_;
   g.ldp = P_;
@@ -125,6 +132,7 @@ void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, in
   if (prec_ == kPrecBF16) g.y = ya_.hi;
   else g.y_f = stage_;
   prefill_gdn(g, s);
+  timer_.mark("gdn.out", s);
   to_act(n, vd, ya_, s);
   gemm(ya_, vd, n, d.out, x_, H, kGemmAdd, s);
 }
@@ -132,9 +140,11 @@ void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, in
 void PrefillRunner::attn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s) {
   const ModelConfig& c = *m_.cfg;
   const int H = c.hidden, qr = c.q_proj_rows(), kvd = c.kv_dim(), hd = c.head_dim;
+  timer_.mark("attn.proj", s);
   gemm(xa_, H, n, d.q, proj_, P_, kGemmStore, s);
   gemm(xa_, H, n, d.k, proj_ + qr, P_, kGemmStore, s);
   gemm(xa_, H, n, d.v, proj_ + qr + kvd, P_, kGemmStore, s);
+  timer_.mark("attn.flash", s);
   AttnChunkArgs a;
   a.proj = proj_;
   a.ldp = P_;
@@ -157,6 +167,7 @@ void PrefillRunner::attn_layer(const DLayer& d, const PrefillState& st, int n, i
   else a.out_f = stage_;
   a.precise = attn_precise_[size_t(&d - m_.layers->data())] != 0;
   prefill_attn(a, s, simple_);
+  timer_.mark("attn.out", s);
   to_act(n, c.n_q_heads * hd, ya_, s);
   gemm(ya_, c.n_q_heads * hd, n, d.o, x_, H, kGemmAdd, s);
 }
@@ -164,8 +175,10 @@ void PrefillRunner::attn_layer(const DLayer& d, const PrefillState& st, int n, i
 void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   const ModelConfig& c = *m_.cfg;
   const int H = c.hidden, E = c.n_experts, k = c.top_k, I = c.expert_inter, Is = c.shared_inter;
+  timer_.mark("moe.router", s);
   gemm(xa_, H, n, d.router, rl_, E, kGemmStore, s);
   gemm(xa_, H, n, d.shg, sg_, 1, kGemmStore, s);
+  timer_.mark("moe.route", s);
   RouteArgs r;
   r.logits = rl_;
   r.n = n;
@@ -182,6 +195,7 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   r.slot_row = slot_row_;
   prefill_route(r, s);
   // routed experts: gate+up (SiLU * mul) on the gathered token rows, then down, both over the tile map
+  timer_.mark("moe.gate_up", s);
   GemmArgs g;
   set_a(g, xa_);
   g.lda = H;
@@ -199,6 +213,7 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   if (d.up.w_stride != d.gate.w_stride || d.up.sb_stride != d.gate.sb_stride)
     throw Error("prefill: gate and up expert stacks differ in layout");
   prefill_gemm(g, kGemmSiluMul, s, simple_);
+  timer_.mark("moe.down", s);
   to_act(n * k, I, acta_, s);
   GemmArgs dn = g;
   set_a(dn, acta_);
@@ -212,6 +227,7 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   dn.C = yd_;
   dn.ldc = H;
   prefill_gemm(dn, kGemmStore, s, simple_);
+  timer_.mark("moe.shared", s);
   // shared expert
   GemmArgs sh;
   set_a(sh, xa_);
@@ -225,6 +241,7 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   prefill_gemm(sh, kGemmSiluMul, s, simple_);
   to_act(n, Is, sacta_, s);
   gemm(sacta_, Is, n, d.sh_down, shd_, H, kGemmStore, s);
+  timer_.mark("moe.combine", s);
   prefill_moe_combine(x_, shd_, sg_, 1, yd_, rw_, slot_row_, n, k, H, s);
 }
 
@@ -236,14 +253,18 @@ void PrefillRunner::run(const PrefillState& st, const int32_t* ids, int n, int p
   const int H = c.hidden;
   const float eps = c.rms_eps;
   LILY_CUDA_CHECK(cudaMemcpyAsync(ids_, ids, size_t(n) * 4, cudaMemcpyHostToDevice, s));
+  timer_.mark("embed", s);
   prefill_embed(m_.embed, ids_, n, x_, s);
   for (const DLayer& d : *m_.layers) {
+  timer_.mark("norm", s);
     prefill_rmsnorm_act(x_, H, d.in_norm, n, H, eps, prec_, xa_, s);
     if (d.is_full) attn_layer(d, st, n, pos0, s);
     else gdn_layer(d, st, n, pos0, s);
+  timer_.mark("norm", s);
     prefill_rmsnorm_act(x_, H, d.post_norm, n, H, eps, prec_, xa_, s);
     moe_layer(d, n, s);
   }
+  timer_.mark("lm_head", s);
   for (int r0 = n - n_logits; r0 < n; r0 += kLogitRows) {
     const int rows = std::min(kLogitRows, n - r0);
     prefill_rmsnorm_act(x_ + int64_t(r0) * H, H, m_.final_norm, rows, H, eps, prec_, xa_, s);
@@ -251,6 +272,11 @@ void PrefillRunner::run(const PrefillState& st, const int32_t* ids, int n, int p
     LILY_CUDA_CHECK(cudaMemcpyAsync(out + size_t(r0 - (n - n_logits)) * c.vocab, logits_,
                                     size_t(rows) * c.vocab * 4, cudaMemcpyDeviceToHost, s));
     LILY_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  if (timer_.on()) {
+    timer_.mark(nullptr, s);
+    LILY_CUDA_CHECK(cudaStreamSynchronize(s));
+    timer_.collect();
   }
 }
 

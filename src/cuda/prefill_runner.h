@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/phase_timer.h"
 #include "cuda/prefill.h"
 
 namespace lily::cuda {
@@ -36,6 +37,7 @@ class PrefillRunner {
                 int prec = kPrecFP16, bool attn_precise = true);
   int max_chunk() const { return max_chunk_; }
   int prec() const { return prec_; }
+  ~PrefillRunner() { timer_.report("prefill profile (LILY_CUDA_PREFILL_PROFILE)"); }
   // Consumes ids (host) [0, n) at positions pos0.. (n <= max_chunk); logits of chunk rows [n - n_logits, n) to
   // out (host, [n_logits][vocab]). Synchronises the stream only when logits are copied out.
   void run(const PrefillState& st, const int32_t* ids, int n, int pos0, int n_logits, float* out, cudaStream_t s);
@@ -62,6 +64,7 @@ class PrefillRunner {
   uint16_t* qb_ = nullptr;
   int32_t *ridx_ = nullptr, *counts_ = nullptr, *fill_ = nullptr, *tiles_ = nullptr, *ntiles_ = nullptr;
   int32_t *row_token_ = nullptr, *slot_row_ = nullptr;
+  PhaseTimer timer_;  // GPU time per phase, on with LILY_CUDA_PREFILL_PROFILE=1
 };
 
 }  // namespace lily::cuda
