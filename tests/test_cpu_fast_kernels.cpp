@@ -79,11 +79,42 @@ TEST(CpuFastKernels, Q4PortableMatchesReference) {
 
 TEST(CpuFastKernels, Q4SimdMatchesReference) {
   if (!fast::q4_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
-  for (int n : {1, 3, 4, 9})
+  for (int n : {1, 3, 4, 9, 40})
     for (int cols : {64, 128, 192, 512, 2048}) {
       check_q4(37, cols, n, true, 2e-4, true);
       check_q4(37, cols, n, false, 2e-2, true);
     }
+}
+
+// The SIMD kernel against the portable one on the same quantised activations: the integer dot products are
+// identical, only the f32 accumulation order differs. Covers the 16-row tile GEMM (n >= kTileMinRows) with
+// row counts that are not multiples of 16, odd group counts, and more activation rows than one block (128).
+TEST(CpuFastKernels, Q4SimdMatchesPortableOnTheSameActivations) {
+  if (!fast::q4_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  for (int n : {1, 4, 5, 16, 131})
+    for (int rows : {16, 37, 64})
+      for (int cols : {64, 192, 512, 2048})
+        for (bool precise : {false, true}) {
+          std::mt19937 rng(rows * 131 + cols * 7 + n);
+          RandQ4 q(rows, cols, 4, rng);
+          std::normal_distribution<float> nd(0.0f, 1.0f);
+          std::vector<float> X(static_cast<size_t>(n) * cols);
+          for (auto& x : X) x = nd(rng);
+          fast::QuantX qx;
+          fast::quantize_x(X.data(), n, cols, precise, qx);
+          std::vector<float> ref(static_cast<size_t>(n) * rows, NAN), got(ref.size(), NAN);
+          fast::q4_rows_portable(q.m, 0, rows, qx, precise, ref.data());
+          fast::q4_rows_avx512(q.m, 0, rows, qx, precise, got.data());
+          EXPECT_LE(rel_err(got, ref), 1e-6) << rows << "x" << cols << " n=" << n << " precise=" << precise;
+          // a row range that starts inside the matrix (the thread pool's tasks)
+          std::vector<float> part(ref.size(), NAN);
+          fast::q4_rows_avx512(q.m, 16, rows, qx, precise, part.data());
+          for (int i = 0; i < n; ++i)
+            for (int r = 16; r < rows; ++r) {
+              const float a = part[static_cast<size_t>(i) * rows + r], b = ref[static_cast<size_t>(i) * rows + r];
+              ASSERT_LE(std::fabs(a - b), 1e-5f * (1.0f + std::fabs(b))) << "row " << r << " act " << i;
+            }
+        }
 }
 
 TEST(CpuFastKernels, GenericPathMatchesReference) {

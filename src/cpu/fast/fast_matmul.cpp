@@ -80,8 +80,9 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
         qidx[j] = nq++;
       }
     }
-    blk[j] = block;
-    first[j + 1] = first[j] + (jb.W->rows + block - 1) / block;
+    // the tile GEMM takes 16 weight rows at a time
+    blk[j] = (qidx[j] >= 0 && jb.n >= kTileMinRows) ? (block + 15) / 16 * 16 : block;
+    first[j + 1] = first[j] + (jb.W->rows + blk[j] - 1) / blk[j];
   }
   const bool avx = use_avx512();
   const int64_t* fst = first.data();

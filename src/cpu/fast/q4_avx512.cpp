@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "cpu/fast/q4_kernels.h"
@@ -137,6 +138,131 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
   for (int k = 0; k < nr; ++k) Y[static_cast<size_t>(i) * W.rows + r + k] = _mm512_reduce_add_ps(acc[k]) + bias[k];
 }
 
+// ---- Prefill GEMM: 16 weight rows x many activation rows -------------------------------------------------
+// Per group of 64 the 16 rows' 32 code bytes are transposed in registers so that zmm q (q = 0..7) holds dword q
+// of every row (lane k = row r + k). Its low nibbles are the group's elements 8q, 8q+2, 8q+4, 8q+6 and its high
+// nibbles 8q+1, ..., 8q+7: exactly dword q of the activation's even / odd block in the QuantX layout. One
+// vpdpbusd with that dword broadcast adds 4 products for all 16 rows; 16 of them give the group's integer dot
+// products of 16 weight rows with one activation row, then y[16] += (s[16]·dx)·dot + b[16]·Σx. The unpacked
+// weights of a group stay in registers while every activation row of the block goes past them.
+constexpr int kTile = 16;
+constexpr int kActBlock = 128;
+
+// The 16 rows' codes of one group (row k at base + k·rb, 32 bytes each) -> low / high nibbles per dword column.
+LILY_AVX512 inline void tile_codes(const uint8_t* base, int64_t rb, __m512i* wl, __m512i* wh) {
+  // z[j]: 256-bit half 0 = row a[j], half 1 = row a[j] + 4, chosen so that the lanes come out in row order
+  static constexpr int a[8] = {0, 1, 2, 3, 8, 9, 10, 11};
+  __m512i z[8], t[8], u[8];
+  for (int j = 0; j < 8; ++j) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + a[j] * rb));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + (a[j] + 4) * rb));
+    z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+  for (int j = 0; j < 8; j += 2) {
+    t[j] = _mm512_unpacklo_epi32(z[j], z[j + 1]);
+    t[j + 1] = _mm512_unpackhi_epi32(z[j], z[j + 1]);
+  }
+  for (int j = 0; j < 8; j += 4) {
+    u[j] = _mm512_unpacklo_epi64(t[j], t[j + 2]);          // dword columns {0, 4}
+    u[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 2]);      // {1, 5}
+    u[j + 2] = _mm512_unpacklo_epi64(t[j + 1], t[j + 3]);  // {2, 6}
+    u[j + 3] = _mm512_unpackhi_epi64(t[j + 1], t[j + 3]);  // {3, 7}
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    const __m512i c0 = _mm512_shuffle_i32x4(u[c], u[c + 4], 0x88);  // column c
+    const __m512i c1 = _mm512_shuffle_i32x4(u[c], u[c + 4], 0xDD);  // column c + 4
+    wl[c] = _mm512_and_si512(c0, m4);
+    wh[c] = _mm512_and_si512(_mm512_srli_epi16(c0, 4), m4);
+    wl[c + 4] = _mm512_and_si512(c1, m4);
+    wh[c + 4] = _mm512_and_si512(_mm512_srli_epi16(c1, 4), m4);
+  }
+}
+
+inline int32_t load32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// NB activation rows against the group's 16 rows held in wl / wh; acc [NB][16] in memory.
+template <bool PRECISE, int NB>
+LILY_AVX512 inline void tile_act(const __m512i* wl, const __m512i* wh, const QuantX& X, int i, int g, __m512 sv,
+                                 __m512 bv, float* acc) {
+  const size_t off = static_cast<size_t>(g >> 1) * 128 + (g & 1) * 32;
+  const int8_t* xh[NB];
+  const int8_t* xl[NB];
+  __m512i ih[NB], il[NB];
+  for (int j = 0; j < NB; ++j) {
+    xh[j] = &X.hi[static_cast<size_t>(i + j) * X.P * 128 + off];
+    if constexpr (PRECISE) xl[j] = &X.lo[static_cast<size_t>(i + j) * X.P * 128 + off];
+    ih[j] = _mm512_setzero_si512();
+    il[j] = _mm512_setzero_si512();
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; ++q)
+    for (int j = 0; j < NB; ++j) {
+      if constexpr (PRECISE) {
+        ih[j] = _mm512_dpbusd_epi32(ih[j], wl[q], _mm512_set1_epi32(load32(xh[j] + 4 * q)));
+        il[j] = _mm512_dpbusd_epi32(il[j], wl[q], _mm512_set1_epi32(load32(xl[j] + 4 * q)));
+        ih[j] = _mm512_dpbusd_epi32(ih[j], wh[q], _mm512_set1_epi32(load32(xh[j] + 64 + 4 * q)));
+        il[j] = _mm512_dpbusd_epi32(il[j], wh[q], _mm512_set1_epi32(load32(xl[j] + 64 + 4 * q)));
+      } else {  // two chains per row (even / odd) so that 4 rows keep 8 vpdpbusd in flight
+        ih[j] = _mm512_dpbusd_epi32(ih[j], wl[q], _mm512_set1_epi32(load32(xh[j] + 4 * q)));
+        il[j] = _mm512_dpbusd_epi32(il[j], wh[q], _mm512_set1_epi32(load32(xh[j] + 64 + 4 * q)));
+      }
+    }
+  for (int j = 0; j < NB; ++j) {
+    const size_t gi = static_cast<size_t>(i + j) * X.G + g;
+    __m512 f;
+    if constexpr (PRECISE)
+      f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il[j]), _mm512_set1_ps(1.0f / 254.0f), _mm512_cvtepi32_ps(ih[j]));
+    else
+      f = _mm512_cvtepi32_ps(_mm512_add_epi32(ih[j], il[j]));
+    float* a = acc + static_cast<size_t>(j) * kTile;
+    __m512 v = _mm512_fmadd_ps(_mm512_mul_ps(f, _mm512_set1_ps(X.dxg[gi])), sv, _mm512_load_ps(a));
+    _mm512_store_ps(a, _mm512_fmadd_ps(bv, _mm512_set1_ps(X.sum[gi]), v));
+  }
+}
+
+// Rows [r, r + 16) against every activation row: Y[i][r..r+16).
+template <bool PRECISE>
+LILY_AVX512 void tile_rows(const QMatrix& W, int64_t r, const QuantX& X, float* Y) {
+  const int G = X.G;
+  const int64_t rb = static_cast<int64_t>(W.row_bytes());
+  // the tile's scales and biases as f32, [k][G] (row k of the tile), read per group by a strided gather
+  alignas(64) float s[kTile * 256], b[kTile * 256];
+  for (int k = 0; k < kTile; ++k)
+    for (int g = 0; g < G; g += 16) {
+      const int valid = std::min(16, G - g);
+      const __mmask16 m = valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << valid) - 1);
+      _mm512_mask_storeu_ps(&s[k * G + g], m, load16(W.scales, W.sdtype, (r + k) * G + g, valid));
+      _mm512_mask_storeu_ps(&b[k * G + g], m, load16(W.biases, W.sdtype, (r + k) * G + g, valid));
+    }
+  const __m512i gidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(G));
+  alignas(64) float acc[kActBlock * kTile];
+  const uint8_t* w0 = static_cast<const uint8_t*>(W.w) + r * rb;
+  for (int i0 = 0; i0 < X.n; i0 += kActBlock) {
+    const int i1 = std::min(X.n, i0 + kActBlock);
+    std::memset(acc, 0, sizeof(float) * kTile * (i1 - i0));
+    for (int g = 0; g < G; ++g) {
+      if (!(g & 1) && g + 4 < G)  // one line holds two groups: fetch the rows' line of group g + 4
+        for (int k = 0; k < kTile; ++k)
+          _mm_prefetch(reinterpret_cast<const char*>(w0 + k * rb + (g + 4) * 32), _MM_HINT_T0);
+      __m512i wl[8], wh[8];
+      tile_codes(w0 + g * 32, rb, wl, wh);
+      const __m512 sv = _mm512_i32gather_ps(gidx, s + g, 4);
+      const __m512 bv = _mm512_i32gather_ps(gidx, b + g, 4);
+      int i = i0;
+      for (; i + 4 <= i1; i += 4) tile_act<PRECISE, 4>(wl, wh, X, i, g, sv, bv, acc + (i - i0) * kTile);
+      for (; i < i1; ++i) tile_act<PRECISE, 1>(wl, wh, X, i, g, sv, bv, acc + (i - i0) * kTile);
+    }
+    for (int i = i0; i < i1; ++i)
+      _mm512_storeu_ps(Y + static_cast<size_t>(i) * W.rows + r, _mm512_load_ps(acc + (i - i0) * kTile));
+  }
+}
+
 template <bool PRECISE>
 LILY_AVX512 void rows_impl(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, float* Y) {
   if (X.n < 4) {  // decode: 4 weight rows at a time against each activation row
@@ -148,6 +274,10 @@ LILY_AVX512 void rows_impl(const QMatrix& W, int64_t r0, int64_t r1, const Quant
   }
   // prefill: activation rows in blocks that stay in L2 (64 rows x 2048 cols x 2 B = 256 KB), each weight row
   // unpacked once per block and multiplied with 8 activation rows at a time
+  if (X.n >= kTileMinRows) {  // 16 rows at a time, the rest (rows % 16) below
+    for (; r0 + kTile <= r1; r0 += kTile) tile_rows<PRECISE>(W, r0, X, Y);
+    if (r0 == r1) return;
+  }
   constexpr int kXBlock = 64;
   float s[256], b[256];  // one row's scales and biases (G <= 256 checked by the caller)
   for (int i0 = 0; i0 < X.n; i0 += kXBlock) {

@@ -7,6 +7,9 @@
 namespace lily::fast {
 
 bool q4_avx512_available();
+// From this many activation rows on, the AVX-512 kernel multiplies 16 weight rows at a time (a tile GEMM);
+// row ranges handed to it should then be multiples of 16 (a remainder falls back to the row-at-a-time loop).
+constexpr int kTileMinRows = 4;
 // Peak int8 multiply-add rate (GOP/s, one thread) of the VNNI instruction the kernels use.
 double vnni_gops_one_thread(double seconds);
 void q4_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y);
