@@ -117,6 +117,35 @@ TEST(CpuFastKernels, Q4SimdMatchesPortableOnTheSameActivations) {
         }
 }
 
+// The SIMD activation quantisation against the scalar one: identical codes and scales, Σx within rounding.
+TEST(CpuFastKernels, QuantizeXMatchesScalar) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int cols : {64, 192, 2048})
+    for (bool precise : {false, true}) {
+      const int n = 7;
+      std::vector<float> X(static_cast<size_t>(n) * cols);
+      for (auto& x : X) x = nd(rng) * (1 + (&x - X.data()) % 5);
+      X[3] = 0.0f;
+      std::fill(X.begin() + cols, X.begin() + cols + 64, 0.0f);  // an all-zero group
+      fast::QuantX a, b;
+      fast::quantize_x_ref(X.data(), n, cols, precise, a);
+      fast::quantize_x(X.data(), n, cols, precise, b);
+      const size_t codes = static_cast<size_t>(n) * a.P * 128;
+      for (size_t i = 0; i < codes; ++i) {
+        ASSERT_EQ(a.hi[i], b.hi[i]) << "hi " << i;
+        if (precise) {
+          ASSERT_EQ(a.lo[i], b.lo[i]) << "lo " << i;
+        }
+      }
+      for (size_t i = 0; i < static_cast<size_t>(n) * a.P * 16; ++i) ASSERT_EQ(a.dx[i], b.dx[i]);
+      for (size_t i = 0; i < static_cast<size_t>(n) * a.G; ++i) {
+        ASSERT_EQ(a.dxg[i], b.dxg[i]);
+        ASSERT_NEAR(a.sum[i], b.sum[i], 1e-5 * 64 * 5);
+      }
+    }
+}
+
 TEST(CpuFastKernels, GenericPathMatchesReference) {
   std::mt19937 rng(5);
   RandQ4 q(50, 128, 8, rng);  // 8-bit goes through the generic decode-and-dot path

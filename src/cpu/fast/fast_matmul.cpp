@@ -65,7 +65,11 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
   qidx.assign(count, -1);
   first.assign(count + 1, 0);
   blk.assign(count, 1);
+  thread_local std::vector<int> tqsrc;     // job whose X each distinct quantisation reads
+  std::vector<int>& qsrc = tqsrc;
+  if (qsrc.size() < static_cast<size_t>(count)) qsrc.resize(count);
   int nq = 0;
+  int64_t quant_elems = 0;
   int64_t total_rows = 0;
   for (int j = 0; j < count; ++j) total_rows += jobs[j].W->rows;
   // tasks of about equal rows over the whole batch: ~8 per thread, 4..64 rows each
@@ -76,13 +80,35 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
       for (int k = 0; k < j && qidx[j] < 0; ++k)
         if (qidx[k] >= 0 && jobs[k].X == jb.X && jobs[k].n == jb.n && jobs[k].W->cols == jb.W->cols) qidx[j] = qidx[k];
       if (qidx[j] < 0) {
-        quantize_x(jb.X, jb.n, static_cast<int>(jb.W->cols), precise, qs[nq]);
+        quantize_x_prepare(jb.n, static_cast<int>(jb.W->cols), precise, qs[nq]);
+        qsrc[nq] = j;
+        quant_elems += static_cast<int64_t>(jb.n) * jb.W->cols;
         qidx[j] = nq++;
       }
     }
     // the tile GEMM takes 16 weight rows at a time
     blk[j] = (qidx[j] >= 0 && jb.n >= kTileMinRows) ? (block + 15) / 16 * 16 : block;
     first[j + 1] = first[j] + (jb.W->rows + blk[j] - 1) / blk[j];
+  }
+  // Quantise the activations: in place on this thread when small (decode), else rows in parallel.
+  constexpr int kQuantRows = 8;  // rows per task
+  if (quant_elems < (1 << 16) || pool.size() == 1) {
+    for (int k = 0; k < nq; ++k) {
+      const MatJob& jb = jobs[qsrc[k]];
+      quantize_x_rows(jb.X, 0, jb.n, static_cast<int>(jb.W->cols), precise, qs[k]);
+    }
+  } else {
+    thread_local std::vector<int> qfirst;  // [nq + 1] first task of each quantisation
+    qfirst.assign(nq + 1, 0);
+    for (int k = 0; k < nq; ++k) qfirst[k + 1] = qfirst[k] + (jobs[qsrc[k]].n + kQuantRows - 1) / kQuantRows;
+    const int* qf = qfirst.data();
+    const int* qsj = qsrc.data();
+    pool.parallel_for(qfirst[nq], [&](int t, int) {
+      const int k = static_cast<int>(std::upper_bound(qf, qf + nq + 1, t) - qf) - 1;
+      const MatJob& jb = jobs[qsj[k]];
+      const int i0 = (t - qf[k]) * kQuantRows, i1 = std::min(jb.n, i0 + kQuantRows);
+      quantize_x_rows(jb.X, i0, i1, static_cast<int>(jb.W->cols), precise, qs[k]);
+    });
   }
   const bool avx = use_avx512();
   const int64_t* fst = first.data();
