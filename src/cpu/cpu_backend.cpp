@@ -59,21 +59,24 @@ void CpuBackend::forward_chunk(CpuState& st, const int32_t* ids, int n, int n_lo
   if (on_hidden) on_hidden(-1, x, n);
   for (int li = 0; li < c.n_layers; ++li) {
     const LayerWeights& L = w_->layers[li];
-    for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.in_norm.data(), H, c.rms_eps, &h[t * H]);
     {
-      PhaseTimer pt(prof_, L.is_full ? Phase::kAttn : Phase::kGdn);
-      if (L.is_full)
-        attn_layer(L, st.layers[li], h, n, st.pos, st.max_ctx, a);
-      else
-        gdn_layer(L, st.layers[li], h, n, a);
+      PhaseTimer pt(prof_, Phase::kNorms);
+      for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.in_norm.data(), H, c.rms_eps, &h[t * H]);
     }
-    for (size_t i = 0; i < nH; ++i) x[i] += a[i];
-    for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.post_norm.data(), H, c.rms_eps, &h[t * H]);
+    if (L.is_full)
+      attn_layer(L, st.layers[li], h, n, st.pos, st.max_ctx, a);
+    else
+      gdn_layer(L, st.layers[li], h, n, a);
     {
-      PhaseTimer pt(prof_, Phase::kMoe);
-      moe_layer(L.moe, h, n, a);
+      PhaseTimer pt(prof_, Phase::kNorms);
+      for (size_t i = 0; i < nH; ++i) x[i] += a[i];
+      for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.post_norm.data(), H, c.rms_eps, &h[t * H]);
     }
-    for (size_t i = 0; i < nH; ++i) x[i] += a[i];
+    moe_layer(L.moe, h, n, a);
+    {
+      PhaseTimer pt(prof_, Phase::kNorms);
+      for (size_t i = 0; i < nH; ++i) x[i] += a[i];
+    }
     if (on_hidden) on_hidden(li, x, n);
   }
   st.pos += n;
@@ -109,7 +112,11 @@ void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float*
   float* y = buf(kY, static_cast<size_t>(n) * VD);
   const fast::MatJob proj[] = {{&L.lin.in_qkv, h, n, m}, {&L.lin.in_z, h, n, z}, {&L.lin.in_b, h, n, b},
                                {&L.lin.in_a, h, n, a}};
-  k_.matmul_batch(proj, 4);
+  {
+    PhaseTimer pt(prof_, Phase::kGdnProj);
+    k_.matmul_batch(proj, 4);
+  }
+  PhaseTimer scan(prof_, Phase::kGdnScan);
   float* conv_out = buf(kConv, C);
   float* o = buf(kO, VD);
   float* g = buf(kG, Hv);
@@ -130,6 +137,8 @@ void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float*
     ref::gated_rmsnorm(o, &z[static_cast<size_t>(t) * VD], L.lin.norm.data(), Hv, Dv, c.rms_eps,
                        &y[static_cast<size_t>(t) * VD]);
   }
+  scan.stop();
+  PhaseTimer pt(prof_, Phase::kGdnProj);
   k_.matmul(L.lin.out, y, n, out);
 }
 
@@ -143,7 +152,11 @@ void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float
   float* o = buf(kO, static_cast<size_t>(n) * nq * hd);
   float* q = buf(kQ, static_cast<size_t>(nq) * hd);
   const fast::MatJob proj[] = {{&L.attn.q, h, n, qg}, {&L.attn.k, h, n, k}, {&L.attn.v, h, n, v}};
-  k_.matmul_batch(proj, 3);
+  {
+    PhaseTimer pt(prof_, Phase::kAttnProj);
+    k_.matmul_batch(proj, 3);
+  }
+  PhaseTimer core(prof_, Phase::kAttnCore);
   if (s.k.capacity() < static_cast<size_t>(pos0 + n) * KV) {  // once per state: pages are touched as used
     s.k.reserve(static_cast<size_t>(max_ctx) * KV);
     s.v.reserve(static_cast<size_t>(max_ctx) * KV);
@@ -167,6 +180,8 @@ void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float
     for (int hh = 0; hh < nq; ++hh)
       for (int i = 0; i < hd; ++i) ot[hh * hd + i] *= ref::sigmoid(qgt[hh * 2 * hd + hd + i]);
   }
+  core.stop();
+  PhaseTimer pt(prof_, Phase::kAttnProj);
   k_.matmul(L.attn.o, o, n, out);
 }
 
@@ -177,7 +192,10 @@ void CpuBackend::moe_layer(const MoeWeights& mw, const float* h, int n, float* o
   float* logits = buf(kLogits, static_cast<size_t>(n) * E);
   float* sg = buf(kSg, n);
   const fast::MatJob router[] = {{&mw.router, h, n, logits}, {&mw.sh_gate_w, h, n, sg}};
+  PhaseTimer ptr(prof_, Phase::kMoeRouter);
   k_.matmul_batch(router, 2);
+  ptr.stop();
+  PhaseTimer pto(prof_, Phase::kMoeOther);
   // routing: top-k per row, then the (row, weight) pairs grouped per expert (counting sort)
   route_idx_.resize(nK);
   route_w_.resize(nK);
@@ -210,7 +228,11 @@ void CpuBackend::moe_layer(const MoeWeights& mw, const float* h, int n, float* o
   }
   jobs_.push_back({&mw.sh_gate, h, n, gs});
   jobs_.push_back({&mw.sh_up, h, n, us});
+  pto.stop();
+  PhaseTimer pte(prof_, Phase::kMoeExperts);
   k_.matmul_batch(jobs_.data(), static_cast<int>(jobs_.size()));
+  pte.stop();
+  pto.start();
   const size_t n_act = nK * I + static_cast<size_t>(n) * Is;
   for (size_t i = 0; i < n_act; ++i) g[i] = ref::silu(g[i]) * u[i];
   jobs_.clear();
@@ -219,7 +241,11 @@ void CpuBackend::moe_layer(const MoeWeights& mw, const float* h, int n, float* o
     if (ne) jobs_.push_back({&mw.down.e[e], g + static_cast<size_t>(r0) * I, ne, ye + static_cast<size_t>(r0) * H});
   }
   jobs_.push_back({&mw.sh_down, gs, n, ys});
+  pto.stop();
+  pte.start();
   k_.matmul_batch(jobs_.data(), static_cast<int>(jobs_.size()));
+  pte.stop();
+  pto.start();
   for (int t = 0; t < n; ++t) {  // sigmoid-gated shared expert, then the routed experts' weighted sum
     const float gate = ref::sigmoid(sg[t]);
     const float* y = ys + static_cast<size_t>(t) * H;

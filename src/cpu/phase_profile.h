@@ -4,7 +4,8 @@
 
 namespace lily {
 
-enum class Phase { kAttn, kGdn, kMoe, kLmHead, kCount };
+// Non-overlapping: projections (the 4-bit matmuls) apart from the sequence work of each mixer.
+enum class Phase { kAttnProj, kAttnCore, kGdnProj, kGdnScan, kMoeRouter, kMoeExperts, kMoeOther, kNorms, kLmHead, kCount };
 
 struct PhaseProfile {
   PhaseProfile();
@@ -13,20 +14,29 @@ struct PhaseProfile {
   double seconds[static_cast<int>(Phase::kCount)] = {};
 };
 
+// Times its scope; stop() / start() pause and resume it within the scope.
 class PhaseTimer {
  public:
-  PhaseTimer(PhaseProfile& p, Phase ph) : p_(p), ph_(ph) {
-    if (p_.on) t0_ = std::chrono::steady_clock::now();
+  PhaseTimer(PhaseProfile& p, Phase ph) : p_(p), ph_(ph) { start(); }
+  ~PhaseTimer() { stop(); }
+  void start() {
+    if (p_.on && !running_) {
+      t0_ = std::chrono::steady_clock::now();
+      running_ = true;
+    }
   }
-  ~PhaseTimer() {
-    if (p_.on)
+  void stop() {
+    if (p_.on && running_) {
       p_.seconds[static_cast<int>(ph_)] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      running_ = false;
+    }
   }
 
  private:
   PhaseProfile& p_;
   Phase ph_;
+  bool running_ = false;
   std::chrono::steady_clock::time_point t0_;
 };
 
