@@ -101,8 +101,8 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
   const uint8_t* wr[4];
   for (int k = 0; k < 4; ++k) wr[k] = static_cast<const uint8_t*>(W.w) + (r + (k < nr ? k : 0)) * rb;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  // at least 4 KiB ahead: short rows (K = 512: a quad is 1 KiB, done in ~40 ns) need several quads in flight
-  const int64_t pf = 4 * rb * std::max<int64_t>(1, 1024 / rb);
+  // short rows (K = 512: a quad is 1 KiB, done in ~40 ns) need several quads in flight: 8 KiB ahead
+  const int64_t pf = rb >= 1024 ? 4 * rb : 8192;
   const int8_t* xh = &X.hi[static_cast<size_t>(i) * X.P * 128];
   const int8_t* xl = PRECISE ? &X.lo[static_cast<size_t>(i) * X.P * 128] : nullptr;
   for (int p = 0; p < X.P; ++p) {
