@@ -80,8 +80,10 @@ template <bool PRECISE>
 LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X, int i, float* Y) {
   const int G = X.G;
   alignas(64) float sd[4][256 + 16];
-  // the bias terms b·Σx start the accumulators (only the horizontal sum of each matters)
+  // bias terms b·Σx per row, added after the horizontal sums (as the reference kernels do; summing them into
+  // the lanes instead moved the tiny model's greedy-decode error from 0.018 to 0.024 of its 0.02 bound)
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  alignas(16) float bias[4] = {0, 0, 0, 0};
   const float* dxg = &X.dxg[static_cast<size_t>(i) * G];
   const float* xs = &X.sum[static_cast<size_t>(i) * G];
   for (int k = 0; k < nr; ++k) {
@@ -94,7 +96,7 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
       _mm512_store_ps(&sd[k][g], _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(m, dxg + g)));
       bacc = _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(m, xs + g), bacc);
     }
-    acc[k] = bacc;
+    bias[k] = _mm512_reduce_add_ps(bacc);
   }
   // row_bytes() is out of line: a call inside the loop would spill every zmm register around it
   const int64_t rb = static_cast<int64_t>(W.row_bytes());
@@ -145,7 +147,8 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
                                  _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23))));
   const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
   const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));  // [r0 r1 r2 r3]
-  _mm_mask_storeu_ps(Y + static_cast<size_t>(i) * W.rows + r, static_cast<__mmask8>((1u << nr) - 1), q);
+  _mm_mask_storeu_ps(Y + static_cast<size_t>(i) * W.rows + r, static_cast<__mmask8>((1u << nr) - 1),
+                     _mm_add_ps(q, _mm_load_ps(bias)));
 }
 
 // ---- Prefill GEMM: 16 weight rows x many activation rows -------------------------------------------------
