@@ -2,6 +2,7 @@
 // and multiplied as u8 x s8 (vpdpbusd) against the quantised activations; per group
 // y += scale·dx·Σ(q·xq) + bias·Σx. Two groups per 512-bit register.
 // GCC 12 reports a false maybe-uninitialized inside its own AVX-512 intrinsic headers (_mm512_undefined_*).
+#if defined(__x86_64__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
@@ -351,3 +352,17 @@ LILY_AVX512 double vnni_gops_one_thread(double seconds) {
 }
 
 }  // namespace lily::fast
+
+#else  // not x86-64: no AVX-512; fast_matmul dispatches to the portable kernel, these are never reached
+
+#include "cpu/fast/q4_kernels.h"
+
+namespace lily::fast {
+bool q4_avx512_available() { return false; }
+double vnni_gops_one_thread(double) { return 0.0; }
+void q4_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y) {
+  q4_rows_portable(W, r0, r1, X, precise, Y);
+}
+}  // namespace lily::fast
+
+#endif

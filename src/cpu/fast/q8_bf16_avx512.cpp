@@ -2,6 +2,18 @@
 // bf16 (Hugging Face checkpoints). Weights are decoded in registers (w = s·q + b, or bf16 << 16) and multiplied
 // with the f32 activations: exact f32 arithmetic, no activation quantisation.
 // GCC 12 reports false (maybe-)uninitialized warnings inside its own AVX-512 intrinsic headers.
+#include "cpu/fast/q4_kernels.h"
+
+namespace lily::fast {
+
+bool q8_bf16_supported(const QMatrix& W) {
+  if (W.kind == QMatrix::Kind::Affine) return W.bits == 8 && W.group % 16 == 0 && W.cols % W.group == 0;
+  return W.dtype == DType::BF16 && W.cols % 16 == 0;
+}
+
+}  // namespace lily::fast
+
+#if defined(__x86_64__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
@@ -23,10 +35,6 @@ LILY_AVX512 inline float scalar_at(const void* p, DType t, int64_t i) {
 
 }  // namespace
 
-bool q8_bf16_supported(const QMatrix& W) {
-  if (W.kind == QMatrix::Kind::Affine) return W.bits == 8 && W.group % 16 == 0 && W.cols % W.group == 0;
-  return W.dtype == DType::BF16 && W.cols % 16 == 0;
-}
 
 LILY_AVX512 void q8_bf16_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const float* X, int n, float* Y) {
   const int64_t cols = W.cols;
@@ -68,3 +76,13 @@ LILY_AVX512 void q8_bf16_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, c
 }
 
 }  // namespace lily::fast
+
+#else  // not x86-64: never called (fast_matmul takes the generic path without AVX-512)
+
+#include <cstdlib>
+
+namespace lily::fast {
+void q8_bf16_rows_avx512(const QMatrix&, int64_t, int64_t, const float*, int, float*) { std::abort(); }
+}  // namespace lily::fast
+
+#endif

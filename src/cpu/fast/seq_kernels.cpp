@@ -4,7 +4,9 @@
 // across threads and merged.
 // GCC 12 reports a false maybe-uninitialized inside its own AVX-512 intrinsic headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +19,7 @@
 
 namespace lily::fast {
 
+#if defined(__x86_64__)
 #define LILY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace {
@@ -147,5 +150,17 @@ void attention_one(const float* q, const float* kc, const float* vc, int T, int 
       for (int i = 0; i < hd; ++i) o[i] /= L;
     }
 }
+
+#else  // not x86-64: the reference kernels
+
+void gdn_step(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta,
+              int Hk, int Hv, int Dk, int Dv, float* o) {
+  ref::gdn_step(S, q, k, v, g, beta, Hk, Hv, Dk, Dv, o);
+}
+void attention_one(const float* q, const float* kc, const float* vc, int T, int nq, int nkv, int hd, float* out) {
+  ref::attention_one(q, kc, vc, T, nq, nkv, hd, out);
+}
+
+#endif
 
 }  // namespace lily::fast
