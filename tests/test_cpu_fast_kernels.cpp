@@ -146,6 +146,43 @@ TEST(CpuFastKernels, QuantizeXMatchesScalar) {
     }
 }
 
+// matmul_batch as the backend uses it: many jobs, some sharing X, row counts that are not multiples of 16 or
+// of the task size, decode batches (every job n = 1: tasks of up to 512 rows) and prefill batches (tile GEMM).
+TEST(CpuFastKernels, BatchOfJobsMatchesReference) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (bool decode : {true, false})
+    for (bool precise : {false, true}) {
+      const int shapes[][2] = {{1100, 128}, {37, 128}, {512, 192}, {16, 64}, {700, 128}};
+      std::vector<RandQ4> mats;
+      mats.reserve(5);
+      for (auto& sh : shapes) mats.emplace_back(sh[0], sh[1], 4, rng);
+      std::vector<std::vector<float>> xs(5), ys(5), refs(5);
+      std::vector<fast::MatJob> jobs;
+      for (int j = 0; j < 5; ++j) {
+        const int n = decode ? 1 : 3 + 7 * j;
+        const int cols = shapes[j][1];
+        if (j == 4) {  // shares job 0's X (quantised once)
+          xs[4] = xs[0];
+        } else {
+          xs[j].resize(static_cast<size_t>(n) * cols);
+          for (auto& x : xs[j]) x = nd(rng);
+        }
+        const int nj = j == 4 ? static_cast<int>(xs[0].size() / cols) : n;
+        ys[j].assign(static_cast<size_t>(nj) * shapes[j][0], NAN);
+        refs[j].resize(ys[j].size());
+        ref::matmul(mats[j].m, xs[j].data(), nj, refs[j].data());
+      }
+      for (int j = 0; j < 5; ++j)
+        jobs.push_back({&mats[j].m, j == 4 ? xs[0].data() : xs[j].data(),
+                        static_cast<int>(xs[j].size() / shapes[j][1]), ys[j].data()});
+      fast::matmul_batch(jobs.data(), static_cast<int>(jobs.size()), precise);
+      for (int j = 0; j < 5; ++j)
+        EXPECT_LE(rel_err(ys[j], refs[j]), precise ? 2e-4 : 2e-2)
+            << "job " << j << " decode=" << decode << " precise=" << precise;
+    }
+}
+
 TEST(CpuFastKernels, GenericPathMatchesReference) {
   std::mt19937 rng(5);
   RandQ4 q(50, 128, 8, rng);  // 8-bit goes through the generic decode-and-dot path
