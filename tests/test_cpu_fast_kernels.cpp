@@ -222,6 +222,33 @@ TEST(CpuFastKernels, GdnStepMatchesReferenceAtRealSizes) {
   EXPECT_LE(rel_err(S2, S1), 1e-5);
 }
 
+// The chunk scan (head-major over n tokens) against n reference steps, inputs as rows of one [n][xs] buffer.
+TEST(CpuFastKernels, GdnScanMatchesReferenceSteps) {
+  const int Hk = 4, Hv = 8, Dk = 128, Dv = 128, n = 9;
+  const size_t xs = 2 * Hk * Dk + Hv * Dv + 16;  // padded rows: the stride is honoured
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(n * xs), g(n * Hv), beta(n * Hv), S0(size_t(Hv) * Dv * Dk);
+  for (auto& e : x) e = nd(rng) * 0.09f;
+  for (auto& e : S0) e = nd(rng) * 0.1f;
+  for (int t = 0; t < n; ++t) {
+    for (int i = 0; i < Hv * Dv; ++i) x[t * xs + 2 * Hk * Dk + i] = nd(rng);  // v
+    for (int j = 0; j < Hv; ++j) {
+      g[t * Hv + j] = -0.05f * (j + 1) - 0.01f * t;
+      beta[t * Hv + j] = 0.2f + 0.05f * j;
+    }
+  }
+  auto S1 = S0, S2 = S0;
+  std::vector<float> o1(size_t(n) * Hv * Dv), o2(o1.size(), NAN);
+  for (int t = 0; t < n; ++t)
+    ref::gdn_step(S1.data(), &x[t * xs], &x[t * xs + Hk * Dk], &x[t * xs + 2 * Hk * Dk], &g[t * Hv], &beta[t * Hv], Hk,
+                  Hv, Dk, Dv, &o1[size_t(t) * Hv * Dv]);
+  fast::gdn_scan(S2.data(), x.data(), x.data() + Hk * Dk, x.data() + 2 * Hk * Dk, xs, g.data(), beta.data(), n, Hk, Hv,
+                 Dk, Dv, o2.data());
+  EXPECT_LE(rel_err(o2, o1), 1e-5);
+  EXPECT_LE(rel_err(S2, S1), 1e-5);
+}
+
 TEST(CpuFastKernels, AttentionMatchesReferenceShortAndSplit) {
   for (int T : {1, 7, 300, 2000}) {
     const int nq = 16, nkv = 2, hd = 256;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "cpu/ref_ops.h"
+#include "cpu/thread_pool.h"
 
 namespace lily {
 
@@ -99,6 +100,32 @@ void l2norm_heads(float* x, int heads, int dim, float scale) {
     for (int i = 0; i < dim; ++i) p[i] *= inv;
   }
 }
+// ref::conv_step's output for token t of a chunk whose raw inputs are x [n][C], without touching the state:
+// tap j < K-1 reads the input at position t-(K-1)+j, from x when it is in the chunk, else from state [K-1][C]
+// (the K-1 inputs before the chunk, oldest first).
+void conv_token(const float* state, const float* w, const float* x, int t, int C, int K, float* out) {
+  const float* in[64];  // K <= 64 (config check)
+  for (int j = 0; j < K - 1; ++j) {
+    const int pos = t - (K - 1) + j;
+    in[j] = pos >= 0 ? x + static_cast<size_t>(pos) * C : state + static_cast<size_t>(pos + K - 1) * C;
+  }
+  const float* xt = x + static_cast<size_t>(t) * C;
+  for (int ch = 0; ch < C; ++ch) {
+    float acc = w[ch * K + (K - 1)] * xt[ch];
+    for (int j = 0; j < K - 1; ++j) acc += w[ch * K + j] * in[j][ch];
+    out[ch] = ref::silu(acc);
+  }
+}
+
+// The state after the chunk: its last K-1 raw inputs (from before the chunk too when n < K-1).
+void conv_state_advance(float* state, const float* x, int n, int C, int K) {
+  for (int r = 0; r < K - 1; ++r) {  // row r = input at chunk position n-(K-1)+r; rows only move down
+    const int pos = n - (K - 1) + r;
+    const float* src = pos >= 0 ? x + static_cast<size_t>(pos) * C : state + static_cast<size_t>(pos + K - 1) * C;
+    std::copy(src, src + C, state + static_cast<size_t>(r) * C);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, float* out) {
@@ -117,26 +144,37 @@ void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float*
     k_.matmul_batch(proj, 4);
   }
   PhaseTimer scan(prof_, Phase::kGdnScan);
-  float* conv_out = buf(kConv, C);
-  float* o = buf(kO, VD);
-  float* g = buf(kG, Hv);
-  float* beta = buf(kBeta, Hv);
+  // conv + norms + gates for every token of the chunk, then the recurrence over the chunk in one call
+  float* conv_out = buf(kConv, static_cast<size_t>(n) * C);  // [n][q KD | k KD | v VD]
+  float* o = buf(kO, static_cast<size_t>(n) * VD);
+  float* g = buf(kG, static_cast<size_t>(n) * Hv);
+  float* beta = buf(kBeta, static_cast<size_t>(n) * Hv);
   const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
-  for (int t = 0; t < n; ++t) {
-    ref::conv_step(s.conv.data(), L.lin.conv.data(), &m[static_cast<size_t>(t) * C], C, c.conv_kernel, conv_out);
-    float* q = conv_out;
-    float* k = q + KD;
-    float* v = k + KD;
-    l2norm_heads(q, Hk, Dk, qscale);
-    l2norm_heads(k, Hk, Dk, 1.0f);
-    for (int j = 0; j < Hv; ++j) {
-      beta[j] = ref::sigmoid(b[t * Hv + j]);
-      g[j] = L.lin.a_neg[j] * ref::softplus(a[t * Hv + j] + L.lin.dt_bias[j]);
+  // Tokens are independent here once each sees its K-1 previous raw inputs (rows of m, or the conv state before
+  // the chunk), so they are spread over the pool; the arithmetic is ref::conv_step's, in its order.
+  const int K = c.conv_kernel;
+  const float* st = s.conv.data();
+  ThreadPool& pool = ThreadPool::global();
+  constexpr int kTok = 4;  // tokens per task
+  pool.parallel_for((n + kTok - 1) / kTok, [&](int task, int) {
+    for (int t = task * kTok; t < std::min(n, (task + 1) * kTok); ++t) {
+      float* q = conv_out + static_cast<size_t>(t) * C;
+      conv_token(st, L.lin.conv.data(), m, t, C, K, q);
+      l2norm_heads(q, Hk, Dk, qscale);
+      l2norm_heads(q + KD, Hk, Dk, 1.0f);
+      for (int j = 0; j < Hv; ++j) {
+        beta[t * Hv + j] = ref::sigmoid(b[t * Hv + j]);
+        g[t * Hv + j] = L.lin.a_neg[j] * ref::softplus(a[t * Hv + j] + L.lin.dt_bias[j]);
+      }
     }
-    k_.gdn_step(s.S.data(), q, k, v, g, beta, Hk, Hv, Dk, Dv, o);
-    ref::gated_rmsnorm(o, &z[static_cast<size_t>(t) * VD], L.lin.norm.data(), Hv, Dv, c.rms_eps,
-                       &y[static_cast<size_t>(t) * VD]);
-  }
+  });
+  conv_state_advance(s.conv.data(), m, n, C, K);
+  k_.gdn_scan(s.S.data(), conv_out, conv_out + KD, conv_out + 2 * KD, C, g, beta, n, Hk, Hv, Dk, Dv, o);
+  pool.parallel_for((n + kTok - 1) / kTok, [&](int task, int) {
+    for (int t = task * kTok; t < std::min(n, (task + 1) * kTok); ++t)
+      ref::gated_rmsnorm(o + static_cast<size_t>(t) * VD, &z[static_cast<size_t>(t) * VD], L.lin.norm.data(), Hv,
+                         Dv, c.rms_eps, &y[static_cast<size_t>(t) * VD]);
+  });
   scan.stop();
   PhaseTimer pt(prof_, Phase::kGdnProj);
   k_.matmul(L.lin.out, y, n, out);

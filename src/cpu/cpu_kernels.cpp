@@ -17,15 +17,15 @@ void ref_batch(const fast::MatJob* j, int count) {
 }  // namespace
 
 const CpuKernels& cpu_reference_kernels() {
-  static const CpuKernels k{"ref", &ref::matmul, &ref_batch, &ref::gdn_step, &ref::attention_one};
+  static const CpuKernels k{"ref", &ref::matmul, &ref_batch, &ref::gdn_scan, &ref::attention_one};
   return k;
 }
 const CpuKernels& cpu_fast_kernels() {
-  static const CpuKernels k{"fast", &fast_precise, &fast_batch_precise, &fast::gdn_step, &fast::attention_one};
+  static const CpuKernels k{"fast", &fast_precise, &fast_batch_precise, &fast::gdn_scan, &fast::attention_one};
   return k;
 }
 const CpuKernels& cpu_fast_int8_kernels() {
-  static const CpuKernels k{"fast8", &fast_int8, &fast_batch_int8, &fast::gdn_step, &fast::attention_one};
+  static const CpuKernels k{"fast8", &fast_int8, &fast_batch_int8, &fast::gdn_scan, &fast::attention_one};
   return k;
 }
 

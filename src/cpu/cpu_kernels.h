@@ -11,9 +11,9 @@ struct CpuKernels {
   void (*matmul)(const QMatrix& W, const float* X, int n, float* Y);
   // several independent products (one pool synchronisation for all in the fast set)
   void (*matmul_batch)(const fast::MatJob* jobs, int count);
-  // ref::gdn_step / ref::attention_one contracts (see cpu/ref_ops.h)
-  void (*gdn_step)(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta,
-                   int Hk, int Hv, int Dk, int Dv, float* o);
+  // ref::gdn_scan / ref::attention_one contracts (see cpu/ref_ops.h)
+  void (*gdn_scan)(float* S, const float* q, const float* k, const float* v, size_t xs, const float* g,
+                   const float* beta, int n, int Hk, int Hv, int Dk, int Dv, float* o);
   void (*attention_one)(const float* q, const float* kcache, const float* vcache, int T, int nq, int nkv, int hd,
                         float* out);
 };

@@ -34,6 +34,11 @@ void conv_step(float* state, const float* w, const float* x, int C, int K, float
 void gdn_step(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta,
               int Hk, int Hv, int Dk, int Dv, float* o);
 
+// n consecutive gdn_step calls (a prefill chunk): token t reads q + t·xs, k + t·xs, v + t·xs (rows of one
+// [n][xs] buffer), g + t·Hv, beta + t·Hv and writes o + t·Hv·Dv.
+void gdn_scan(float* S, const float* q, const float* k, const float* v, size_t xs, const float* g, const float* beta,
+              int n, int Hk, int Hv, int Dk, int Dv, float* o);
+
 // Gated RMSNorm per head: y = rmsnorm(o; w) * silu(z); o, z, y [Hv][Dv], w [Dv]
 void gated_rmsnorm(const float* o, const float* z, const float* w, int Hv, int Dv, float eps, float* y);
 

@@ -72,6 +72,23 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, const fl
   });
 }
 
+void gdn_scan(float* S, const float* q, const float* k, const float* v, size_t xs, const float* g, const float* beta,
+              int n, int Hk, int Hv, int Dk, int Dv, float* o) {
+  if (Dk != 128 || !avx512()) {
+    ref::gdn_scan(S, q, k, v, xs, g, beta, n, Hk, Hv, Dk, Dv, o);
+    return;
+  }
+  const int rep = Hv / Hk;
+  ThreadPool::global().parallel_for(Hv, [&](int j, int) {
+    float* Sj = S + static_cast<size_t>(j) * Dv * Dk;
+    for (int t = 0; t < n; ++t) {
+      const size_t x0 = t * xs, gt = static_cast<size_t>(t) * Hv + j;
+      gdn_head_128(Sj, q + x0 + (j / rep) * Dk, k + x0 + (j / rep) * Dk, v + x0 + j * Dv, std::exp(g[gt]), beta[gt], Dv,
+                   o + static_cast<size_t>(t) * Hv * Dv + j * Dv);
+    }
+  });
+}
+
 namespace {
 
 // Partial attention of the `group` query heads of KV head `kvh` over positions [t0, t1):
@@ -153,6 +170,10 @@ void attention_one(const float* q, const float* kc, const float* vc, int T, int 
 
 #else  // not x86-64: the reference kernels
 
+void gdn_scan(float* S, const float* q, const float* k, const float* v, size_t xs, const float* g, const float* beta,
+              int n, int Hk, int Hv, int Dk, int Dv, float* o) {
+  ref::gdn_scan(S, q, k, v, xs, g, beta, n, Hk, Hv, Dk, Dv, o);
+}
 void gdn_step(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta,
               int Hk, int Hv, int Dk, int Dv, float* o) {
   ref::gdn_step(S, q, k, v, g, beta, Hk, Hv, Dk, Dv, o);
