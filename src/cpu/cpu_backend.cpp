@@ -250,10 +250,12 @@ void CpuBackend::moe_layer(const MoeWeights& mw, const float* h, int n, float* o
   float* ye = buf(kYe, (nK + n) * H);
   float* g = buf(kGe, nK * I + static_cast<size_t>(n) * Is);
   float* u = buf(kUe, nK * I + static_cast<size_t>(n) * Is);
-  for (size_t j = 0; j < nK; ++j) {
-    const int t = route_perm_[j] / K;
-    std::copy(h + static_cast<size_t>(t) * H, h + static_cast<size_t>(t + 1) * H, xe + j * H);
-  }
+  ThreadPool::global().parallel_for(static_cast<int>((nK + 31) / 32), [&](int task, int) {
+    for (size_t j = task * size_t{32}; j < std::min(nK, (task + 1) * size_t{32}); ++j) {
+      const int t = route_perm_[j] / K;
+      std::copy(h + static_cast<size_t>(t) * H, h + static_cast<size_t>(t + 1) * H, xe + j * H);
+    }
+  });
   float* gs = g + nK * I;  // shared expert's activations
   float* us = u + nK * I;
   float* ys = ye + nK * H;
@@ -272,7 +274,12 @@ void CpuBackend::moe_layer(const MoeWeights& mw, const float* h, int n, float* o
   pte.stop();
   pto.start();
   const size_t n_act = nK * I + static_cast<size_t>(n) * Is;
-  for (size_t i = 0; i < n_act; ++i) g[i] = ref::silu(g[i]) * u[i];
+  ThreadPool& pool = ThreadPool::global();
+  constexpr size_t kActChunk = 16384;
+  pool.parallel_for(static_cast<int>((n_act + kActChunk - 1) / kActChunk), [&](int task, int) {
+    const size_t i1 = std::min(n_act, (task + 1) * kActChunk);
+    for (size_t i = task * kActChunk; i < i1; ++i) g[i] = ref::silu(g[i]) * u[i];
+  });
   jobs_.clear();
   for (int e = 0; e < E; ++e) {
     const int r0 = expert_off_[e], ne = expert_off_[e + 1] - r0;
@@ -284,19 +291,29 @@ void CpuBackend::moe_layer(const MoeWeights& mw, const float* h, int n, float* o
   k_.matmul_batch(jobs_.data(), static_cast<int>(jobs_.size()));
   pte.stop();
   pto.start();
-  for (int t = 0; t < n; ++t) {  // sigmoid-gated shared expert, then the routed experts' weighted sum
-    const float gate = ref::sigmoid(sg[t]);
-    const float* y = ys + static_cast<size_t>(t) * H;
-    float* o = out + static_cast<size_t>(t) * H;
-    for (int i = 0; i < H; ++i) o[i] = gate * y[i];
-  }
-  for (size_t j = 0; j < nK; ++j) {
-    const int src = route_perm_[j], t = src / K;
-    const float w = route_w_[src];
-    float* o = out + static_cast<size_t>(t) * H;
-    const float* y = ye + j * H;
-    for (int i = 0; i < H; ++i) o[i] += w * y[i];
-  }
+  // sigmoid-gated shared expert, then the routed experts' weighted sum, per token (in parallel); each token adds
+  // its experts' rows in gathered order (as a serial loop over the gathered rows would)
+  route_pos_.resize(nK);
+  for (size_t j = 0; j < nK; ++j) route_pos_[route_perm_[j]] = static_cast<int>(j);
+  constexpr int kTok = 4;
+  pool.parallel_for((n + kTok - 1) / kTok, [&](int task, int) {
+    thread_local std::vector<int> tpos;
+    tpos.resize(K);
+    int* pos = tpos.data();
+    for (int t = task * kTok; t < std::min(n, (task + 1) * kTok); ++t) {
+      const float gate = ref::sigmoid(sg[t]);
+      const float* y = ys + static_cast<size_t>(t) * H;
+      float* o = out + static_cast<size_t>(t) * H;
+      for (int i = 0; i < H; ++i) o[i] = gate * y[i];
+      std::copy(&route_pos_[static_cast<size_t>(t) * K], &route_pos_[static_cast<size_t>(t) * K] + K, pos);
+      std::sort(pos, pos + K);
+      for (int k = 0; k < K; ++k) {
+        const float w = route_w_[route_perm_[pos[k]]];
+        const float* yr = ye + static_cast<size_t>(pos[k]) * H;
+        for (int i = 0; i < H; ++i) o[i] += w * yr[i];
+      }
+    }
+  });
 }
 
 float* CpuBackend::buf(Slot s, size_t n) {

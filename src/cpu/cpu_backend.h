@@ -36,7 +36,7 @@ class CpuBackend final : public Backend {
               kXe, kYe, kSlots };
   float* buf(Slot s, size_t n);
   std::vector<float> bufs_[kSlots];
-  std::vector<int> route_idx_, route_perm_, expert_off_, fill_;  // MoE routing of the current chunk
+  std::vector<int> route_idx_, route_perm_, route_pos_, expert_off_, fill_;  // MoE routing of the current chunk
   std::vector<float> route_w_;
   std::vector<fast::MatJob> jobs_;  // batched expert products of the current chunk
 
