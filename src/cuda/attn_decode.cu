@@ -4,6 +4,8 @@
 // streams K/V rows (lane owns hd/32 dims, all G heads at once, so each KV row is read once for the G heads),
 // online softmax in exp2 space; warps merge in shared memory; splits merge through `part` by the last block to
 // finish (counter in StepCtl), which also applies the sigmoid output gate.
+#include <cstdlib>
+
 #include "cuda/device_util.cuh"
 
 namespace lily::cuda {
@@ -13,9 +15,10 @@ constexpr int kWarps = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegBig = -1e30f;
 
-// RMSNorm (weight w) + NeoX rope on the first rope_dim dims of one head held in shared memory x[hd], by one warp.
-__device__ void norm_rope_warp(float* x, const float* w, int hd, int rope_dim, int pos, double theta, float eps,
-                               float scale) {
+// RMSNorm (weight w) + NeoX rope on the first rope_dim dims of one head held in shared memory x[hd], by one warp;
+// rc/rs: cos/sin of the rope angles at this position (shared, rope_dim/2 each).
+__device__ void norm_rope_warp(float* x, const float* w, int hd, int rope_dim, const float* rc, const float* rs,
+                               float eps, float scale) {
   const int lane = threadIdx.x & 31;
   float ss = 0.f;
   for (int d = lane; d < hd; d += 32) ss += x[d] * x[d];
@@ -26,12 +29,9 @@ __device__ void norm_rope_warp(float* x, const float* w, int hd, int rope_dim, i
   __syncwarp();
   const int half = rope_dim / 2;
   for (int j = lane; j < half; j += 32) {
-    const double ang = double(pos) * pow(theta, -2.0 * j / double(rope_dim));
-    double sn, cs;
-    sincos(ang, &sn, &cs);
     const float a = x[j], b = x[j + half];
-    x[j] = a * float(cs) - b * float(sn);
-    x[j + half] = b * float(cs) + a * float(sn);
+    x[j] = a * rc[j] - b * rs[j];
+    x[j + half] = b * rc[j] + a * rs[j];
   }
   __syncwarp();
   for (int d = lane; d < hd; d += 32) x[d] *= scale;
@@ -61,7 +61,8 @@ template <> struct KvRaw<2> {
   __device__ __forceinline__ void unpack(float (&f)[2]) const { f[0] = bf_lo(v); f[1] = bf_hi(v); }
 };
 
-constexpr int kMinSplit = 128;  // positions per split at least (fewer splits -> a cheaper last-block merge)
+constexpr int kDefaultMinSplit = 64;  // positions per split at least (fewer splits -> a cheaper last-block merge; more -> more
+                       // blocks and fewer positions per warp); LILY_CUDA_ATTN_MIN_SPLIT overrides (measurements)
 constexpr int kKvInFlight = 4;  // K/V rows per warp loaded before any is used
 
 template <int HD, int G>
@@ -71,6 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   __shared__ float kn[HD], vn[HD];
   __shared__ float accs[G][HD];
   __shared__ float wm[kWarps][G], wl[kWarps][G];
+  __shared__ float rc[HD / 2], rs[HD / 2];
   __shared__ int s_last;
   const int kvh = blockIdx.y, split = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -80,8 +82,8 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   StepCtl* ctl = a.ctl;
   const int pos = ctl->pos, max_ctx = ctl->max_ctx;
   const int T = pos + 1;
-  // >= kMinSplit positions per split, at most kAttnSplits splits: 4K context -> 32 splits x nkv blocks
-  int nsplit = min(kAttnSplits, (T + kMinSplit - 1) / kMinSplit);
+  // >= min_split positions per split, at most kAttnSplits splits: 4K context -> 64 splits x nkv blocks
+  int nsplit = min(kAttnSplits, (T + a.min_split - 1) / a.min_split);
   const int chunk = (T + nsplit - 1) / nsplit;
   nsplit = (T + chunk - 1) / chunk;
   if (split >= nsplit) return;
@@ -101,6 +103,14 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     }
   };
   issue(t0 + warp);
+  // RoPE angles of this position (double, as the reference), computed once per block while waiting
+  for (int j = threadIdx.x; j < a.rope_dim / 2; j += blockDim.x) {
+    const double ang = double(pos) * pow(a.theta, -2.0 * j / double(a.rope_dim));
+    double sn, cs;
+    sincos(ang, &sn, &cs);
+    rc[j] = float(cs);
+    rs[j] = float(sn);
+  }
   pdl_wait();
 
   // q heads of this kv head, new k and v
@@ -115,8 +125,8 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   __syncthreads();
   const float qscale = rsqrtf(float(HD)) * kLog2e;
   for (int g = warp; g < G + 1; g += kWarps) {
-    if (g < G) norm_rope_warp(qs[g], a.q_norm, HD, a.rope_dim, pos, a.theta, a.eps, qscale);
-    else norm_rope_warp(kn, a.k_norm, HD, a.rope_dim, pos, a.theta, a.eps, 1.f);
+    if (g < G) norm_rope_warp(qs[g], a.q_norm, HD, a.rope_dim, rc, rs, a.eps, qscale);
+    else norm_rope_warp(kn, a.k_norm, HD, a.rope_dim, rc, rs, a.eps, 1.f);
   }
   __syncthreads();
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {  // the cache holds bf16: use the rounded values here too
@@ -287,8 +297,16 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
 
 }  // namespace
 
-void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl) {
+void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
+  static const int min_split = [] {
+    const char* v = std::getenv("LILY_CUDA_ATTN_MIN_SPLIT");
+    const int n = v ? std::atoi(v) : 0;
+    return n > 0 ? n : kDefaultMinSplit;
+  }();
+  AttnArgs a = args;
+  a.min_split = min_split;
   if (a.nkv < 1 || a.nkv > 8 || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
+  if (a.rope_dim > a.hd || a.rope_dim % 2) throw Error("attn_decode: rope_dim must be even and <= head_dim");
   const int G = a.nq / a.nkv;
   const dim3 grid(kAttnSplits, a.nkv), block(kWarps * 32);
   if (a.hd == 256 && G == 8) launch(k_attn<256, 8>, grid, block, 0, s, pdl, a);

@@ -49,7 +49,21 @@ CudaOptions CudaOptions::from_env() {
   // the f32 reference (fp16: 0.09, bf16: 1.07 with top-1 0.875) for 17% of the bf16 prefill speed at 4K.
   o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecSplit;
   o.prefill_attn_precise = env_on("LILY_CUDA_PREFILL_ATTN_PRECISE", true);
+  o.int8_x = env_on("LILY_CUDA_INT8_X", true);
+  if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
   return o;
+}
+
+bool CudaOptions::skips(const char* name) const {
+  if (skip.empty()) return false;
+  const std::string n(name);
+  size_t b = 0;
+  while (b <= skip.size()) {
+    const size_t e = std::min(skip.find(',', b), skip.size());
+    if (skip.compare(b, e - b, n) == 0) return true;
+    b = e + 1;
+  }
+  return false;
 }
 
 // Device buffers of one sequence: KV cache [n_full][2][nkv][max_ctx][hd] bf16, recurrent state
@@ -208,6 +222,10 @@ float* CudaBackend::upload_f32(const std::vector<float>& v) {
 CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(std::move(w)), opt_(opt) {
   cfg_ = w_->cfg;
   const ModelConfig& c = cfg_;
+  set_decode_int8_x(opt_.int8_x);  // process-wide: the kernels read it when the step is (re)captured
+  if (!opt_.skip.empty())
+    std::fprintf(stderr, "lily: LILY_CUDA_SKIP=%s: kernels left out of the decode step, results are WRONG "
+                         "(timing only)\n", opt_.skip.c_str());
   LILY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   embed_ = upload(w_->embed, "embed");
   lm_head_ = upload(w_->lm_head, "lm_head");
@@ -346,7 +364,7 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
                          {d.a, proj_ + cd + vd + hv, 0}};
-      gemv_shared_x(segs, 4, d.in_norm, s);
+      if (!opt_.skips("gdn_in")) gemv_shared_x(segs, 4, d.in_norm, s);
       mark("gdn in_proj gemv");
       GdnArgs g;
       g.qkv = proj_;
@@ -366,15 +384,15 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       g.eps = eps;
       g.y = y_;
       g.ctl = ctl_;
-      gdn_decode(g, s, pdl);
+      if (!opt_.skips("gdn")) gdn_decode(g, s, pdl);
       mark("gdn recurrence");
       GemvSeg o = {d.out, x_, 1};
-      gemv(&o, 1, y_, nullptr, eps, s, pdl);
+      if (!opt_.skips("gdn_out")) gemv(&o, 1, y_, nullptr, eps, s, pdl);
       mark("gdn out_proj gemv");
     } else {
       const int qr = c.q_proj_rows(), kvd = c.kv_dim();
       GemvSeg segs[3] = {{d.q, proj_, 0}, {d.k, proj_ + qr, 0}, {d.v, proj_ + qr + kvd, 0}};
-      gemv_shared_x(segs, 3, d.in_norm, s);
+      if (!opt_.skips("qkv")) gemv_shared_x(segs, 3, d.in_norm, s);
       mark("attn qkv gemv");
       AttnArgs a;
       a.q = proj_;
@@ -392,10 +410,10 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       a.part = part_;
       a.out = y_;
       a.ctl = ctl_;
-      attn_decode(a, s, pdl);
+      if (!opt_.skips("attn")) attn_decode(a, s, pdl);
       mark("attention");
       GemvSeg o = {d.o, x_, 1};
-      gemv(&o, 1, y_, nullptr, eps, s, pdl);
+      if (!opt_.skips("o")) gemv(&o, 1, y_, nullptr, eps, s, pdl);
       mark("attn o_proj gemv");
     }
     // MoE
@@ -420,11 +438,11 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
     m.route_idx = ridx_;
     m.route_w = rw_;
     m.out = x_;
-    moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
+    if (!opt_.skips("router")) moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
     mark("moe router");
-    moe_gate_up(m, s, pdl);
+    if (!opt_.skips("gate_up")) moe_gate_up(m, s, pdl);
     mark("moe gate_up");
-    moe_down(m, s, pdl);
+    if (!opt_.skips("down")) moe_down(m, s, pdl);
     mark("moe down");
   }
   lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, out_ids_, ctl_, s, pdl);

@@ -53,6 +53,13 @@ struct StepCtl {
   unsigned int attn_done[8] = {};// blocks of the attention kernel finished, per kv head
 };
 
+// ---- activation precision of the 4-bit decode GEMVs (gemv, MoE gate_up/down) ----
+// On (default; LILY_CUDA_INT8_X=0 turns it off): x is quantised per 32-element chunk to two int8 parts (hi + lo,
+// ~16 bits, error <= max|x|/64516 per element) and the 4-bit codes are dotted with dp4a; off: f32 x, exact.
+void set_decode_int8_x(bool on);
+bool decode_int8_x();
+bool use_int8_x(int fmt, int cols);  // the int8 path serves this matrix shape (4-bit, cols <= 8192)
+
 // ---- launchers (all asynchronous on `s`; they check the launch) ----
 // Row-parallel fused GEMV over up to kMaxSegs matrices sharing x (cols): optional RMSNorm prologue
 // (xn = x / rms(x) * norm_w when norm_w != null). All segments must have the same fmt and cols.
@@ -123,6 +130,7 @@ struct AttnArgs {
   float* part = nullptr;        // scratch [nkv][kAttnSplits][G*hd + 2*G] (acc, m, l)
   float* out = nullptr;         // [nq*hd]
   StepCtl* ctl = nullptr;
+  int min_split = 64;           // positions per split at least (set by attn_decode)
 };
 constexpr int kAttnSplits = 64;
 void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl);
