@@ -35,7 +35,7 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   proj_ = f32(N * size_t(P_));
   cbuf_ = f32(N * cd);
   obuf_ = f32(N * vd);
-  if (const char* v = std::getenv("LILY_CUDA_GDN_CHUNKED")) gdn_chunked_ = std::strcmp(v, "0") != 0;
+  if (const char* v = std::getenv("LILY_CUDA_GDN_CHUNKED")) gdn_chunked_ = std::strcmp(v, "1") == 0;
   if (gdn_chunked_) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
   rl_ = f32(N * size_t(c.n_experts));
   sg_ = f32(N);
