@@ -10,7 +10,7 @@ int Backend::decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id,
                            const std::function<bool(int32_t)>& on_token, float* last_logits) {
   if (max_steps <= 0) return 0;
   const int V = config().vocab;
-  std::vector<float> logits(size_t(V));
+  std::vector<float> logits(static_cast<size_t>(V));
   forward(st, &first_id, 1, 1, logits.data(), ForwardOptions{});
   int consumed = 1;
   for (int j = 1;; ++j) {

@@ -43,7 +43,7 @@ int32_t StepSampler::pick(const float* logits) const {
 }
 
 int32_t StepSampler::pick(const float* logits, const uint32_t* table, int V, const samp::StepParams& p, uint64_t r) {
-  std::vector<float> a(size_t(V));
+  std::vector<float> a(static_cast<size_t>(V));
   int32_t best = 0;
   for (int i = 0; i < V; ++i) {
     a[size_t(i)] = samp::adjust_logit(logits[i], table[i], p);
@@ -53,7 +53,7 @@ int32_t StepSampler::pick(const float* logits, const uint32_t* table, int V, con
   if (p.greedy || !std::isfinite(mx)) return best;
   uint32_t thr = 0;  // key threshold
   if (p.top_k > 0) {
-    std::vector<uint32_t> keys(size_t(V));
+    std::vector<uint32_t> keys(static_cast<size_t>(V));
     for (int i = 0; i < V; ++i) keys[size_t(i)] = samp::key_of(a[size_t(i)]);
     std::nth_element(keys.begin(), keys.begin() + (p.top_k - 1), keys.end(), std::greater<uint32_t>());
     thr = keys[size_t(p.top_k - 1)];
