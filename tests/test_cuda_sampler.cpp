@@ -188,7 +188,7 @@ TEST(CudaStepSampler, DrawsFollowTheDistribution) {
   const auto p = StepSampler::make_params(sp, V, 2024);
   d.reset(l, std::vector<uint32_t>(size_t(V), 0), p, 0);
   const auto a = d.args();
-  for (int s = 0; s < N; ++s) cuda::sample_step(a, nullptr, true);
+  for (int s = 0; s < N; ++s) cuda::sample_step(a, nullptr, false);
   CK(cudaDeviceSynchronize());
   const auto got = d.ids();
   // expected: softmax at T over the head, nucleus by descending probability (smallest prefix reaching 0.85)
@@ -239,7 +239,7 @@ TEST(CudaStepSampler, CostPerTokenInAGraph) {
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-    cuda::sample_step(d.args(), s, true);
+    cuda::sample_step(d.args(), s, false);
     CK(cudaStreamEndCapture(s, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     cudaEvent_t e0, e1;
