@@ -14,6 +14,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/prefill_runner.h"
+#include "engine/step_sampler.h"
 
 namespace lily::cuda {
 
@@ -43,6 +44,10 @@ CudaOptions CudaOptions::from_env() {
   o.profile = env_on("LILY_CUDA_PROFILE", false);
   if (o.profile) o.graph = false;
   o.prefill = env_on("LILY_CUDA_PREFILL", true);
+  if (const char* smp = std::getenv("LILY_CUDA_SAMPLER"); smp && *smp) {
+    if (std::strcmp(smp, "host") == 0) o.device_sampler = false;
+    else if (std::strcmp(smp, "device") != 0) throw Error("LILY_CUDA_SAMPLER: expected host or device");
+  }
   o.prefill_simple = env_on("LILY_CUDA_PREFILL_SIMPLE", false);
   const char* prec = std::getenv("LILY_CUDA_PREFILL_PRECISION");
   // Default split: measured on the H200 (small fixture, real head sizes) it keeps prompt logits within 0.013 of
@@ -292,6 +297,14 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   in_ids_ = static_cast<int32_t*>(dev_alloc((kRing + 1) * 4));
   out_ids_ = static_cast<int32_t*>(dev_alloc(kRing * 4));
   LILY_CUDA_CHECK(cudaMemset(in_ids_, 0, (kRing + 1) * 4));
+  adj_ = static_cast<float*>(dev_alloc(size_t(c.vocab) * 4));
+  table_ = static_cast<uint32_t*>(dev_alloc(size_t(c.vocab) * 4));
+  LILY_CUDA_CHECK(cudaMemset(table_, 0, size_t(c.vocab) * 4));
+  sw_ = static_cast<SampWork*>(dev_alloc(samp_work_bytes(c.vocab)));
+  LILY_CUDA_CHECK(cudaMemset(sw_, 0, samp_work_bytes(c.vocab)));
+  LILY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_ids_), kRing * 4, cudaHostAllocMapped));
+  LILY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_ids_dev_), host_ids_, 0));
+  for (auto& e : ev_) LILY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   if (c.n_kv_heads > 8) throw Error("cuda: more than 8 kv heads");
   if (opt_.prefill) {
     PrefillModel pm;
@@ -318,6 +331,10 @@ CudaBackend::~CudaBackend() {
     std::fprintf(stderr, "  %-22s %9.1f us\n", "total", 1e3 * tot / prof_steps_);
   }
   if (graph_) cudaGraphExecDestroy(graph_);
+  if (graph_samp_) cudaGraphExecDestroy(graph_samp_);
+  for (auto& e : ev_)
+    if (e) cudaEventDestroy(e);
+  if (host_ids_) cudaFreeHost(host_ids_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (void* p : allocs_) cudaFree(p);
   if (ctl_host_) cudaFreeHost(ctl_host_);
@@ -352,7 +369,7 @@ void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaS
 }
 
 // One decode step: embed in_ids[cursor], all layers, lm_head + argmax (advances cursor and pos on the device).
-void CudaBackend::enqueue_step(cudaStream_t s) {
+void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
   const ModelConfig& c = cfg_;
   const float eps = c.rms_eps;
   const bool pdl = opt_.pdl;
@@ -445,8 +462,22 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
     if (!opt_.skips("down")) moe_down(m, s, pdl);
     mark("moe down");
   }
-  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, out_ids_, ctl_, s, pdl);
+  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, sample ? nullptr : out_ids_, ctl_, s, pdl);
   mark("lm_head argmax");
+  if (sample) {
+    SampArgs a;
+    a.logits = logits_;
+    a.adj = adj_;
+    a.table = table_;
+    a.V = c.vocab;
+    a.work = sw_;
+    a.in_ids = in_ids_;
+    a.out_ids = out_ids_;
+    a.host_ids = host_ids_dev_;
+    a.ctl = ctl_;
+    sample_step(a, s, pdl);
+    mark("step sampler");
+  }
 }
 
 // Points the device step control at `st` (its buffers and position), with in_ids[0..n_given) given.
@@ -471,9 +502,9 @@ void CudaBackend::mark(const char* what) {
   marks_.push_back({what, e});
 }
 
-void CudaBackend::run_step() {
+void CudaBackend::run_step(bool sample) {
   if (!opt_.graph) {
-    enqueue_step(stream_);
+    enqueue_step(stream_, sample);
     if (opt_.profile) {
       LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
       for (size_t i = 1; i < marks_.size(); ++i) {
@@ -490,22 +521,23 @@ void CudaBackend::run_step() {
     }
     return;
   }
-  if (!graph_) {
+  cudaGraphExec_t& graph = sample ? graph_samp_ : graph_;
+  if (!graph) {
     cudaGraph_t g = nullptr;
     LILY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     try {
-      enqueue_step(stream_);
+      enqueue_step(stream_, sample);
     } catch (...) {
       cudaStreamEndCapture(stream_, &g);
       if (g) cudaGraphDestroy(g);
       throw;
     }
     LILY_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
-    LILY_CUDA_CHECK(cudaGraphInstantiate(&graph_, g, 0));
+    LILY_CUDA_CHECK(cudaGraphInstantiate(&graph, g, 0));
     LILY_CUDA_CHECK(cudaGraphDestroy(g));
-    LILY_CUDA_CHECK(cudaGraphUpload(graph_, stream_));  // pre-stage the graph on the device
+    LILY_CUDA_CHECK(cudaGraphUpload(graph, stream_));  // pre-stage the graph on the device
   }
-  LILY_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+  LILY_CUDA_CHECK(cudaGraphLaunch(graph, stream_));
 }
 
 void CudaBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits, float* out,
@@ -570,6 +602,59 @@ void CudaBackend::decode_argmax(SeqState& sst, int n_steps, int32_t first_id, in
     done += m;
     id = out_ids[done - 1];
   }
+}
+
+// Sampled decode with the step sampler inside the step's graph. The host keeps at most two steps queued ahead of
+// the token it is reading (step j+1 consumes s_j, so it may run before on_token(s_j) answers; step j+2 is queued
+// only after on_token(s_j) said continue): the GPU never waits for the host, and a stop leaves exactly one step of
+// lookahead consumed (Backend::decode_sample's contract). The ids come back through mapped pinned memory, each
+// read after its step's event; the ring of kRing inputs is restarted (one drain) every kRing steps.
+int CudaBackend::decode_sample(SeqState& sst, StepSampler& sampler, int32_t first_id, int max_steps,
+                               const std::function<bool(int32_t)>& on_token, float* last_logits) {
+  if (!opt_.device_sampler) return Backend::decode_sample(sst, sampler, first_id, max_steps, on_token, last_logits);
+  auto& st = dynamic_cast<CudaState&>(sst);
+  if (max_steps <= 0) return 0;
+  if (st.pos + max_steps > st.max_ctx) throw Error("cuda decode: context full");
+  if (first_id < 0 || first_id >= cfg_.vocab) throw Error("cuda decode: token id out of range");
+  if (sampler.vocab() != cfg_.vocab) throw Error("cuda decode: sampler vocabulary differs from the model's");
+  const int pos0 = st.pos;
+  LILY_CUDA_CHECK(cudaMemcpyAsync(table_, sampler.table().data(), size_t(cfg_.vocab) * 4, cudaMemcpyHostToDevice,
+                                  stream_));
+  samp_init(sw_, sampler.params(), sampler.step(), stream_);
+  begin(st, 1);
+  LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, &first_id, 4, cudaMemcpyHostToDevice, stream_));
+  int enq = 0;  // steps enqueued; step q (0-based) runs at cursor q % kRing
+  auto enqueue = [&] {
+    if (enq > 0 && enq % kRing == 0) {  // ring used up: drain, restart at cursor 0 with the last id as input
+      LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      st.pos = pos0 + enq;
+      begin(st, 1);
+      LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, in_ids_ + kRing, 4, cudaMemcpyDeviceToDevice, stream_));
+    }
+    run_step(true);
+    LILY_CUDA_CHECK(cudaEventRecord(ev_[enq % kEvents], stream_));
+    ++enq;
+  };
+  try {
+    enqueue();
+    if (max_steps >= 2) enqueue();
+    for (int j = 1; j <= max_steps; ++j) {
+      LILY_CUDA_CHECK(cudaEventSynchronize(ev_[(j - 1) % kEvents]));
+      const int32_t id = reinterpret_cast<volatile int32_t*>(host_ids_)[(j - 1) % kRing];
+      sampler.record(id);
+      if (!on_token(id)) break;
+      if (j + 2 <= max_steps) enqueue();
+    }
+  } catch (...) {
+    cudaStreamSynchronize(stream_);
+    st.pos = pos0 + enq;
+    throw;
+  }
+  LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  st.pos = pos0 + enq;
+  if (last_logits)
+    LILY_CUDA_CHECK(cudaMemcpy(last_logits, logits_, size_t(cfg_.vocab) * 4, cudaMemcpyDeviceToHost));
+  return enq;
 }
 
 }  // namespace lily::cuda

@@ -2,7 +2,8 @@
 // packed, bf16 stays bf16), everything is allocated at load, and one decode step (embed, 40 layers, lm_head +
 // argmax) is captured once as a CUDA graph and replayed per token. Prompts (n > 1) run batched (prefill_runner.h).
 // Switches (env): LILY_CUDA_GRAPH=0 launches the kernels directly instead of replaying the graph;
-// LILY_CUDA_PDL=0 turns off programmatic dependent launch.
+// LILY_CUDA_PDL=0 turns off programmatic dependent launch; LILY_CUDA_SAMPLER=host makes decode_sample run
+// forward() per token with host sampling (the Backend default) instead of the device step sampler.
 #pragma once
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@ struct CudaOptions {
   bool graph = true;   // capture the step as a CUDA graph
   bool pdl = true;     // programmatic dependent launch between the step's kernels
   bool profile = false;// LILY_CUDA_PROFILE=1: no graph, events between kernels, per-kernel times printed at exit
+  bool device_sampler = true;  // LILY_CUDA_SAMPLER=host: decode_sample samples on the host
   bool prefill = true; // LILY_CUDA_PREFILL=0: prompts run through the decode step token by token
   bool prefill_simple = false;  // LILY_CUDA_PREFILL_SIMPLE=1: reference (non-tensor-core) prefill kernels
   int prefill_prec = 1;  // LILY_CUDA_PREFILL_PRECISION=bf16|fp16|split: GEMM operands (prefill.h PrefillPrec)
@@ -64,6 +66,8 @@ class CudaBackend : public Backend {
   void forward(SeqState& st, const int32_t* ids, int n, int n_logits, float* out,
                const ForwardOptions& opt) override;
   void decode_argmax(SeqState& st, int n_steps, int32_t first_id, int32_t* out_ids) override;
+  int decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id, int max_steps,
+                    const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr) override;
 
   size_t weight_bytes() const { return weight_bytes_; }   // device bytes of weights
   size_t step_weight_bytes() const;                        // weight bytes one decode step reads
@@ -75,10 +79,10 @@ class CudaBackend : public Backend {
   DMat upload(const QMatrix& m, const char* what);
   DStack upload_stack(const ExpertStack& s, const char* what);
   float* upload_f32(const std::vector<float>& v);
-  void enqueue_step(cudaStream_t s);
+  void enqueue_step(cudaStream_t s, bool sample);
   void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s);
   void begin(CudaState& st, int n_given);
-  void run_step();
+  void run_step(bool sample = false);  // sample: lm_head + the device step sampler instead of argmax
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
 
   struct Mark {
@@ -95,7 +99,8 @@ class CudaBackend : public Backend {
   ModelConfig cfg_;
   CudaOptions opt_;
   cudaStream_t stream_ = nullptr;
-  cudaGraphExec_t graph_ = nullptr;
+  cudaGraphExec_t graph_ = nullptr;       // greedy step
+  cudaGraphExec_t graph_samp_ = nullptr;  // sampled step
   std::vector<void*> allocs_;
   size_t weight_bytes_ = 0;
 
@@ -120,6 +125,14 @@ class CudaBackend : public Backend {
   int32_t* in_ids_ = nullptr;   // [kRing + 1]
   int32_t* out_ids_ = nullptr;  // [kRing]
   static constexpr int kRing = 4096;
+  // device step sampler
+  float* adj_ = nullptr;          // [V] adjusted logits
+  uint32_t* table_ = nullptr;     // [V] token table
+  SampWork* sw_ = nullptr;
+  int32_t* host_ids_ = nullptr;   // [kRing] mapped pinned: ids written by the sampler, read by the host
+  int32_t* host_ids_dev_ = nullptr;
+  static constexpr int kEvents = 4;
+  cudaEvent_t ev_[kEvents] = {};
 };
 
 }  // namespace lily::cuda

@@ -5,6 +5,10 @@
 
 #include <cstdint>
 
+namespace lily::samp {
+struct StepParams;  // engine/sample_math.h
+}
+
 namespace lily::cuda {
 
 enum Fmt : int { kQ4 = 4, kQ8 = 8, kBF16 = 16 };
@@ -71,8 +75,31 @@ void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, c
 
 // lm_head with final RMSNorm, logits out [V], argmax; the last block writes out_ids[cursor] = argmax, feeds it to
 // in_ids[cursor+1] when cursor+1 >= n_given, and advances cursor and pos.
+// out_ids == null: logits only (the last block just resets the accumulators; sample_step then picks the id).
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
                     int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl);
+
+// Step sampler (engine/step_sampler.h has the algorithm and its host reference): penalties from a device token
+// table, greedy / top-k / min-p / top-p thresholds found by radix select over the logits' order keys, an
+// inverse-CDF draw in id order with Philox(seed, step). 9 kernels; the last writes out_ids[cursor] (and
+// host_ids[cursor] when given: mapped pinned memory), feeds in_ids[cursor+1] when cursor+1 >= n_given, adds 1 to
+// table[id], advances cursor, pos and the draw counter.
+struct SampWork;  // device control + scratch of the step sampler, samp_work_bytes(V) bytes
+size_t samp_work_bytes(int V);
+struct SampArgs {
+  const float* logits = nullptr;  // [V] raw logits (lm_head output)
+  float* adj = nullptr;           // [V] scratch: adjusted logits
+  uint32_t* table = nullptr;      // [V] bit 31: prompt token, low bits: times generated
+  int V = 0;
+  SampWork* work = nullptr;
+  int32_t* in_ids = nullptr;
+  int32_t* out_ids = nullptr;
+  int32_t* host_ids = nullptr;    // device pointer of mapped pinned memory, or null
+  StepCtl* ctl = nullptr;
+};
+// Sets the parameters and the draw counter, clears the accumulators (params copied before it returns).
+void samp_init(SampWork* w, const samp::StepParams& params, uint64_t step, cudaStream_t s);
+void sample_step(const SampArgs& a, cudaStream_t s, bool pdl);
 
 // MoE decode, three kernels:
 //  router: logits[E] = router . xn, shg[1] = shared-gate . xn (xn = rmsnorm(x) * norm_w); the last block does the
