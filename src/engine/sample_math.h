@@ -55,9 +55,36 @@ LILY_HD uint32_t key_of(float v) {
 // Probability weight of an adjusted logit a at temperature 1/inv_temp relative to the maximum mx, in fixed point
 // (2^32 = probability of the most likely token): integer sums are exact in any order, so the GPU's parallel
 // reductions equal the host's sequential ones. Weights below 2^-32 of the top token's are 0 (never drawn).
+// exp(d) for d <= 0 with the same bits on the host and the GPU (library expf differs in the last bit between the
+// two, which moved a CDF boundary in 1 of 800 draws): range reduction and a degree-7 polynomial in explicit fmaf
+// (correctly rounded on both), 2^n applied through the exponent bits. ~2 ulp; results below 2^-40 are 0 (their
+// fixed-point weight is 0 anyway); NaN -> 0.
+LILY_HD float exp_nonpos(float d) {
+  if (!(d > -27.7f)) return 0.f;  // e^-27.7 < 2^-39.9
+  const float n = rintf(d * 1.44269504f);
+  float r = fmaf(-n, 0.693145752f, d);  // ln 2 split in a high part with trailing zeros and a low part
+  r = fmaf(-n, 1.42860677e-06f, r);
+  float p = 1.98412698e-4f;
+  p = fmaf(p, r, 1.38888889e-3f);
+  p = fmaf(p, r, 8.33333333e-3f);
+  p = fmaf(p, r, 4.16666667e-2f);
+  p = fmaf(p, r, 1.66666667e-1f);
+  p = fmaf(p, r, 0.5f);
+  p = fmaf(p, r, 1.0f);
+  p = fmaf(p, r, 1.0f);
+  const uint32_t eb = uint32_t(127 + int(n)) << 23;  // 2^n, n in [-40, 0]: a normal float
+  float scale;
+#if defined(__CUDA_ARCH__)
+  scale = __uint_as_float(eb);
+#else
+  __builtin_memcpy(&scale, &eb, 4);
+#endif
+  return p * scale;
+}
+
 LILY_HD uint64_t weight_of(float a, float mx, float inv_temp) {
   const float d = (a - mx) * inv_temp;
-  const float w = expf(d);
+  const float w = exp_nonpos(d);
   return uint64_t(w * 4294967296.0f);
 }
 
