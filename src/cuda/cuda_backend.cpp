@@ -56,6 +56,7 @@ CudaOptions CudaOptions::from_env() {
   o.prefill_attn_precise = env_on("LILY_CUDA_PREFILL_ATTN_PRECISE", true);
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
+  o.trace = env_on("LILY_CUDA_TRACE", false);
   return o;
 }
 
@@ -282,6 +283,10 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   y_ = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
   rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
   shg_ = static_cast<float*>(dev_alloc(16));
+  if (opt_.trace) {
+    trace_ = static_cast<unsigned long long*>(dev_alloc(32 * 8));
+    LILY_CUDA_CHECK(cudaMemset(trace_, 0, 32 * 8));
+  }
   route_done_ = static_cast<unsigned int*>(dev_alloc(16));
   LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 16));
   act_ = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
@@ -321,6 +326,20 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
 }
 
 CudaBackend::~CudaBackend() {
+  if (trace_) {  // stamps of the last step, relative to the attention kernel's entry
+    unsigned long long t[32] = {};
+    if (cudaMemcpy(t, trace_, sizeof(t), cudaMemcpyDeviceToHost) == cudaSuccess && t[0]) {
+      const char* names[32] = {"attn entry", "attn after pdl_wait", "attn prologue done", "attn scan done (block 0)",
+                               "attn published (block 0)", "attn last block starts merge", "attn merge done", 0, 0, 0,
+                               0, 0, 0, 0, 0, 0, "router entry", "router after pdl_wait", "router x loaded",
+                               "router rows done (block 0)", "router last block starts top-k", "router top-k done",
+                               "gate_up entry", "gate_up after pdl_wait", "gate_up x loaded", "gate_up rows done (block 0)",
+                               "down entry", "down after pdl_wait", "down rows done (block 0)", 0, 0, 0};
+      std::fprintf(stderr, "cuda trace (first attention layer + its MoE, last step; us from attn entry):\n");
+      for (int i = 0; i < 32; ++i)
+        if (names[i] && t[i]) std::fprintf(stderr, "  %-34s %8.2f\n", names[i], double(int64_t(t[i] - t[0])) / 1e3);
+    }
+  }
   if (prof_steps_ > 0) {
     double tot = 0;
     for (auto& p : prof_ms_) tot += p.second;
@@ -427,6 +446,8 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       a.part = part_;
       a.out = y_;
       a.ctl = ctl_;
+      const bool tr = trace_ && d.full_idx == 0;
+      a.trace = tr ? trace_ : nullptr;
       if (!opt_.skips("attn")) attn_decode(a, s, pdl);
       mark("attention");
       GemvSeg o = {d.o, x_, 1};
@@ -443,6 +464,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.logits = rlogits_;
     m.shg = shg_;
     m.route_done = route_done_;
+    m.trace = trace_ && d.is_full && d.full_idx == 0 ? trace_ + 16 : nullptr;
     m.E = c.n_experts;
     m.k = c.top_k;
     m.gate = d.gate;

@@ -28,6 +28,7 @@ struct CudaOptions {
   // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
   std::string skip;
   bool skips(const char* name) const;
+  bool trace = false;  // LILY_CUDA_TRACE=1: globaltimer stamps inside the first attention layer's kernels, printed at exit
   static CudaOptions from_env();
 };
 
@@ -115,6 +116,7 @@ class CudaBackend : public Backend {
   float* rlogits_ = nullptr;    // [E]
   float* shg_ = nullptr;        // [1]
   unsigned int* route_done_ = nullptr;  // router last-block counter
+  unsigned long long* trace_ = nullptr; // [32] LILY_CUDA_TRACE stamps (attention 0-6, MoE 16-28)
   float* act_ = nullptr;        // [k I + Is]
   int32_t* ridx_ = nullptr;     // [k]
   float* rw_ = nullptr;         // [k]

@@ -5,7 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "cuda/cuda_check.h"
@@ -40,6 +41,53 @@ void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_
   cfg.numAttrs = pdl ? 1 : 0;
   cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
   if (e != cudaSuccess) ::lily::cuda::cuda_fail(e, "cudaLaunchKernelEx", __FILE__, __LINE__);
+}
+
+// ---- in-graph timing (LILY_CUDA_TRACE=1): %globaltimer stamps written by one thread into trace[i] ----
+__device__ __forceinline__ void trace_at(unsigned long long* trace, int i) {
+  if (!trace) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  trace[i] = t;
+}
+
+// ---- grid sizing: blocks of `kern` that fit on the device at once (one wave; more blocks would run a second
+// wave after the first drains). Cached per (kernel, dynamic smem). ----
+inline int device_sms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    LILY_CUDA_CHECK(cudaGetDevice(&dev));
+    LILY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+template <typename K>
+int resident_grid(K kern, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, size_t>, int> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kern), smem);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, threads, smem));
+  const int g = device_sms() * (n > 0 ? n : 1);
+  cache[key] = g;
+  return g;
+}
+
+// Raises `kern`'s dynamic shared memory limit to at least `bytes` (once per kernel; the kernels of one launcher
+// share a C++ type, so a per-lambda static flag would cover only the first instantiation launched).
+template <typename K>
+void allow_smem(K kern, size_t bytes) {
+  static std::mutex mu;
+  static std::map<const void*, size_t> done;
+  const std::lock_guard<std::mutex> lock(mu);
+  size_t& cur = done[reinterpret_cast<const void*>(kern)];
+  if (bytes <= cur) return;
+  LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  cur = bytes;
 }
 
 // ---- loads ----

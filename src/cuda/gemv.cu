@@ -93,27 +93,6 @@ __global__ void __launch_bounds__(kThreads) k_embed(const DMat E, const int32_t*
   }
 }
 
-int num_sms() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    LILY_CUDA_CHECK(cudaGetDevice(&dev));
-    LILY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
-
-template <typename K>
-int resident_blocks(K kern) {  // blocks of a k_gemv instantiation resident per SM (cols 4096 of smem assumed)
-  static int occ = 0;          // one per instantiation
-  if (!occ) {
-    int n = 0;
-    LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, 33792));
-    occ = std::max(n, 1);
-  }
-  return occ;
-}
-
 bool g_int8_x = true;
 
 }  // namespace
@@ -143,12 +122,8 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   const int wpb = kThreads / 32;
   const size_t smem = gemv_smem_bytes(p.cols);
   auto run = [&](auto kern) {
-    static bool attr_set = false;  // one per instantiation
-    if (!attr_set) {
-      LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
-      attr_set = true;
-    }
-    const int blocks = std::min((p.total_rows + wpb - 1) / wpb, num_sms() * resident_blocks(kern));
+    allow_smem(kern, smem);
+    const int blocks = std::min((p.total_rows + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, p);
   };
   switch (segs[0].m.fmt) {

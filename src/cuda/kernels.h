@@ -121,6 +121,7 @@ struct MoeArgs {
   int32_t* route_idx = nullptr;    // [k]
   float* route_w = nullptr;        // [k]
   float* out = nullptr;            // residual [H], accumulated by down
+  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-12)
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
@@ -158,6 +159,7 @@ struct AttnArgs {
   float* out = nullptr;         // [nq*hd]
   StepCtl* ctl = nullptr;
   int min_split = 64;           // positions per split at least (set by attn_decode)
+  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [8] globaltimer stamps of block (0,0) and the last block
 };
 constexpr int kAttnSplits = 64;
 void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl);

@@ -89,28 +89,14 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
   }
 }
 
-int num_sms() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    LILY_CUDA_CHECK(cudaGetDevice(&dev));
-    LILY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
-
 }  // namespace
 
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
                     int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl) {
-  const int blocks = std::min((W.rows + 7) / 8, num_sms() * 3);
   const size_t smem = size_t(W.cols) * 8 + size_t(W.cols / 16) * 4;
   auto run = [&](auto kern) {
-    static bool once = [&] {
-      LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
-      return true;
-    }();
-    (void)once;
+    allow_smem(kern, smem);
+    const int blocks = std::min((W.rows + 7) / 8, resident_grid(kern, kThreads, smem));
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, W, x, norm_w, eps, logits, in_ids, out_ids, ctl);
   };
   switch (W.fmt) {
