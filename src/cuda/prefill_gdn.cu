@@ -17,6 +17,8 @@
 //    D = U - W M^T,  O = (Q * eg) M^T + P D,  M <- eL M + D^T (K * ed).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/prefill.h"
 #include "cuda/prefill_util.cuh"
@@ -125,6 +127,121 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan(const GdnChunkArgs g) 
         for (int e = 0; e < NPL; ++e) { s[i][e] *= alpha; u = fmaf(s[i][e], kr[e], u); }
         u = warp_sum(u);
         const float d = beta * (vs[t][warp * RPW + i] - u);
+        float o = 0.f;
+#pragma unroll
+        for (int e = 0; e < NPL; ++e) { s[i][e] = fmaf(kr[e], d, s[i][e]); o = fmaf(s[i][e], qr[e], o); }
+        o = warp_sum(o);
+        if (lane == 0) os[t][warp * RPW + i] = o;
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nt * RB; i += blockDim.x) {
+      const int t = i / RB, r = i % RB;
+      if (v0 + r < Dv) g.obuf[int64_t(t0 + t) * vd + j * Dv + v0 + r] = os[t][r];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int v = v0 + warp * RPW + i;
+    if (v < Dv) {
+#pragma unroll
+      for (int e = 0; e < NPL; ++e) S[int64_t(v) * Dk + lane * NPL + e] = s[i][e];
+    }
+  }
+}
+
+// The same scan with the token data double-buffered: batch b+1's q, k, v and raw gates are copied into shared
+// memory by cp.async while batch b is computed (k_scan stages with plain loads between barriers, one round trip
+// per strided loop iteration, and waits for them: ~half of its time). LILY_CUDA_GDN_PIPELINE=0 selects k_scan.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gp) {
+  const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(sa), "l"(gp) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+template <int NPL>
+constexpr size_t scan_pipe_smem(int RB) {
+  return size_t(2 * kTS * (2 * 32 * NPL + RB + 2)) * 4;  // [2 buffers][kTS] x (q, k, v slice, raw b and a)
+}
+
+template <int NPL, int RPW>
+__global__ void __launch_bounds__(kScanWarps * 32) k_scan_pipe(const GdnChunkArgs g) {
+  constexpr int Dk = 32 * NPL, RB = kScanWarps * RPW;
+  extern __shared__ float4 dsm4[];
+  float* qs = reinterpret_cast<float*>(dsm4);  // [2][kTS][Dk]
+  float* ks = qs + 2 * kTS * Dk;               // [2][kTS][Dk]
+  float* vs = ks + 2 * kTS * Dk;               // [2][kTS][RB]
+  float* rab = vs + 2 * kTS * RB;              // [2][kTS][2] raw (b, a)
+  __shared__ float os[kTS][RB];
+  __shared__ float s_beta[kTS], s_alpha[kTS];
+  const int j = blockIdx.x, v0 = blockIdx.y * RB;
+  const int Hv = g.Hv, Dv = g.Dv, ratio = Hv / g.Hk, hk = j / ratio;
+  const int key_dim = g.Hk * Dk, cd = 2 * key_dim + Hv * Dv, vd = Hv * Dv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* S = g.S + int64_t(j) * Dv * Dk;
+  auto stage = [&](int buf, int t0) {
+    const int nt = min(kTS, g.n - t0);
+    for (int i = threadIdx.x; i < nt * (Dk / 4); i += blockDim.x) {
+      const int t = i / (Dk / 4), c = (i % (Dk / 4)) * 4;
+      const float* row = g.cbuf + int64_t(t0 + t) * cd;
+      cp_async16(qs + (buf * kTS + t) * Dk + c, row + hk * Dk + c);
+      cp_async16(ks + (buf * kTS + t) * Dk + c, row + key_dim + hk * Dk + c);
+    }
+    for (int i = threadIdx.x; i < nt * RB; i += blockDim.x) {
+      const int t = i / RB, r = i % RB;
+      float* dst = vs + (buf * kTS + t) * RB + r;
+      if (v0 + r < Dv) cp_async4(dst, g.cbuf + int64_t(t0 + t) * cd + 2 * key_dim + j * Dv + v0 + r);
+      else *dst = 0.f;
+    }
+    if (int(threadIdx.x) < nt) {
+      const float* pr = g.proj + int64_t(t0 + threadIdx.x) * g.ldp + cd + vd;
+      cp_async4(rab + (buf * kTS + threadIdx.x) * 2, pr + j);
+      cp_async4(rab + (buf * kTS + threadIdx.x) * 2 + 1, pr + Hv + j);
+    }
+    cp_async_commit();
+  };
+  stage(0, 0);
+  float s[RPW][NPL];
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int v = v0 + warp * RPW + i;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) s[i][e] = v < Dv ? S[int64_t(v) * Dk + lane * NPL + e] : 0.f;
+  }
+  const float dtb = g.dt_bias[j], an = g.a_neg[j];
+  int buf = 0;
+  for (int t0 = 0; t0 < g.n; t0 += kTS, buf ^= 1) {
+    const int nt = min(kTS, g.n - t0);
+    if (t0 + kTS < g.n) {
+      stage(buf ^ 1, t0 + kTS);  // its buffer was last read by batch b-1, finished before the last barrier
+      cp_async_wait_1();
+    } else {
+      cp_async_wait_all();
+    }
+    __syncthreads();
+    if (int(threadIdx.x) < nt) {
+      const float* r2 = rab + (buf * kTS + threadIdx.x) * 2;
+      s_beta[threadIdx.x] = sigmoid_f(r2[0]);
+      const float xa = r2[1] + dtb;
+      const float sp = xa > 20.f ? xa : log1pf(__expf(xa));
+      s_alpha[threadIdx.x] = __expf(an * sp);
+    }
+    __syncthreads();
+    const float* qb = qs + buf * kTS * Dk;
+    const float* kb = ks + buf * kTS * Dk;
+    const float* vb = vs + buf * kTS * RB;
+    for (int t = 0; t < nt; ++t) {
+      float kr[NPL], qr[NPL];
+#pragma unroll
+      for (int e = 0; e < NPL; ++e) { kr[e] = kb[t * Dk + lane * NPL + e]; qr[e] = qb[t * Dk + lane * NPL + e]; }
+      const float alpha = s_alpha[t], beta = s_beta[t];
+#pragma unroll
+      for (int i = 0; i < RPW; ++i) {
+        float u = 0.f;
+#pragma unroll
+        for (int e = 0; e < NPL; ++e) { s[i][e] *= alpha; u = fmaf(s[i][e], kr[e], u); }
+        u = warp_sum(u);
+        const float d = beta * (vb[t * RB + warp * RPW + i] - u);
         float o = 0.f;
 #pragma unroll
         for (int e = 0; e < NPL; ++e) { s[i][e] = fmaf(kr[e], d, s[i][e]); o = fmaf(s[i][e], qr[e], o); }
@@ -506,11 +623,28 @@ void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s) {
   } else {
     constexpr int RPW = 4, RB = kScanWarps * RPW;
     const dim3 grid(g.Hv, (g.Dv + RB - 1) / RB);
-    switch (g.Dk / 32) {
-      case 1: k_scan<1, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
-      case 2: k_scan<2, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
-      case 3: k_scan<3, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
-      default: k_scan<4, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
+    static const bool pipe = [] {
+      const char* v = std::getenv("LILY_CUDA_GDN_PIPELINE");
+      return !(v && std::strcmp(v, "0") == 0);
+    }();
+    auto run_pipe = [&](auto kern, size_t smem) {
+      allow_smem(kern, smem);
+      kern<<<grid, kScanWarps * 32, smem, s>>>(g);
+    };
+    if (pipe) {
+      switch (g.Dk / 32) {
+        case 1: run_pipe(k_scan_pipe<1, RPW>, scan_pipe_smem<1>(RB)); break;
+        case 2: run_pipe(k_scan_pipe<2, RPW>, scan_pipe_smem<2>(RB)); break;
+        case 3: run_pipe(k_scan_pipe<3, RPW>, scan_pipe_smem<3>(RB)); break;
+        default: run_pipe(k_scan_pipe<4, RPW>, scan_pipe_smem<4>(RB)); break;
+      }
+    } else {
+      switch (g.Dk / 32) {
+        case 1: k_scan<1, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
+        case 2: k_scan<2, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
+        case 3: k_scan<3, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
+        default: k_scan<4, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
+      }
     }
     LILY_CUDA_CHECK_LAUNCH();
   }
