@@ -627,16 +627,18 @@ void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s) {
       const char* v = std::getenv("LILY_CUDA_GDN_PIPELINE");
       return !(v && std::strcmp(v, "0") == 0);
     }();
-    auto run_pipe = [&](auto kern, size_t smem) {
-      allow_smem(kern, smem);
-      kern<<<grid, kScanWarps * 32, smem, s>>>(g);
-    };
     if (pipe) {
+      constexpr int R2 = 2, RB2 = kScanWarps * R2;  // 2 rows per warp: 256 blocks, 2 per SM (4 rows: 1.19 ms
+      const dim3 grid2(g.Hv, (g.Dv + RB2 - 1) / RB2);  // per layer-chunk on the H200, 2 rows: 1.00 ms)
+      auto run2 = [&](auto kern, size_t smem) {
+        allow_smem(kern, smem);
+        kern<<<grid2, kScanWarps * 32, smem, s>>>(g);
+      };
       switch (g.Dk / 32) {
-        case 1: run_pipe(k_scan_pipe<1, RPW>, scan_pipe_smem<1>(RB)); break;
-        case 2: run_pipe(k_scan_pipe<2, RPW>, scan_pipe_smem<2>(RB)); break;
-        case 3: run_pipe(k_scan_pipe<3, RPW>, scan_pipe_smem<3>(RB)); break;
-        default: run_pipe(k_scan_pipe<4, RPW>, scan_pipe_smem<4>(RB)); break;
+        case 1: run2(k_scan_pipe<1, R2>, scan_pipe_smem<1>(RB2)); break;
+        case 2: run2(k_scan_pipe<2, R2>, scan_pipe_smem<2>(RB2)); break;
+        case 3: run2(k_scan_pipe<3, R2>, scan_pipe_smem<3>(RB2)); break;
+        default: run2(k_scan_pipe<4, R2>, scan_pipe_smem<4>(RB2)); break;
       }
     } else {
       switch (g.Dk / 32) {
