@@ -376,6 +376,15 @@ std::unique_ptr<SeqState> CudaBackend::new_state(int max_ctx) {
   return std::make_unique<CudaState>(this, cfg_, max_ctx);
 }
 
+void CudaBackend::fill_context_for_timing(SeqState& sst, int n) {
+  auto* st = dynamic_cast<CudaState*>(&sst);
+  if (!st) throw Error("cuda: foreign SeqState");
+  if (n < 0 || n > st->max_ctx) throw Error("cuda: context for timing exceeds the state's capacity");
+  LILY_CUDA_CHECK(cudaMemsetAsync(st->kv, 0, st->kv_bytes, stream_));
+  LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  st->pos = n;
+}
+
 // Segments that read the same normalised x: one launch when they share a weight format, else one each.
 void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s) {
   bool same = true;

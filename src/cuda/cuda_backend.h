@@ -64,6 +64,7 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override { return cfg_; }
   std::unique_ptr<SeqState> new_state(int max_ctx) override;
+  void fill_context_for_timing(SeqState& st, int n) override;
   void forward(SeqState& st, const int32_t* ids, int n, int n_logits, float* out,
                const ForwardOptions& opt) override;
   void decode_argmax(SeqState& st, int n_steps, int32_t first_id, int32_t* out_ids) override;

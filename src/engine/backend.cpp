@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/error.h"
 #include "engine/step_sampler.h"
 
 namespace lily {
@@ -24,6 +25,10 @@ int Backend::decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id,
   }
   if (last_logits) std::memcpy(last_logits, logits.data(), size_t(V) * sizeof(float));
   return consumed;
+}
+
+void Backend::fill_context_for_timing(SeqState&, int) {
+  throw Error(name() + ": unfilled decode contexts (timing only) are not supported");
 }
 
 }  // namespace lily

@@ -66,6 +66,10 @@ class Backend {
   // unspecified).
   virtual int decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id, int max_steps,
                             const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr);
+  // Timing only (`lily bench --decode-context unfilled`): st holds n positions of zeros (KV rows of zeros, the
+  // recurrent state as it is) without computing them, so that decoding at a long context can be timed without its
+  // prefill; the logits that follow are meaningless. Backends without it throw.
+  virtual void fill_context_for_timing(SeqState& st, int n);
 };
 
 // Backend selection: "cpu", "cuda" or "auto" (cuda when built and a device is present, else cpu).
