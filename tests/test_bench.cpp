@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include "bench/bench_math.h"
+#include "bench/bench_runner.h"
 #include "core/error.h"
+#include "model/weights.h"
 
 using namespace lily;
 
@@ -41,4 +43,28 @@ TEST(Bench, StatsAndLists) {
   EXPECT_EQ(length_label(300), "300");
   float x[4] = {1, 5, 5, 2};
   EXPECT_EQ(argmax(x, 4), 1);
+}
+
+// --decode-context unfilled: the decode context is zeros, not a prefill (timing only); the run still repeats
+// exactly (digest per rep), prefill lengths are still prefilled, and a context beyond the state is refused.
+TEST(Bench, UnfilledDecodeContextOnTheTinyModel) {
+  auto w = load_model(std::string(LILY_TEST_DIR) + "/fixtures/tiny/model-mlx-4bit");
+  auto be = make_backend("cpu", w);
+  BenchOptions opt;
+  opt.prefill_lengths = {8};
+  opt.decode_contexts = {8, 200};
+  opt.reps = 2;
+  opt.decode_steps = 6;
+  opt.unfilled_context = true;
+  auto res = run_bench(*be, opt);
+  ASSERT_EQ(res.size(), 2u);
+  EXPECT_TRUE(res[0].prefill_measured);  // 8: a prefill length, so prefilled as usual
+  EXPECT_EQ(res[0].prefill_s.size(), 2u);
+  EXPECT_FALSE(res[1].prefill_measured);
+  ASSERT_EQ(res[1].decode_s.size(), 2u);
+  EXPECT_TRUE(res[1].digest_consistent);
+  auto st = be->new_state(50);
+  EXPECT_THROW(be->fill_context_for_timing(*st, 51), Error);
+  be->fill_context_for_timing(*st, 50);
+  EXPECT_EQ(st->pos, 50);
 }

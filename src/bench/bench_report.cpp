@@ -54,6 +54,7 @@ J bench_json(const BenchContext& ctx, const std::vector<BenchLengthResult>& resu
                    {"reps", ctx.options.reps},
                    {"decode_steps", ctx.options.decode_steps},
                    {"prefill_chunk", ctx.options.prefill_chunk},
+                   {"decode_context", ctx.options.unfilled_context ? "unfilled (timing only)" : "prefilled"},
                    {"kv_elem_bytes", ctx.kv_elem_bytes}};
   j["limits"] = ctx.limits ? limits_json(*ctx.limits) : J(nullptr);
   J prefill = J::array(), decode = J::array();
@@ -117,6 +118,9 @@ std::string bench_table(const J& j) {
     }
   }
   if (!j["decode"].empty()) {
+    const auto& o = j["protocol"];
+    if (o.contains("decode_context") && o["decode_context"].get<std::string>() != "prefilled")
+      out += "decode contexts that are not prefill lengths: not prefilled, zeros (timing only)\n";
     out += "decode    context     tok/s (median)   [min, max]            GB/s     of limit  digest\n";
     for (const auto& e : j["decode"]) {
       std::snprintf(line, sizeof line, "          %-8s %12.2f    [%.2f, %.2f] %14.2f  %-8s  %s%s\n",

@@ -36,6 +36,18 @@ RunOut run_once(Backend& be, const std::vector<int32_t>& prompt, int steps, cons
   return r;
 }
 
+// Decode from an unfilled context of n positions (timing only, see bench_runner.h).
+RunOut run_unfilled(Backend& be, int n, int32_t first_id, int steps) {
+  auto st = be.new_state(n + steps + 1);
+  be.fill_context_for_timing(*st, n);
+  RunOut r;
+  r.generated.resize(size_t(steps));
+  auto t0 = Clock::now();
+  if (steps > 0) be.decode_argmax(*st, steps, first_id, r.generated.data());
+  r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return r;
+}
+
 }  // namespace
 
 std::vector<BenchLengthResult> run_bench(Backend& be, const BenchOptions& opt) {
@@ -61,13 +73,15 @@ std::vector<BenchLengthResult> run_bench(Backend& be, const BenchOptions& opt) {
     r.decode_measured = std::count(opt.decode_contexts.begin(), opt.decode_contexts.end(), n) > 0;
     const auto prompt = bench_prompt(n, cfg.vocab);
     const int steps = r.decode_measured ? opt.decode_steps : 0;
+    const bool unfilled = opt.unfilled_context && !r.prefill_measured;
     if (opt.progress) opt.progress("warm-up " + length_label(n), done, total);
-    run_once(be, prompt, std::min(steps, opt.warmup_decode), fo);
+    if (unfilled) run_unfilled(be, n, prompt.back(), std::min(steps, opt.warmup_decode));
+    else run_once(be, prompt, std::min(steps, opt.warmup_decode), fo);
     ++done;
     for (int rep = 0; rep < opt.reps; ++rep) {
       if (opt.progress)
         opt.progress(length_label(n) + " rep " + std::to_string(rep + 1) + "/" + std::to_string(opt.reps), done, total);
-      auto o = run_once(be, prompt, steps, fo);
+      auto o = unfilled ? run_unfilled(be, n, prompt.back(), steps) : run_once(be, prompt, steps, fo);
       if (r.prefill_measured) r.prefill_s.push_back(o.prefill_s);
       if (r.decode_measured) {
         r.decode_s.push_back(o.decode_s);

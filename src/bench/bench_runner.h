@@ -5,6 +5,9 @@
 //    length; ends when the last position's logits are on the host; next id = argmax), then exactly 64 greedy
 //    decode steps each feeding the previous argmax (timed when n is a decode context); the FNV-1a digest of
 //    the 64 generated ids must be the same in every repetition.
+//  With unfilled_context, a decode context that is not also a prefill length is not prefilled: the state is
+//  given n positions of zeros (Backend::fill_context_for_timing) and the decode is timed from there (timing only:
+//  a decode step's cost does not depend on the values; the ids are meaningless but still repeat per rep).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -22,6 +25,7 @@ struct BenchOptions {
   int decode_steps = 64;
   int warmup_decode = 4;
   int prefill_chunk = 512;
+  bool unfilled_context = false;  // --decode-context unfilled (see above)
   // called at the start of each phase: ("prefill 4K rep 2/3", done phases, total phases)
   std::function<void(const std::string& what, int done, int total)> progress;
 };

@@ -47,7 +47,7 @@ void print_limits(const DeviceLimits& d) {
 int run_bench_cmd(const Args& a) {
   auto known = model_flags();
   for (const char* k : {"backend", "prefill-lengths", "decode-contexts", "reps", "prefill-chunk", "json", "limits",
-                        "limits-seconds", "plot", "series"})
+                        "limits-seconds", "plot", "series", "decode-context"})
     known.push_back(k);
   a.check_known(known);
   const bool have_model = a.has("model") || a.has("synthetic");
@@ -90,6 +90,12 @@ int run_bench_cmd(const Args& a) {
   opt.decode_contexts = parse_length_list(a.get("decode-contexts", kDefaultLengths));
   opt.reps = int(a.get_int("reps", 3));
   opt.prefill_chunk = int(a.get_int("prefill-chunk", 512));
+  {
+    const std::string dc = a.get("decode-context", "prefilled");
+    if (dc != "prefilled" && dc != "unfilled")
+      throw Error("--decode-context must be prefilled or unfilled (got \"" + dc + "\")");
+    opt.unfilled_context = dc == "unfilled";
+  }
 
   auto t_load = std::chrono::steady_clock::now();
   auto weights = open_model(a);

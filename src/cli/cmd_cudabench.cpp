@@ -4,6 +4,7 @@
 // as after a real prefill. Reports tok/s and achieved GB/s (weights + KV + recurrent state r/w per token).
 // Host memory stays small: one random buffer per matrix shape, shared by all layers/experts; the device gets
 // separate copies (no cache reuse across experts).
+#include "engine/step_sampler.h"
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -148,7 +149,8 @@ int run_cudabench(const Args& a) {
   const double state_rw = 2.0 * 30 * c.lin_v_heads * c.lin_v_dim * c.lin_k_dim * 4;
   std::printf("synthetic qwen3.6-35b-a3b (MLX 4-bit g64): %.2f GB on device, %.3f GB weights read per token, "
               "load %.1f s\n", double(cb->weight_bytes()) / 1e9, wbytes / 1e9, load_s);
-  std::printf("%8s %8s %10s %10s %10s\n", "ctx", "steps", "ms/tok", "tok/s", "GB/s");
+  std::printf("%8s %8s %10s %10s %10s %14s %14s %14s\n", "ctx", "steps", "ms/tok", "tok/s", "GB/s", "T=1 tok/s",
+              "k20,p.9 tok/s", "host-smp tok/s");
   for (int ctx : ctxs) {
     auto st = be->new_state(ctx + steps + 8);
     std::vector<int32_t> out(size_t(steps) + 8);
@@ -159,7 +161,29 @@ int run_cudabench(const Args& a) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     const double kv = double(ctx + 8 + steps / 2) * 10 * 2 * c.n_kv_heads * c.head_dim * 2;
     const double bytes = wbytes + kv + state_rw;
-    std::printf("%8d %8d %10.4f %10.1f %10.1f\n", ctx, steps, 1e3 * s / steps, steps / s, bytes * steps / s / 1e9);
+    // Sampled decode through decode_sample (device step sampler; then the host-sampling default for comparison):
+    // T = 1 over the whole vocabulary, and T = 0.7 with top-k 20 + top-p 0.9.
+    auto sampled = [&](float temp, int top_k, float top_p, bool host) {
+      SamplerParams sp;
+      sp.temperature = temp;
+      sp.top_k = top_k;
+      sp.top_p = top_p;
+      sp.has_seed = true;
+      sp.seed = 1;
+      StepSampler smp(sp, {}, c.vocab);
+      auto st2 = be->new_state(ctx + steps + 8);
+      st2->pos = ctx;
+      auto cont = [](int32_t) { return true; };
+      if (host) be->Backend::decode_sample(*st2, smp, 1, 4, cont);
+      else be->decode_sample(*st2, smp, 1, 4, cont);
+      const auto ta = std::chrono::steady_clock::now();
+      const int n = host ? be->Backend::decode_sample(*st2, smp, 1, steps, cont) : be->decode_sample(*st2, smp, 1, steps, cont);
+      return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - ta).count();
+    };
+    const double t1s = sampled(1.0f, 0, 1.0f, false), tks = sampled(0.7f, 20, 0.9f, false),
+                 hs = sampled(0.7f, 20, 0.9f, true);
+    std::printf("%8d %8d %10.4f %10.1f %10.1f %14.1f %14.1f %14.1f\n", ctx, steps, 1e3 * s / steps, steps / s,
+                bytes * steps / s / 1e9, t1s, tks, hs);
     std::fflush(stdout);
   }
   return 0;

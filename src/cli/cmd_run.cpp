@@ -1,4 +1,5 @@
-// `lily run`: greedy generation from a prompt, streamed to stdout, then prompt and decode speed on stderr.
+// `lily run`: generation from a prompt (greedy unless --temperature; sampled by Backend::decode_sample, on the GPU
+// for the CUDA backend), streamed to stdout, then prompt and decode speed on stderr.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "cli/registry.h"
 #include "core/error.h"
 #include "engine/backend.h"
+#include "engine/step_sampler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lily {
@@ -27,7 +29,8 @@ std::vector<int32_t> stop_ids(const ModelConfig& c, const Tokenizer& tok) {
 }
 
 int run(const Args& a) {
-  a.check_known({"model", "prompt", "chat", "max-tokens", "backend", "prefill-chunk", "no-think", "ctx"});
+  a.check_known({"model", "prompt", "chat", "max-tokens", "backend", "prefill-chunk", "no-think", "ctx",
+                 "temperature", "top-p", "top-k", "min-p", "seed"});
   if (!a.has("prompt")) throw Error("--prompt TEXT is required");
   const std::string dir = model_dir_or_demo(a);
   auto w = load_model(dir);
@@ -64,13 +67,25 @@ int run(const Args& a) {
   if (bar) bar->finish();
   auto t1 = Clock::now();
   StreamDecoder dec(*tok);
+  SamplerParams sp;
+  sp.temperature = float(a.get_double("temperature", 0.0));
+  sp.top_p = float(a.get_double("top-p", 1.0));
+  sp.top_k = int(a.get_int("top-k", 0));
+  sp.min_p = float(a.get_double("min-p", 0.0));
+  sp.has_seed = a.has("seed");
+  sp.seed = uint64_t(a.get_int("seed", 0));
+  StepSampler smp(sp, ids, V);
   int generated = 0;
-  for (; generated < max_new; ++generated) {
-    int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
+  auto emit = [&](int32_t next) {
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) return false;
+    ++generated;
     std::fputs(dec.push(next).c_str(), stdout);
     std::fflush(stdout);
-    if (generated + 1 < max_new) be->forward(*st, &next, 1, 1, logits.data(), opt);
+    return generated < max_new;
+  };
+  if (max_new > 0) {
+    const int32_t first = smp.sample(logits.data());
+    if (emit(first) && max_new > 1) be->decode_sample(*st, smp, first, max_new - 1, emit);
   }
   std::fputs(dec.flush().c_str(), stdout);
   std::fputs("\n", stdout);
@@ -84,7 +99,8 @@ int run(const Args& a) {
 
 }  // namespace
 
-LILY_COMMAND("run", "greedy generation: --prompt TEXT [--chat] [--max-tokens N] [--model DIR]", run,
+LILY_COMMAND("run", "generation: --prompt TEXT [--chat] [--max-tokens N] [--model DIR] [--temperature T --top-p P "
+             "--top-k K --min-p M --seed S]", run,
              {"chat", "no-think"});
 
 }  // namespace lily

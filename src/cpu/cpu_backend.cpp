@@ -24,6 +24,23 @@ std::unique_ptr<SeqState> CpuBackend::new_state(int max_ctx) {
   return st;
 }
 
+void CpuBackend::fill_context_for_timing(SeqState& sst, int n) {
+  auto* st = dynamic_cast<CpuState*>(&sst);
+  if (!st) throw Error("cpu: foreign SeqState");
+  if (n < 0 || n > st->max_ctx) throw Error("cpu: context for timing exceeds the state's capacity");
+  const ModelConfig& c = w_->cfg;
+  const size_t KV = static_cast<size_t>(c.n_kv_heads) * c.head_dim;
+  for (int i = 0; i < c.n_layers; ++i) {
+    if (!c.is_full[i]) continue;
+    auto& l = st->layers[size_t(i)];
+    l.k.reserve(static_cast<size_t>(st->max_ctx) * KV);
+    l.v.reserve(static_cast<size_t>(st->max_ctx) * KV);
+    l.k.assign(static_cast<size_t>(n) * KV, 0.0f);
+    l.v.assign(static_cast<size_t>(n) * KV, 0.0f);
+  }
+  st->pos = n;
+}
+
 void CpuBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits, float* out,
                          const ForwardOptions& opt) {
   auto* st = dynamic_cast<CpuState*>(&sst);

@@ -17,6 +17,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return std::string("cpu-") + k_.name; }
   const ModelConfig& config() const override { return w_->cfg; }
   std::unique_ptr<SeqState> new_state(int max_ctx) override;
+  void fill_context_for_timing(SeqState& st, int n) override;
   void forward(SeqState& st, const int32_t* ids, int n, int n_logits, float* out,
                const ForwardOptions& opt) override;
 

@@ -4,6 +4,8 @@
 // streams K/V rows (lane owns hd/32 dims, all G heads at once, so each KV row is read once for the G heads),
 // online softmax in exp2 space; warps merge in shared memory; splits merge through `part` by the last block to
 // finish (counter in StepCtl), which also applies the sigmoid output gate.
+#include <cstdlib>
+
 #include "cuda/device_util.cuh"
 
 namespace lily::cuda {
@@ -13,9 +15,10 @@ constexpr int kWarps = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegBig = -1e30f;
 
-// RMSNorm (weight w) + NeoX rope on the first rope_dim dims of one head held in shared memory x[hd], by one warp.
-__device__ void norm_rope_warp(float* x, const float* w, int hd, int rope_dim, int pos, double theta, float eps,
-                               float scale) {
+// RMSNorm (weight w) + NeoX rope on the first rope_dim dims of one head held in shared memory x[hd], by one warp;
+// rc/rs: cos/sin of the rope angles at this position (shared, rope_dim/2 each).
+__device__ void norm_rope_warp(float* x, const float* w, int hd, int rope_dim, const float* rc, const float* rs,
+                               float eps, float scale) {
   const int lane = threadIdx.x & 31;
   float ss = 0.f;
   for (int d = lane; d < hd; d += 32) ss += x[d] * x[d];
@@ -26,12 +29,9 @@ __device__ void norm_rope_warp(float* x, const float* w, int hd, int rope_dim, i
   __syncwarp();
   const int half = rope_dim / 2;
   for (int j = lane; j < half; j += 32) {
-    const double ang = double(pos) * pow(theta, -2.0 * j / double(rope_dim));
-    double sn, cs;
-    sincos(ang, &sn, &cs);
     const float a = x[j], b = x[j + half];
-    x[j] = a * float(cs) - b * float(sn);
-    x[j + half] = b * float(cs) + a * float(sn);
+    x[j] = a * rc[j] - b * rs[j];
+    x[j + half] = b * rc[j] + a * rs[j];
   }
   __syncwarp();
   for (int d = lane; d < hd; d += 32) x[d] *= scale;
@@ -61,7 +61,8 @@ template <> struct KvRaw<2> {
   __device__ __forceinline__ void unpack(float (&f)[2]) const { f[0] = bf_lo(v); f[1] = bf_hi(v); }
 };
 
-constexpr int kMinSplit = 128;  // positions per split at least (fewer splits -> a cheaper last-block merge)
+constexpr int kDefaultMinSplit = 64;  // positions per split at least (fewer splits -> a cheaper last-block merge; more -> more
+                       // blocks and fewer positions per warp); LILY_CUDA_ATTN_MIN_SPLIT overrides (measurements)
 constexpr int kKvInFlight = 4;  // K/V rows per warp loaded before any is used
 
 template <int HD, int G>
@@ -69,19 +70,21 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   constexpr int DPL = HD / 32;
   __shared__ float qs[G][HD];
   __shared__ float kn[HD], vn[HD];
-  __shared__ float accs[G][HD];
   __shared__ float wm[kWarps][G], wl[kWarps][G];
+  __shared__ float rc[HD / 2], rs[HD / 2];
   __shared__ int s_last;
   const int kvh = blockIdx.y, split = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   // Before pdl_wait: ctl (pos) is written only by the previous step's lm_head, and the cached K/V rows < pos by
   // earlier steps, so the split and this warp's first K/V rows can be loaded while the previous kernel finishes.
+  const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0;
+  if (tr) trace_at(a.trace, 0);
   StepCtl* ctl = a.ctl;
   const int pos = ctl->pos, max_ctx = ctl->max_ctx;
   const int T = pos + 1;
-  // >= kMinSplit positions per split, at most kAttnSplits splits: 4K context -> 32 splits x nkv blocks
-  int nsplit = min(kAttnSplits, (T + kMinSplit - 1) / kMinSplit);
+  // >= min_split positions per split, at most kAttnSplits splits: 4K context -> 64 splits x nkv blocks
+  int nsplit = min(kAttnSplits, (T + a.min_split - 1) / a.min_split);
   const int chunk = (T + nsplit - 1) / nsplit;
   nsplit = (T + chunk - 1) / chunk;
   if (split >= nsplit) return;
@@ -101,22 +104,54 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     }
   };
   issue(t0 + warp);
-  pdl_wait();
-
-  // q heads of this kv head, new k and v
-  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-    const int g = i / HD, d = i % HD;
-    qs[g][d] = a.q[(kvh * G + g) * 2 * HD + d];
+  // RoPE angles of this position (double, as the reference), computed once per block while waiting
+  for (int j = threadIdx.x; j < a.rope_dim / 2; j += blockDim.x) {
+    const double ang = double(pos) * pow(a.theta, -2.0 * j / double(a.rope_dim));
+    double sn, cs;
+    sincos(ang, &sn, &cs);
+    rc[j] = float(cs);
+    rs[j] = float(sn);
   }
-  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-    kn[d] = a.k[kvh * HD + d];
-    vn[d] = a.v[kvh * HD + d];
+  pdl_wait();
+  if (tr) trace_at(a.trace, 1);
+
+  // q heads of this kv head, new k and v: all loads issued before any is stored (a strided loop with a runtime
+  // bound issued them one round trip at a time: ~4 us)
+  {
+    constexpr int kT = kWarps * 32, QN = (G * HD + kT - 1) / kT, KN = (HD + kT - 1) / kT;
+    float qv[QN], kv[KN], vv[KN];
+#pragma unroll
+    for (int u = 0; u < QN; ++u) {
+      const int i = int(threadIdx.x) + u * kT;
+      if (i < G * HD) qv[u] = a.q[(kvh * G + i / HD) * 2 * HD + i % HD];
+    }
+#pragma unroll
+    for (int u = 0; u < KN; ++u) {
+      const int d = int(threadIdx.x) + u * kT;
+      if (d < HD) {
+        kv[u] = a.k[kvh * HD + d];
+        vv[u] = a.v[kvh * HD + d];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < QN; ++u) {
+      const int i = int(threadIdx.x) + u * kT;
+      if (i < G * HD) qs[i / HD][i % HD] = qv[u];
+    }
+#pragma unroll
+    for (int u = 0; u < KN; ++u) {
+      const int d = int(threadIdx.x) + u * kT;
+      if (d < HD) {
+        kn[d] = kv[u];
+        vn[d] = vv[u];
+      }
+    }
   }
   __syncthreads();
   const float qscale = rsqrtf(float(HD)) * kLog2e;
   for (int g = warp; g < G + 1; g += kWarps) {
-    if (g < G) norm_rope_warp(qs[g], a.q_norm, HD, a.rope_dim, pos, a.theta, a.eps, qscale);
-    else norm_rope_warp(kn, a.k_norm, HD, a.rope_dim, pos, a.theta, a.eps, 1.f);
+    if (g < G) norm_rope_warp(qs[g], a.q_norm, HD, a.rope_dim, rc, rs, a.eps, qscale);
+    else norm_rope_warp(kn, a.k_norm, HD, a.rope_dim, rc, rs, a.eps, 1.f);
   }
   __syncthreads();
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {  // the cache holds bf16: use the rounded values here too
@@ -127,6 +162,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   }
   __syncthreads();
   pdl_trigger();
+  if (tr) trace_at(a.trace, 2);
 
   float q[G][DPL], acc[G][DPL], m[G], l[G];
 #pragma unroll
@@ -184,6 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     }
     }
   }
+  if (tr) trace_at(a.trace, 3);
   // merge warps
   if (lane == 0) {
 #pragma unroll
@@ -198,37 +235,47 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     L[g] = 0.f;
     for (int w = 0; w < kWarps; ++w) L[g] += wl[w][g] * exp2f(wm[w][g] - M[g]);
   }
-  for (int w = 0; w < kWarps; ++w) {
-    if (warp == w) {
+  // every warp's rescaled partial into its slab of dynamic shared memory, then each thread sums the warps for
+  // its outputs (one barrier; was kWarps serial read-modify-write rounds with a barrier each: ~10 us in the graph)
+  extern __shared__ float4 slab4[];  // [kWarps][G * HD / 4]
+  float* slab = reinterpret_cast<float*>(slab4);
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const float f = exp2f(m[g] - M[g]);
+  for (int g = 0; g < G; ++g) {
+    const float f = exp2f(m[g] - M[g]);
+    float* dst = slab + (warp * G + g) * HD + lane * DPL;
 #pragma unroll
-        for (int e = 0; e < DPL; ++e) {
-          float& dst = accs[g][lane * DPL + e];
-          dst = (w == 0 ? 0.f : dst) + acc[g][e] * f;
-        }
-      }
-    }
-    __syncthreads();
+    for (int e = 0; e < DPL; ++e) dst[e] = acc[g][e] * f;
   }
+  __syncthreads();
   // publish this split
   const int stride = G * HD + 2 * G;
   float* part = a.part + (int64_t(kvh) * kAttnSplits + split) * stride;
-  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) part[i] = accs[i / HD][i % HD];
+  for (int i4 = threadIdx.x; i4 < G * HD / 4; i4 += blockDim.x) {
+    float4 t = slab4[i4];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
+      const float4 u = slab4[w * (G * HD / 4) + i4];
+      t.x += u.x; t.y += u.y; t.z += u.z; t.w += u.w;
+    }
+    reinterpret_cast<float4*>(part)[i4] = t;
+  }
   if (threadIdx.x < G) { part[G * HD + threadIdx.x] = M[threadIdx.x]; part[G * HD + G + threadIdx.x] = L[threadIdx.x]; }
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) s_last = (atomicAdd(&ctl->attn_done[kvh], 1u) == unsigned(nsplit - 1));
   __syncthreads();
+  if (tr) trace_at(a.trace, 4);
   if (!s_last) return;
   __threadfence();
+  const bool trl = a.trace && threadIdx.x == 0 && kvh == 0;
+  if (trl) trace_at(a.trace, 5);
   // last block of this kv head: merge the splits (weights per split and head first, in shared memory), gate
-  float* wsp = &accs[0][0];  // reuse: [nsplit][G] merge weights (nsplit * G <= G * HD)
+  __syncthreads();            // every thread is done reading the slabs
+  float* wsp = slab;  // reuse: [nsplit][G] merge weights (nsplit * G <= kWarps * G * HD)
   const float* pk = a.part + int64_t(kvh) * kAttnSplits * stride;
   // one warp per head, lanes over the splits: all (m, l) loads in flight at once (was one thread per head
   // walking the splits serially)
-  static_assert(kAttnSplits % 32 == 0 && kAttnSplits <= HD, "merge weights must fit in accs");
+  static_assert(kAttnSplits % 32 == 0 && kAttnSplits <= kWarps * HD, "merge weights must fit in the slabs");
   for (int g = warp; g < G; g += kWarps) {
     constexpr int SPL = kAttnSplits / 32;
     float ms[SPL], ls[SPL];
@@ -253,10 +300,12 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
       if (lane + 32 * i < nsplit) wsp[(lane + 32 * i) * G + g] = ms[i] * inv;
   }
   __syncthreads();
-  // each thread merges 4 consecutive outputs, 16 splits' loads in flight at a time
-  constexpr int MU = 16;
+  // each thread merges 4 consecutive outputs, 32 splits' loads in flight at a time (the gate's loads first)
+  constexpr int MU = 32;
   for (int i4 = threadIdx.x; i4 < G * HD / 4; i4 += blockDim.x) {
     const int i = i4 * 4, g = i / HD, d = i % HD;
+    const int h = kvh * G + g;
+    const float4 gt = *reinterpret_cast<const float4*>(a.q + h * 2 * HD + HD + d);
     float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
     int s = 0;
     for (; s + MU <= nsplit; s += MU) {
@@ -274,28 +323,37 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
       const float f = wsp[s * G + g];
       num.x += v.x * f; num.y += v.y * f; num.z += v.z * f; num.w += v.w * f;
     }
-    const int h = kvh * G + g;
-    const float* gate = a.q + h * 2 * HD + HD + d;
-    float* o = a.out + h * HD + d;
-    o[0] = num.x * sigmoid_f(gate[0]);
-    o[1] = num.y * sigmoid_f(gate[1]);
-    o[2] = num.z * sigmoid_f(gate[2]);
-    o[3] = num.w * sigmoid_f(gate[3]);
+    *reinterpret_cast<float4*>(a.out + h * HD + d) =
+        make_float4(num.x * sigmoid_f(gt.x), num.y * sigmoid_f(gt.y), num.z * sigmoid_f(gt.z), num.w * sigmoid_f(gt.w));
   }
   if (threadIdx.x == 0) ctl->attn_done[kvh] = 0;
+  if (trl) trace_at(a.trace, 6);
 }
 
 }  // namespace
 
-void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl) {
+void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
+  static const int min_split = [] {
+    const char* v = std::getenv("LILY_CUDA_ATTN_MIN_SPLIT");
+    const int n = v ? std::atoi(v) : 0;
+    return n > 0 ? n : kDefaultMinSplit;
+  }();
+  AttnArgs a = args;
+  a.min_split = min_split;
   if (a.nkv < 1 || a.nkv > 8 || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
+  if (a.rope_dim > a.hd || a.rope_dim % 2) throw Error("attn_decode: rope_dim must be even and <= head_dim");
   const int G = a.nq / a.nkv;
   const dim3 grid(kAttnSplits, a.nkv), block(kWarps * 32);
-  if (a.hd == 256 && G == 8) launch(k_attn<256, 8>, grid, block, 0, s, pdl, a);
-  else if (a.hd == 256 && G == 4) launch(k_attn<256, 4>, grid, block, 0, s, pdl, a);
-  else if (a.hd == 128 && G == 8) launch(k_attn<128, 8>, grid, block, 0, s, pdl, a);
-  else if (a.hd == 64 && G == 4) launch(k_attn<64, 4>, grid, block, 0, s, pdl, a);
-  else if (a.hd == 64 && G == 8) launch(k_attn<64, 8>, grid, block, 0, s, pdl, a);
+  const size_t smem = size_t(kWarps) * G * a.hd * 4;  // per-warp partial slabs (64 KB at hd 256, G 8)
+  auto run = [&](auto kern) {
+    allow_smem(kern, smem);
+    launch(kern, grid, block, smem, s, pdl, a);
+  };
+  if (a.hd == 256 && G == 8) run(k_attn<256, 8>);
+  else if (a.hd == 256 && G == 4) run(k_attn<256, 4>);
+  else if (a.hd == 128 && G == 8) run(k_attn<128, 8>);
+  else if (a.hd == 64 && G == 4) run(k_attn<64, 4>);
+  else if (a.hd == 64 && G == 8) run(k_attn<64, 8>);
   else throw Error("attn_decode: head_dim " + std::to_string(a.hd) + " x group " + std::to_string(G) +
                    " not instantiated");
 }

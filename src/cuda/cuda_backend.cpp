@@ -14,6 +14,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/prefill_runner.h"
+#include "engine/step_sampler.h"
 
 namespace lily::cuda {
 
@@ -43,13 +44,32 @@ CudaOptions CudaOptions::from_env() {
   o.profile = env_on("LILY_CUDA_PROFILE", false);
   if (o.profile) o.graph = false;
   o.prefill = env_on("LILY_CUDA_PREFILL", true);
+  if (const char* smp = std::getenv("LILY_CUDA_SAMPLER"); smp && *smp) {
+    if (std::strcmp(smp, "host") == 0) o.device_sampler = false;
+    else if (std::strcmp(smp, "device") != 0) throw Error("LILY_CUDA_SAMPLER: expected host or device");
+  }
   o.prefill_simple = env_on("LILY_CUDA_PREFILL_SIMPLE", false);
   const char* prec = std::getenv("LILY_CUDA_PREFILL_PRECISION");
   // Default split: measured on the H200 (small fixture, real head sizes) it keeps prompt logits within 0.013 of
   // the f32 reference (fp16: 0.09, bf16: 1.07 with top-1 0.875) for 17% of the bf16 prefill speed at 4K.
   o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecSplit;
   o.prefill_attn_precise = env_on("LILY_CUDA_PREFILL_ATTN_PRECISE", true);
+  o.int8_x = env_on("LILY_CUDA_INT8_X", true);
+  if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
+  o.trace = env_on("LILY_CUDA_TRACE", false);
   return o;
+}
+
+bool CudaOptions::skips(const char* name) const {
+  if (skip.empty()) return false;
+  const std::string n(name);
+  size_t b = 0;
+  while (b <= skip.size()) {
+    const size_t e = std::min(skip.find(',', b), skip.size());
+    if (skip.compare(b, e - b, n) == 0) return true;
+    b = e + 1;
+  }
+  return false;
 }
 
 // Device buffers of one sequence: KV cache [n_full][2][nkv][max_ctx][hd] bf16, recurrent state
@@ -208,6 +228,10 @@ float* CudaBackend::upload_f32(const std::vector<float>& v) {
 CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(std::move(w)), opt_(opt) {
   cfg_ = w_->cfg;
   const ModelConfig& c = cfg_;
+  set_decode_int8_x(opt_.int8_x);  // process-wide: the kernels read it when the step is (re)captured
+  if (!opt_.skip.empty())
+    std::fprintf(stderr, "lily: LILY_CUDA_SKIP=%s: kernels left out of the decode step, results are WRONG "
+                         "(timing only)\n", opt_.skip.c_str());
   LILY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   embed_ = upload(w_->embed, "embed");
   lm_head_ = upload(w_->lm_head, "lm_head");
@@ -259,6 +283,10 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   y_ = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
   rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
   shg_ = static_cast<float*>(dev_alloc(16));
+  if (opt_.trace) {
+    trace_ = static_cast<unsigned long long*>(dev_alloc(32 * 8));
+    LILY_CUDA_CHECK(cudaMemset(trace_, 0, 32 * 8));
+  }
   route_done_ = static_cast<unsigned int*>(dev_alloc(16));
   LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 16));
   act_ = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
@@ -274,6 +302,14 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   in_ids_ = static_cast<int32_t*>(dev_alloc((kRing + 1) * 4));
   out_ids_ = static_cast<int32_t*>(dev_alloc(kRing * 4));
   LILY_CUDA_CHECK(cudaMemset(in_ids_, 0, (kRing + 1) * 4));
+  adj_ = static_cast<float*>(dev_alloc(size_t(c.vocab) * 4));
+  table_ = static_cast<uint32_t*>(dev_alloc(size_t(c.vocab) * 4));
+  LILY_CUDA_CHECK(cudaMemset(table_, 0, size_t(c.vocab) * 4));
+  sw_ = static_cast<SampWork*>(dev_alloc(samp_work_bytes(c.vocab)));
+  LILY_CUDA_CHECK(cudaMemset(sw_, 0, samp_work_bytes(c.vocab)));
+  LILY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_ids_), kRing * 4, cudaHostAllocMapped));
+  LILY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_ids_dev_), host_ids_, 0));
+  for (auto& e : ev_) LILY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   if (c.n_kv_heads > 8) throw Error("cuda: more than 8 kv heads");
   if (opt_.prefill) {
     PrefillModel pm;
@@ -290,6 +326,20 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
 }
 
 CudaBackend::~CudaBackend() {
+  if (trace_) {  // stamps of the last step, relative to the attention kernel's entry
+    unsigned long long t[32] = {};
+    if (cudaMemcpy(t, trace_, sizeof(t), cudaMemcpyDeviceToHost) == cudaSuccess && t[0]) {
+      const char* names[32] = {"attn entry", "attn after pdl_wait", "attn prologue done", "attn scan done (block 0)",
+                               "attn published (block 0)", "attn last block starts merge", "attn merge done", 0, 0, 0,
+                               0, 0, 0, 0, 0, 0, "router entry", "router after pdl_wait", "router x loaded",
+                               "router rows done (block 0)", "router last block starts top-k", "router top-k done",
+                               "gate_up entry", "gate_up after pdl_wait", "gate_up x loaded", "gate_up rows done (block 0)",
+                               "down entry", "down after pdl_wait", "down rows done (block 0)", 0, 0, 0};
+      std::fprintf(stderr, "cuda trace (first attention layer + its MoE, last step; us from attn entry):\n");
+      for (int i = 0; i < 32; ++i)
+        if (names[i] && t[i]) std::fprintf(stderr, "  %-34s %8.2f\n", names[i], double(int64_t(t[i] - t[0])) / 1e3);
+    }
+  }
   if (prof_steps_ > 0) {
     double tot = 0;
     for (auto& p : prof_ms_) tot += p.second;
@@ -300,6 +350,10 @@ CudaBackend::~CudaBackend() {
     std::fprintf(stderr, "  %-22s %9.1f us\n", "total", 1e3 * tot / prof_steps_);
   }
   if (graph_) cudaGraphExecDestroy(graph_);
+  if (graph_samp_) cudaGraphExecDestroy(graph_samp_);
+  for (auto& e : ev_)
+    if (e) cudaEventDestroy(e);
+  if (host_ids_) cudaFreeHost(host_ids_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (void* p : allocs_) cudaFree(p);
   if (ctl_host_) cudaFreeHost(ctl_host_);
@@ -322,6 +376,15 @@ std::unique_ptr<SeqState> CudaBackend::new_state(int max_ctx) {
   return std::make_unique<CudaState>(this, cfg_, max_ctx);
 }
 
+void CudaBackend::fill_context_for_timing(SeqState& sst, int n) {
+  auto* st = dynamic_cast<CudaState*>(&sst);
+  if (!st) throw Error("cuda: foreign SeqState");
+  if (n < 0 || n > st->max_ctx) throw Error("cuda: context for timing exceeds the state's capacity");
+  LILY_CUDA_CHECK(cudaMemsetAsync(st->kv, 0, st->kv_bytes, stream_));
+  LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  st->pos = n;
+}
+
 // Segments that read the same normalised x: one launch when they share a weight format, else one each.
 void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s) {
   bool same = true;
@@ -334,7 +397,7 @@ void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaS
 }
 
 // One decode step: embed in_ids[cursor], all layers, lm_head + argmax (advances cursor and pos on the device).
-void CudaBackend::enqueue_step(cudaStream_t s) {
+void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
   const ModelConfig& c = cfg_;
   const float eps = c.rms_eps;
   const bool pdl = opt_.pdl;
@@ -346,7 +409,7 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
                          {d.a, proj_ + cd + vd + hv, 0}};
-      gemv_shared_x(segs, 4, d.in_norm, s);
+      if (!opt_.skips("gdn_in")) gemv_shared_x(segs, 4, d.in_norm, s);
       mark("gdn in_proj gemv");
       GdnArgs g;
       g.qkv = proj_;
@@ -366,15 +429,15 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       g.eps = eps;
       g.y = y_;
       g.ctl = ctl_;
-      gdn_decode(g, s, pdl);
+      if (!opt_.skips("gdn")) gdn_decode(g, s, pdl);
       mark("gdn recurrence");
       GemvSeg o = {d.out, x_, 1};
-      gemv(&o, 1, y_, nullptr, eps, s, pdl);
+      if (!opt_.skips("gdn_out")) gemv(&o, 1, y_, nullptr, eps, s, pdl);
       mark("gdn out_proj gemv");
     } else {
       const int qr = c.q_proj_rows(), kvd = c.kv_dim();
       GemvSeg segs[3] = {{d.q, proj_, 0}, {d.k, proj_ + qr, 0}, {d.v, proj_ + qr + kvd, 0}};
-      gemv_shared_x(segs, 3, d.in_norm, s);
+      if (!opt_.skips("qkv")) gemv_shared_x(segs, 3, d.in_norm, s);
       mark("attn qkv gemv");
       AttnArgs a;
       a.q = proj_;
@@ -392,10 +455,12 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
       a.part = part_;
       a.out = y_;
       a.ctl = ctl_;
-      attn_decode(a, s, pdl);
+      const bool tr = trace_ && d.full_idx == 0;
+      a.trace = tr ? trace_ : nullptr;
+      if (!opt_.skips("attn")) attn_decode(a, s, pdl);
       mark("attention");
       GemvSeg o = {d.o, x_, 1};
-      gemv(&o, 1, y_, nullptr, eps, s, pdl);
+      if (!opt_.skips("o")) gemv(&o, 1, y_, nullptr, eps, s, pdl);
       mark("attn o_proj gemv");
     }
     // MoE
@@ -408,6 +473,7 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
     m.logits = rlogits_;
     m.shg = shg_;
     m.route_done = route_done_;
+    m.trace = trace_ && d.is_full && d.full_idx == 0 ? trace_ + 16 : nullptr;
     m.E = c.n_experts;
     m.k = c.top_k;
     m.gate = d.gate;
@@ -420,15 +486,29 @@ void CudaBackend::enqueue_step(cudaStream_t s) {
     m.route_idx = ridx_;
     m.route_w = rw_;
     m.out = x_;
-    moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
+    if (!opt_.skips("router")) moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
     mark("moe router");
-    moe_gate_up(m, s, pdl);
+    if (!opt_.skips("gate_up")) moe_gate_up(m, s, pdl);
     mark("moe gate_up");
-    moe_down(m, s, pdl);
+    if (!opt_.skips("down")) moe_down(m, s, pdl);
     mark("moe down");
   }
-  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, out_ids_, ctl_, s, pdl);
+  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, sample ? nullptr : out_ids_, ctl_, s, pdl);
   mark("lm_head argmax");
+  if (sample) {
+    SampArgs a;
+    a.logits = logits_;
+    a.adj = adj_;
+    a.table = table_;
+    a.V = c.vocab;
+    a.work = sw_;
+    a.in_ids = in_ids_;
+    a.out_ids = out_ids_;
+    a.host_ids = host_ids_dev_;
+    a.ctl = ctl_;
+    sample_step(a, s, pdl);
+    mark("step sampler");
+  }
 }
 
 // Points the device step control at `st` (its buffers and position), with in_ids[0..n_given) given.
@@ -453,9 +533,9 @@ void CudaBackend::mark(const char* what) {
   marks_.push_back({what, e});
 }
 
-void CudaBackend::run_step() {
+void CudaBackend::run_step(bool sample) {
   if (!opt_.graph) {
-    enqueue_step(stream_);
+    enqueue_step(stream_, sample);
     if (opt_.profile) {
       LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
       for (size_t i = 1; i < marks_.size(); ++i) {
@@ -472,22 +552,23 @@ void CudaBackend::run_step() {
     }
     return;
   }
-  if (!graph_) {
+  cudaGraphExec_t& graph = sample ? graph_samp_ : graph_;
+  if (!graph) {
     cudaGraph_t g = nullptr;
     LILY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     try {
-      enqueue_step(stream_);
+      enqueue_step(stream_, sample);
     } catch (...) {
       cudaStreamEndCapture(stream_, &g);
       if (g) cudaGraphDestroy(g);
       throw;
     }
     LILY_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
-    LILY_CUDA_CHECK(cudaGraphInstantiate(&graph_, g, 0));
+    LILY_CUDA_CHECK(cudaGraphInstantiate(&graph, g, 0));
     LILY_CUDA_CHECK(cudaGraphDestroy(g));
-    LILY_CUDA_CHECK(cudaGraphUpload(graph_, stream_));  // pre-stage the graph on the device
+    LILY_CUDA_CHECK(cudaGraphUpload(graph, stream_));  // pre-stage the graph on the device
   }
-  LILY_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+  LILY_CUDA_CHECK(cudaGraphLaunch(graph, stream_));
 }
 
 void CudaBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits, float* out,
@@ -552,6 +633,59 @@ void CudaBackend::decode_argmax(SeqState& sst, int n_steps, int32_t first_id, in
     done += m;
     id = out_ids[done - 1];
   }
+}
+
+// Sampled decode with the step sampler inside the step's graph. The host keeps at most two steps queued ahead of
+// the token it is reading (step j+1 consumes s_j, so it may run before on_token(s_j) answers; step j+2 is queued
+// only after on_token(s_j) said continue): the GPU never waits for the host, and a stop leaves exactly one step of
+// lookahead consumed (Backend::decode_sample's contract). The ids come back through mapped pinned memory, each
+// read after its step's event; the ring of kRing inputs is restarted (one drain) every kRing steps.
+int CudaBackend::decode_sample(SeqState& sst, StepSampler& sampler, int32_t first_id, int max_steps,
+                               const std::function<bool(int32_t)>& on_token, float* last_logits) {
+  if (!opt_.device_sampler) return Backend::decode_sample(sst, sampler, first_id, max_steps, on_token, last_logits);
+  auto& st = dynamic_cast<CudaState&>(sst);
+  if (max_steps <= 0) return 0;
+  if (st.pos + max_steps > st.max_ctx) throw Error("cuda decode: context full");
+  if (first_id < 0 || first_id >= cfg_.vocab) throw Error("cuda decode: token id out of range");
+  if (sampler.vocab() != cfg_.vocab) throw Error("cuda decode: sampler vocabulary differs from the model's");
+  const int pos0 = st.pos;
+  LILY_CUDA_CHECK(cudaMemcpyAsync(table_, sampler.table().data(), size_t(cfg_.vocab) * 4, cudaMemcpyHostToDevice,
+                                  stream_));
+  samp_init(sw_, sampler.params(), sampler.step(), stream_);
+  begin(st, 1);
+  LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, &first_id, 4, cudaMemcpyHostToDevice, stream_));
+  int enq = 0;  // steps enqueued; step q (0-based) runs at cursor q % kRing
+  auto enqueue = [&] {
+    if (enq > 0 && enq % kRing == 0) {  // ring used up: drain, restart at cursor 0 with the last id as input
+      LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      st.pos = pos0 + enq;
+      begin(st, 1);
+      LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, in_ids_ + kRing, 4, cudaMemcpyDeviceToDevice, stream_));
+    }
+    run_step(true);
+    LILY_CUDA_CHECK(cudaEventRecord(ev_[enq % kEvents], stream_));
+    ++enq;
+  };
+  try {
+    enqueue();
+    if (max_steps >= 2) enqueue();
+    for (int j = 1; j <= max_steps; ++j) {
+      LILY_CUDA_CHECK(cudaEventSynchronize(ev_[(j - 1) % kEvents]));
+      const int32_t id = reinterpret_cast<volatile int32_t*>(host_ids_)[(j - 1) % kRing];
+      sampler.record(id);
+      if (!on_token(id)) break;
+      if (j + 2 <= max_steps) enqueue();
+    }
+  } catch (...) {
+    cudaStreamSynchronize(stream_);
+    st.pos = pos0 + enq;
+    throw;
+  }
+  LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  st.pos = pos0 + enq;
+  if (last_logits)
+    LILY_CUDA_CHECK(cudaMemcpy(last_logits, logits_, size_t(cfg_.vocab) * 4, cudaMemcpyDeviceToHost));
+  return enq;
 }
 
 }  // namespace lily::cuda

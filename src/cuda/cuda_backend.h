@@ -2,7 +2,8 @@
 // packed, bf16 stays bf16), everything is allocated at load, and one decode step (embed, 40 layers, lm_head +
 // argmax) is captured once as a CUDA graph and replayed per token. Prompts (n > 1) run batched (prefill_runner.h).
 // Switches (env): LILY_CUDA_GRAPH=0 launches the kernels directly instead of replaying the graph;
-// LILY_CUDA_PDL=0 turns off programmatic dependent launch.
+// LILY_CUDA_PDL=0 turns off programmatic dependent launch; LILY_CUDA_SAMPLER=host makes decode_sample run
+// forward() per token with host sampling (the Backend default) instead of the device step sampler.
 #pragma once
 #include <memory>
 #include <string>
@@ -17,10 +18,17 @@ struct CudaOptions {
   bool graph = true;   // capture the step as a CUDA graph
   bool pdl = true;     // programmatic dependent launch between the step's kernels
   bool profile = false;// LILY_CUDA_PROFILE=1: no graph, events between kernels, per-kernel times printed at exit
+  bool device_sampler = true;  // LILY_CUDA_SAMPLER=host: decode_sample samples on the host
   bool prefill = true; // LILY_CUDA_PREFILL=0: prompts run through the decode step token by token
   bool prefill_simple = false;  // LILY_CUDA_PREFILL_SIMPLE=1: reference (non-tensor-core) prefill kernels
   int prefill_prec = 1;  // LILY_CUDA_PREFILL_PRECISION=bf16|fp16|split: GEMM operands (prefill.h PrefillPrec)
   bool prefill_attn_precise = true;  // LILY_CUDA_PREFILL_ATTN_PRECISE=0: bf16 flash attention in the fp16 modes
+  bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
+  // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step
+  // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
+  std::string skip;
+  bool skips(const char* name) const;
+  bool trace = false;  // LILY_CUDA_TRACE=1: globaltimer stamps inside the first attention layer's kernels, printed at exit
   static CudaOptions from_env();
 };
 
@@ -56,9 +64,12 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override { return cfg_; }
   std::unique_ptr<SeqState> new_state(int max_ctx) override;
+  void fill_context_for_timing(SeqState& st, int n) override;
   void forward(SeqState& st, const int32_t* ids, int n, int n_logits, float* out,
                const ForwardOptions& opt) override;
   void decode_argmax(SeqState& st, int n_steps, int32_t first_id, int32_t* out_ids) override;
+  int decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id, int max_steps,
+                    const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr) override;
 
   size_t weight_bytes() const { return weight_bytes_; }   // device bytes of weights
   size_t step_weight_bytes() const;                        // weight bytes one decode step reads
@@ -70,10 +81,10 @@ class CudaBackend : public Backend {
   DMat upload(const QMatrix& m, const char* what);
   DStack upload_stack(const ExpertStack& s, const char* what);
   float* upload_f32(const std::vector<float>& v);
-  void enqueue_step(cudaStream_t s);
+  void enqueue_step(cudaStream_t s, bool sample);
   void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s);
   void begin(CudaState& st, int n_given);
-  void run_step();
+  void run_step(bool sample = false);  // sample: lm_head + the device step sampler instead of argmax
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
 
   struct Mark {
@@ -90,7 +101,8 @@ class CudaBackend : public Backend {
   ModelConfig cfg_;
   CudaOptions opt_;
   cudaStream_t stream_ = nullptr;
-  cudaGraphExec_t graph_ = nullptr;
+  cudaGraphExec_t graph_ = nullptr;       // greedy step
+  cudaGraphExec_t graph_samp_ = nullptr;  // sampled step
   std::vector<void*> allocs_;
   size_t weight_bytes_ = 0;
 
@@ -105,6 +117,7 @@ class CudaBackend : public Backend {
   float* rlogits_ = nullptr;    // [E]
   float* shg_ = nullptr;        // [1]
   unsigned int* route_done_ = nullptr;  // router last-block counter
+  unsigned long long* trace_ = nullptr; // [32] LILY_CUDA_TRACE stamps (attention 0-6, MoE 16-28)
   float* act_ = nullptr;        // [k I + Is]
   int32_t* ridx_ = nullptr;     // [k]
   float* rw_ = nullptr;         // [k]
@@ -115,6 +128,14 @@ class CudaBackend : public Backend {
   int32_t* in_ids_ = nullptr;   // [kRing + 1]
   int32_t* out_ids_ = nullptr;  // [kRing]
   static constexpr int kRing = 4096;
+  // device step sampler
+  float* adj_ = nullptr;          // [V] adjusted logits
+  uint32_t* table_ = nullptr;     // [V] token table
+  SampWork* sw_ = nullptr;
+  int32_t* host_ids_ = nullptr;   // [kRing] mapped pinned: ids written by the sampler, read by the host
+  int32_t* host_ids_dev_ = nullptr;
+  static constexpr int kEvents = 4;
+  cudaEvent_t ev_[kEvents] = {};
 };
 
 }  // namespace lily::cuda

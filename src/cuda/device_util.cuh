@@ -5,7 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "cuda/cuda_check.h"
@@ -40,6 +41,53 @@ void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_
   cfg.numAttrs = pdl ? 1 : 0;
   cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
   if (e != cudaSuccess) ::lily::cuda::cuda_fail(e, "cudaLaunchKernelEx", __FILE__, __LINE__);
+}
+
+// ---- in-graph timing (LILY_CUDA_TRACE=1): %globaltimer stamps written by one thread into trace[i] ----
+__device__ __forceinline__ void trace_at(unsigned long long* trace, int i) {
+  if (!trace) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  trace[i] = t;
+}
+
+// ---- grid sizing: blocks of `kern` that fit on the device at once (one wave; more blocks would run a second
+// wave after the first drains). Cached per (kernel, dynamic smem). ----
+inline int device_sms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    LILY_CUDA_CHECK(cudaGetDevice(&dev));
+    LILY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+template <typename K>
+int resident_grid(K kern, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, size_t>, int> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kern), smem);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, threads, smem));
+  const int g = device_sms() * (n > 0 ? n : 1);
+  cache[key] = g;
+  return g;
+}
+
+// Raises `kern`'s dynamic shared memory limit to at least `bytes` (once per kernel; the kernels of one launcher
+// share a C++ type, so a per-lambda static flag would cover only the first instantiation launched).
+template <typename K>
+void allow_smem(K kern, size_t bytes) {
+  static std::mutex mu;
+  static std::map<const void*, size_t> done;
+  const std::lock_guard<std::mutex> lock(mu);
+  size_t& cur = done[reinterpret_cast<const void*>(kern)];
+  if (bytes <= cur) return;
+  LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  cur = bytes;
 }
 
 // ---- loads ----
@@ -115,13 +163,98 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 __device__ __forceinline__ float silu_f(float x) { return x / (1.f + __expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.f / (1.f + __expf(-x)); }
 
-// Loads x[0..n) into swizzled shared xs, times rsqrt(mean(x^2)+eps)*norm_w when norm_w != null, and the
-// per-16-element sums into xsum16[n/16]. red: 32 floats of scratch. Ends with __syncthreads().
-// Each thread owns whole 16-element groups; its x loads (float4) are all issued before any is used, so the
-// prologue costs ~two round trips (x, then norm_w) instead of one per element per thread as before.
-// Requires n % 16 == 0 (callers check n % 32 == 0). norm_w may point to global or (staged by stage_vec) shared memory.
+// ---- activation vectors in shared memory, one x per block ----
+// Two representations (the policy X of load_x and of the dot helpers below):
+//  XF: f32, swizzled (swz), plus per-16-element sums xsum16. Exact; every format.
+//  XQ: 4-bit weights only, for the dp4a path: x per 32-element chunk c as d[c] * (254*xh + xl) with xh, xl int8 in
+//      [-127, 127] (xh = round(x/dx), dx = max|x|/127 over the chunk; xl = round((x - xh*dx) * 254/dx); d = dx/254),
+//      so each element carries <= max|x|/64516 absolute error (~16 bits); exact f32 chunk sums xs32 for the bias.
+//      The 16 bytes of piece p (elements 16p .. 16p+15) of chunk c sit at xh[p*nch + c] (lanes reading consecutive
+//      chunks hit consecutive 16-byte slots: no bank conflicts) in nibble order: word 0 = elements 0,2,4,6,
+//      word 1 = 1,3,5,7, word 2 = 8,10,12,14, word 3 = 9,11,13,15, matching (w & 0x0f0f0f0f) and
+//      ((w >> 4) & 0x0f0f0f0f) of the packed weight words.
+struct XF {
+  float* xs;
+  float* xsum16;
+  static constexpr bool kPairs = false;  // put() may be called by any subset of threads
+  static size_t __host__ __device__ bytes(int n) { return size_t(n) * 4 + size_t(n / 16) * 4; }
+  __device__ XF(void* base, int n) : xs(static_cast<float*>(base)), xsum16(xs + n) {}
+  __device__ XF(float* xs_, float* xsum16_) : xs(xs_), xsum16(xsum16_) {}
+  // elements 16g .. 16g+15 = v[0..3]; float4 slot j of chunk c32 = g/2 is (g%2)*4 + i
+  __device__ __forceinline__ void put(int g, bool valid, const float4 (&v)[4]) {
+    if (!valid) return;
+    const int c32 = g >> 1, j0 = (g & 1) * 4;
+    float* base = xs + (c32 << 5);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) *reinterpret_cast<float4*>(base + (((j0 + i) ^ (c32 & 7)) << 2)) = v[i];
+    xsum16[g] = ((v[0].x + v[0].y) + (v[0].z + v[0].w)) + ((v[1].x + v[1].y) + (v[1].z + v[1].w)) +
+                ((v[2].x + v[2].y) + (v[2].z + v[2].w)) + ((v[3].x + v[3].y) + (v[3].z + v[3].w));
+  }
+  template <int FMT>
+  __device__ __forceinline__ float dot(uint4 raw, uint32_t sb, int xc) const;
+};
+
+struct XQ {
+  int4* xh;
+  int4* xl;
+  float* d;
+  float* xs32;
+  int nch;
+  static constexpr bool kPairs = true;  // put() shuffles between the two threads of a chunk: all lanes call it
+  static size_t __host__ __device__ bytes(int n) { return size_t(n) * 2 + size_t(n / 32) * 8; }
+  __device__ XQ(void* base, int n)
+      : xh(static_cast<int4*>(base)), xl(xh + n / 16), d(reinterpret_cast<float*>(xl + n / 16)), xs32(d + n / 32),
+        nch(n / 32) {}
+  __device__ __forceinline__ void put(int g, bool valid, const float4 (&v)[4]) {
+    float f[16];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[4 * i] = valid ? v[i].x : 0.f;
+      f[4 * i + 1] = valid ? v[i].y : 0.f;
+      f[4 * i + 2] = valid ? v[i].z : 0.f;
+      f[4 * i + 3] = valid ? v[i].w : 0.f;
+    }
+    float amax = 0.f, sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      amax = fmaxf(amax, fabsf(f[i]));
+      sum += f[i];
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the chunk's other half (g ^ 1)
+    const float osum = __shfl_xor_sync(0xffffffffu, sum, 1);
+    if (!valid) return;
+    const float dx = amax * (1.f / 127.f);
+    const float inv = amax > 0.f ? 127.f / amax : 0.f, inv2 = amax > 0.f ? 32258.f / amax : 0.f;
+    int h[16], l[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const float hv = rintf(f[i] * inv);
+      h[i] = int(hv);
+      l[i] = max(-127, min(127, int(rintf(fmaf(-hv, dx, f[i]) * inv2))));
+    }
+    auto pk = [](const int* t, int o) {
+      return int((uint32_t(t[o]) & 255u) | ((uint32_t(t[o + 2]) & 255u) << 8) | ((uint32_t(t[o + 4]) & 255u) << 16) |
+                 (uint32_t(t[o + 6]) << 24));
+    };
+    const int c = g >> 1, slot = (g & 1) * nch + c;
+    xh[slot] = make_int4(pk(h, 0), pk(h, 1), pk(h, 8), pk(h, 9));
+    xl[slot] = make_int4(pk(l, 0), pk(l, 1), pk(l, 8), pk(l, 9));
+    if ((g & 1) == 0) {
+      d[c] = dx * (1.f / 254.f);
+      xs32[c] = sum + osum;
+    }
+  }
+  template <int FMT>
+  __device__ __forceinline__ float dot(uint4 raw, uint32_t sb, int xc) const;
+};
+
+// Loads x[0..n) into the representation `out`, times rsqrt(mean(x^2)+eps)*norm_w when norm_w != null.
+// red: 32 floats of scratch. Ends with __syncthreads(). Each thread owns whole 16-element groups; its x loads
+// (float4) are all issued before any is used. Requires n % 32 == 0; XQ also n <= 32 * blockDim.x (host-checked).
+// norm_w may point to global or (staged by stage_vec) shared memory.
+template <class X>
 __device__ __forceinline__ void load_x(const float* __restrict__ x, const float* __restrict__ norm_w, float eps,
-                                       int n, float* xs, float* xsum16, float* red) {
+                                       int n, X& out, float* red) {
   constexpr int kMaxG = 2;  // groups of x held in registers per thread (longer x: plain loop below)
   const int ng = n / 16;
   float4 v[kMaxG][4];
@@ -148,41 +281,44 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
     ss = block_sum(ss, red);
     r = rsqrtf(ss / float(n) + eps);
   }
-  auto put = [&](int g, float4 a, float4 b, float4 c, float4 d) {
-    // a..d = elements 16g .. 16g+15; float4 slot j of chunk c32 = g/2 is (g%2)*4 + i
-    const int c32 = g >> 1, j0 = (g & 1) * 4;
-    float* base = xs + (c32 << 5);
-    *reinterpret_cast<float4*>(base + (((j0 + 0) ^ (c32 & 7)) << 2)) = a;
-    *reinterpret_cast<float4*>(base + (((j0 + 1) ^ (c32 & 7)) << 2)) = b;
-    *reinterpret_cast<float4*>(base + (((j0 + 2) ^ (c32 & 7)) << 2)) = c;
-    *reinterpret_cast<float4*>(base + (((j0 + 3) ^ (c32 & 7)) << 2)) = d;
-    xsum16[g] = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w)) + ((c.x + c.y) + (c.z + c.w)) +
-                ((d.x + d.y) + (d.z + d.w));
-  };
   auto scale = [&](float4 a, float4 b) {
     return norm_w ? make_float4(a.x * r * b.x, a.y * r * b.y, a.z * r * b.z, a.w * r * b.w) : a;
   };
 #pragma unroll
   for (int k = 0; k < kMaxG; ++k) {
     const int g = threadIdx.x + k * blockDim.x;
-    if (g < ng) {
+    const bool valid = g < ng;
+    if (!X::kPairs && !valid) continue;
+    if (X::kPairs && k * blockDim.x >= unsigned(ng)) break;  // uniform over the block
+    float4 a[4] = {};
+    if (valid) {
       float4 w[4] = {};
       if (norm_w) {
         const float4* wp = reinterpret_cast<const float4*>(norm_w) + g * 4;
 #pragma unroll
         for (int i = 0; i < 4; ++i) w[i] = wp[i];  // shared (staged) or global
       }
-      put(g, scale(v[k][0], w[0]), scale(v[k][1], w[1]), scale(v[k][2], w[2]), scale(v[k][3], w[3]));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = scale(v[k][i], w[i]);
+    }
+    out.put(g, valid, a);
+  }
+  if constexpr (!X::kPairs) {
+    for (int g = threadIdx.x + kMaxG * blockDim.x; g < ng; g += blockDim.x) {
+      const float4* xp = reinterpret_cast<const float4*>(x) + g * 4;
+      const float4* wp = reinterpret_cast<const float4*>(norm_w) + g * 4;
+      float4 a[4];
+      for (int i = 0; i < 4; ++i) a[i] = norm_w ? scale(xp[i], wp[i]) : xp[i];
+      out.put(g, true, a);
     }
   }
-  for (int g = threadIdx.x + kMaxG * blockDim.x; g < ng; g += blockDim.x) {
-    const float4* xp = reinterpret_cast<const float4*>(x) + g * 4;
-    const float4* wp = reinterpret_cast<const float4*>(norm_w) + g * 4;
-    float4 a[4];
-    for (int i = 0; i < 4; ++i) a[i] = norm_w ? scale(xp[i], wp[i]) : xp[i];
-    put(g, a[0], a[1], a[2], a[3]);
-  }
   __syncthreads();
+}
+// The f32 form used by kernels that keep raw pointers (xs: n floats, xsum16: n/16 floats).
+__device__ __forceinline__ void load_x(const float* __restrict__ x, const float* __restrict__ norm_w, float eps,
+                                       int n, float* xs, float* xsum16, float* red) {
+  XF o(xs, xsum16);
+  load_x(x, norm_w, eps, n, o, red);
 }
 
 // ---- per-chunk dot products: one 16-byte piece of a weight row against the matching x ----
@@ -263,6 +399,40 @@ __device__ __forceinline__ float chunk_dot<kBF16>(uint4 raw, uint32_t, const flo
   return a;
 }
 
+// 4-bit chunk against XQ: 16 dp4a (two exact int32 sums, 254*hi + lo < 2^24 so the float conversion is exact)
+__device__ __forceinline__ float chunk_dot_q4i8(uint4 raw, uint32_t sb, const XQ& q, int xc) {
+  const int4 h0 = q.xh[xc], h1 = q.xh[q.nch + xc], l0 = q.xl[xc], l1 = q.xl[q.nch + xc];
+  constexpr uint32_t m = 0x0f0f0f0fu;
+  const int w0 = int(raw.x & m), w1 = int((raw.x >> 4) & m), w2 = int(raw.y & m), w3 = int((raw.y >> 4) & m);
+  const int w4 = int(raw.z & m), w5 = int((raw.z >> 4) & m), w6 = int(raw.w & m), w7 = int((raw.w >> 4) & m);
+  int sh = __dp4a(w0, h0.x, 0), sl = __dp4a(w0, l0.x, 0);
+  sh = __dp4a(w1, h0.y, sh);
+  sl = __dp4a(w1, l0.y, sl);
+  sh = __dp4a(w2, h0.z, sh);
+  sl = __dp4a(w2, l0.z, sl);
+  sh = __dp4a(w3, h0.w, sh);
+  sl = __dp4a(w3, l0.w, sl);
+  sh = __dp4a(w4, h1.x, sh);
+  sl = __dp4a(w4, l1.x, sl);
+  sh = __dp4a(w5, h1.y, sh);
+  sl = __dp4a(w5, l1.y, sl);
+  sh = __dp4a(w6, h1.z, sh);
+  sl = __dp4a(w6, l1.z, sl);
+  sh = __dp4a(w7, h1.w, sh);
+  sl = __dp4a(w7, l1.w, sl);
+  const float sxq = float(sh * 254 + sl) * q.d[xc];  // Sum(q x) over the chunk
+  return fmaf(bf_lo(sb), sxq, bf_hi(sb) * q.xs32[xc]);
+}
+template <int FMT>
+__device__ __forceinline__ float XF::dot(uint4 raw, uint32_t sb, int xc) const {
+  return chunk_dot<FMT>(raw, sb, xs, xsum16, xc);
+}
+template <int FMT>
+__device__ __forceinline__ float XQ::dot(uint4 raw, uint32_t sb, int xc) const {
+  static_assert(FMT == kQ4, "XQ serves 4-bit weights only");
+  return chunk_dot_q4i8(raw, sb, *this, xc);
+}
+
 // Loads of chunk c of row `row` of m: the 16 bytes and the (scale, bias) word of its group.
 template <int FMT>
 __device__ __forceinline__ void chunk_load(const DMat& m, int64_t row, int c, uint4& raw, uint32_t& sb) {
@@ -299,11 +469,10 @@ __device__ __forceinline__ float row_dot_lane(const DMat& m, int64_t row, const 
 }
 
 // Two rows at once (all their loads in flight before any math): partial dots of rows r0 of m0 and r1 of m1
-// (same format and cols). r1 < 0: only the first.
-template <int FMT>
-__device__ __forceinline__ void row_dot2_lane(const DMat& m0, int64_t r0, const DMat& m1, int64_t r1,
-                                              const float* xs, const float* xsum16, int lane, float& a0,
-                                              float& a1) {
+// (same format and cols) with x in representation X. r1 < 0: only the first.
+template <int FMT, class X>
+__device__ __forceinline__ void row_dot2_lane(const DMat& m0, int64_t r0, const DMat& m1, int64_t r1, const X& x,
+                                              int lane, float& a0, float& a1) {
   constexpr int U = 2;
   const int nch = m0.cols / FmtInfo<FMT>::kElems;
   a0 = 0.f;
@@ -323,8 +492,8 @@ __device__ __forceinline__ void row_dot2_lane(const DMat& m0, int64_t r0, const 
     for (int u = 0; u < U; ++u) {
       const int c = c0 + lane + 32 * u;
       if (c < nch) {
-        a0 += chunk_dot<FMT>(raw0[u], sb0[u], xs, xsum16, c);
-        if (r1 >= 0) a1 += chunk_dot<FMT>(raw1[u], sb1[u], xs, xsum16, c);
+        a0 += x.template dot<FMT>(raw0[u], sb0[u], c);
+        if (r1 >= 0) a1 += x.template dot<FMT>(raw1[u], sb1[u], c);
       }
     }
   }
@@ -346,17 +515,22 @@ struct RowPair {
       }
     }
   }
-  __device__ __forceinline__ void dot(const DMat& m0, int64_t r1, const float* xs, const float* xsum16, int c0,
-                                      int lane, float& a0, float& a1) const {
+  template <class X>
+  __device__ __forceinline__ void dot(const DMat& m0, int64_t r1, const X& x, int c0, int lane, float& a0,
+                                      float& a1) const {
     const int nch = m0.cols / FmtInfo<FMT>::kElems;
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int c = c0 + lane + 32 * u;
       if (c < nch) {
-        a0 += chunk_dot<FMT>(raw0[u], sb0[u], xs, xsum16, c);
-        if (r1 >= 0) a1 += chunk_dot<FMT>(raw1[u], sb1[u], xs, xsum16, c);
+        a0 += x.template dot<FMT>(raw0[u], sb0[u], c);
+        if (r1 >= 0) a1 += x.template dot<FMT>(raw1[u], sb1[u], c);
       }
     }
+  }
+  __device__ __forceinline__ void dot(const DMat& m0, int64_t r1, const float* xs, const float* xsum16, int c0,
+                                      int lane, float& a0, float& a1) const {
+    dot(m0, r1, XF(const_cast<float*>(xs), const_cast<float*>(xsum16)), c0, lane, a0, a1);
   }
 };
 

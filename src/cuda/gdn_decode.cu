@@ -13,6 +13,7 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kMaxD = 256;
+constexpr int kMaxK = 8;  // conv taps
 
 template <int NPL>
 __device__ __forceinline__ void load_row(const float* p, float (&s)[NPL]) {
@@ -63,20 +64,39 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
     const int v = warp + i * nw;
     if (v < Dv) load_row<NPL>(S + int64_t(v) * Dk + lane * NPL, s[i]);
   }
+  // Conv taps and the ring's earlier inputs (written by earlier steps) and the per-head constants are also
+  // loaded before pdl_wait, all in flight at once; only qkv, z, a, b come from the kernel just before.
+  const int nconv = 2 * Dk + Dv;
+  const int t = threadIdx.x;  // one conv channel per thread (nconv <= blockDim.x, checked on the host)
+  int ch = 0;
+  if (t < Dk) ch = hk * Dk + t;
+  else if (t < 2 * Dk) ch = key_dim + hk * Dk + (t - Dk);
+  else ch = 2 * key_dim + j * Dv + (t - 2 * Dk);
+  float cw[kMaxK], cr[kMaxK];
+#pragma unroll
+  for (int tap = 0; tap < kMaxK; ++tap) {
+    cw[tap] = 0.f;
+    cr[tap] = 0.f;
+    if (t < nconv && tap < K) {
+      cw[tap] = g.conv_w[int64_t(ch) * K + tap];
+      const int p = pos - (K - 1) + tap;
+      if (tap < K - 1 && p >= 0) cr[tap] = ring[int64_t(p % K) * conv_dim + ch];
+    }
+  }
+  const float dt_bias = g.dt_bias[j], a_neg = g.a_neg[j];
+  const float nrm_w = t < Dv ? g.norm_w[t] : 0.f;
   pdl_wait();
+  const float xin = t < nconv ? g.qkv[ch] : 0.f;
+  const float zt = t < Dv ? g.z[j * Dv + t] : 0.f;
+  const float bj = g.b[j], aj = g.a[j];
 
   // 1. conv + SiLU: channels [0, Dk) = q, [Dk, 2Dk) = k, [2Dk, 2Dk+Dv) = v of this head
-  for (int t = threadIdx.x; t < 2 * Dk + Dv; t += blockDim.x) {
-    int ch;
-    if (t < Dk) ch = hk * Dk + t;
-    else if (t < 2 * Dk) ch = key_dim + hk * Dk + (t - Dk);
-    else ch = 2 * key_dim + j * Dv + (t - 2 * Dk);
-    const float xin = g.qkv[ch];
-    const float* w = g.conv_w + int64_t(ch) * K;
-    float acc = w[K - 1] * xin;
-    for (int tap = 0; tap < K - 1; ++tap) {
-      const int p = pos - (K - 1) + tap;
-      if (p >= 0) acc += w[tap] * ring[int64_t(p % K) * conv_dim + ch];
+  if (t < nconv) {
+    float acc = 0.f;
+#pragma unroll
+    for (int tap = 0; tap < kMaxK; ++tap) {
+      if (tap < K - 1) acc += cw[tap] * cr[tap];
+      else if (tap == K - 1) acc += cw[tap] * xin;
     }
     if (t >= 2 * Dk || write_qk) ring[int64_t(pos % K) * conv_dim + ch] = xin;
     const float y = silu_f(acc);
@@ -86,15 +106,26 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   }
   __syncthreads();
   // 2. l2 norms and gates
+  // both sums in one pass: warp w < 16 reduces q, the others k (Dk <= 256 elements, 32 warps)
   float qq = 0.f, kk = 0.f;
-  for (int i = threadIdx.x; i < Dk; i += blockDim.x) { qq += sq[i] * sq[i]; kk += sk[i] * sk[i]; }
-  qq = block_sum(qq, red);
-  kk = block_sum(kk, red);
+  {
+    const int half = blockDim.x / 2, i = threadIdx.x % half;
+    const bool isk = threadIdx.x >= half;
+    float acc = 0.f;
+    for (int e = i; e < Dk; e += half) acc += isk ? sk[e] * sk[e] : sq[e] * sq[e];
+    acc = warp_sum(acc);
+    if (lane == 0) red[warp] = acc;
+    __syncthreads();
+    const int hw = nw / 2;
+    float a0 = lane < hw ? red[lane] : 0.f, a1 = lane < hw ? red[hw + lane] : 0.f;
+    qq = warp_sum(a0);
+    kk = warp_sum(a1);
+  }
   const float rq = rsqrtf(qq + 1e-6f) * rsqrtf(float(Dk)), rk = rsqrtf(kk + 1e-6f);
-  const float beta = sigmoid_f(g.b[j]);
-  const float xa = g.a[j] + g.dt_bias[j];
+  const float beta = sigmoid_f(bj);
+  const float xa = aj + dt_bias;
   const float sp = xa > 20.f ? xa : log1pf(__expf(xa));
-  const float alpha = __expf(g.a_neg[j] * sp);
+  const float alpha = __expf(a_neg * sp);
   float qr[NPL], kr[NPL];
 #pragma unroll
   for (int i = 0; i < NPL; ++i) { qr[i] = sq[lane * NPL + i] * rq; kr[i] = sk[lane * NPL + i] * rk; }
@@ -123,8 +154,7 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   for (int i = threadIdx.x; i < Dv; i += blockDim.x) oo += so[i] * so[i];
   oo = block_sum(oo, red);
   const float r = rsqrtf(oo / float(Dv) + g.eps);
-  for (int i = threadIdx.x; i < Dv; i += blockDim.x)
-    g.y[j * Dv + i] = so[i] * r * g.norm_w[i] * silu_f(g.z[j * Dv + i]);
+  if (t < Dv) g.y[j * Dv + t] = so[t] * r * nrm_w * silu_f(zt);  // Dv <= blockDim.x
 }
 
 }  // namespace
@@ -133,6 +163,7 @@ void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl) {
   if (g.Dk > kMaxD || g.Dv > kMaxD || g.Dk % 32 || g.Hv % g.Hk || g.K < 1)
     throw Error("gdn_decode: unsupported head sizes (Dk, Dv <= 256, Dk % 32 == 0, Hv % Hk == 0)");
   if (g.Dv > 32 * 4) throw Error("gdn_decode: Dv > 128 not instantiated");
+  if (g.K > kMaxK || 2 * g.Dk + g.Dv > kThreads) throw Error("gdn_decode: conv kernel > 8 or 2*Dk + Dv > 1024");
   switch (g.Dk / 32) {
     case 1: launch(k_gdn<1, 4>, dim3(g.Hv), dim3(kThreads), 0, s, pdl, g); break;
     case 2: launch(k_gdn<2, 4>, dim3(g.Hv), dim3(kThreads), 0, s, pdl, g); break;

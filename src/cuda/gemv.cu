@@ -18,12 +18,12 @@ struct GemvParams {  // passed by value (kernel parameter space)
   int cols;
 };
 
-template <int FMT>
+// X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
+template <int FMT, class X>
 __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   extern __shared__ float4 smem4[];
-  float* xs = reinterpret_cast<float*>(smem4);
-  float* nws = xs + p.cols;  // norm_w staged here before pdl_wait
-  float* xsum16 = nws + p.cols;
+  float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
+  X xv(nws + p.cols, p.cols);
   __shared__ float red[32];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
@@ -46,14 +46,14 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   if (r0 >= 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, 0, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   pdl_wait();
-  load_x(p.x, nw, p.eps, p.cols, xs, xsum16, red);
+  load_x(p.x, nw, p.eps, p.cols, xv, red);
   pdl_trigger();
 
   while (r0 >= 0) {  // two rows per warp in flight, next pair loaded before this pair's reductions
     float a0 = 0.f, a1 = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 64) {
       if (c0 > 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, c0, lane);
-      P.dot(p.seg[s0].m, r1, xs, xsum16, c0, lane, a0, a1);
+      P.dot(p.seg[s0].m, r1, xv, c0, lane, a0, a1);
     }
     const int cs0 = s0, cr0 = r0, cs1 = s1, cr1 = r1;
     row += 2 * nwarps;
@@ -93,30 +93,13 @@ __global__ void __launch_bounds__(kThreads) k_embed(const DMat E, const int32_t*
   }
 }
 
-int num_sms() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    LILY_CUDA_CHECK(cudaGetDevice(&dev));
-    LILY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
-
-int resident_blocks(int fmt) {  // blocks of k_gemv<fmt> resident per SM (cols 4096 of dynamic smem assumed)
-  static int occ[3] = {0, 0, 0};
-  const int i = fmt == kQ4 ? 0 : fmt == kQ8 ? 1 : 2;
-  if (!occ[i]) {
-    int n = 0;
-    if (fmt == kQ4) LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kQ4>, kThreads, 33792));
-    else if (fmt == kQ8) LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kQ8>, kThreads, 33792));
-    else LILY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<kBF16>, kThreads, 33792));
-    occ[i] = std::max(n, 1);
-  }
-  return occ[i];
-}
+bool g_int8_x = true;
 
 }  // namespace
+
+void set_decode_int8_x(bool on) { g_int8_x = on; }
+bool decode_int8_x() { return g_int8_x; }
+bool use_int8_x(int fmt, int cols) { return g_int8_x && fmt == kQ4 && cols % 32 == 0 && cols <= 32 * 256; }
 
 size_t gemv_smem_bytes(int cols) { return size_t(cols) * 8 + size_t(cols / 16) * 4; }  // x, staged norm_w, sums
 
@@ -137,20 +120,19 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   }
   if (p.cols % 32 != 0) throw Error("gemv: cols must be a multiple of 32");
   const int wpb = kThreads / 32;
-  const int blocks = std::min((p.total_rows + wpb - 1) / wpb, num_sms() * resident_blocks(segs[0].m.fmt));
   const size_t smem = gemv_smem_bytes(p.cols);
   auto run = [&](auto kern) {
-    static bool attr_set = false;  // one per instantiation
-    if (!attr_set) {
-      LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
-      attr_set = true;
-    }
+    allow_smem(kern, smem);
+    const int blocks = std::min((p.total_rows + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, p);
   };
   switch (segs[0].m.fmt) {
-    case kQ4: run(k_gemv<kQ4>); break;
-    case kQ8: run(k_gemv<kQ8>); break;
-    case kBF16: run(k_gemv<kBF16>); break;
+    case kQ4:
+      if (use_int8_x(kQ4, p.cols)) run(k_gemv<kQ4, XQ>);
+      else run(k_gemv<kQ4, XF>);
+      break;
+    case kQ8: run(k_gemv<kQ8, XF>); break;
+    case kBF16: run(k_gemv<kBF16, XF>); break;
     default: throw Error("gemv: unknown format");
   }
 }

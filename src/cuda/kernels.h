@@ -5,6 +5,10 @@
 
 #include <cstdint>
 
+namespace lily::samp {
+struct StepParams;  // engine/sample_math.h
+}
+
 namespace lily::cuda {
 
 enum Fmt : int { kQ4 = 4, kQ8 = 8, kBF16 = 16 };
@@ -53,6 +57,13 @@ struct StepCtl {
   unsigned int attn_done[8] = {};// blocks of the attention kernel finished, per kv head
 };
 
+// ---- activation precision of the 4-bit decode GEMVs (gemv, MoE gate_up/down) ----
+// On (default; LILY_CUDA_INT8_X=0 turns it off): x is quantised per 32-element chunk to two int8 parts (hi + lo,
+// ~16 bits, error <= max|x|/64516 per element) and the 4-bit codes are dotted with dp4a; off: f32 x, exact.
+void set_decode_int8_x(bool on);
+bool decode_int8_x();
+bool use_int8_x(int fmt, int cols);  // the int8 path serves this matrix shape (4-bit, cols <= 8192)
+
 // ---- launchers (all asynchronous on `s`; they check the launch) ----
 // Row-parallel fused GEMV over up to kMaxSegs matrices sharing x (cols): optional RMSNorm prologue
 // (xn = x / rms(x) * norm_w when norm_w != null). All segments must have the same fmt and cols.
@@ -64,8 +75,31 @@ void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, c
 
 // lm_head with final RMSNorm, logits out [V], argmax; the last block writes out_ids[cursor] = argmax, feeds it to
 // in_ids[cursor+1] when cursor+1 >= n_given, and advances cursor and pos.
+// out_ids == null: logits only (the last block just resets the accumulators; sample_step then picks the id).
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
                     int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl);
+
+// Step sampler (engine/step_sampler.h has the algorithm and its host reference): penalties from a device token
+// table, greedy / top-k / min-p / top-p thresholds found by radix select over the logits' order keys, an
+// inverse-CDF draw in id order with Philox(seed, step). 9 kernels; the last writes out_ids[cursor] (and
+// host_ids[cursor] when given: mapped pinned memory), feeds in_ids[cursor+1] when cursor+1 >= n_given, adds 1 to
+// table[id], advances cursor, pos and the draw counter.
+struct SampWork;  // device control + scratch of the step sampler, samp_work_bytes(V) bytes
+size_t samp_work_bytes(int V);
+struct SampArgs {
+  const float* logits = nullptr;  // [V] raw logits (lm_head output)
+  float* adj = nullptr;           // [V] scratch: adjusted logits
+  uint32_t* table = nullptr;      // [V] bit 31: prompt token, low bits: times generated
+  int V = 0;
+  SampWork* work = nullptr;
+  int32_t* in_ids = nullptr;
+  int32_t* out_ids = nullptr;
+  int32_t* host_ids = nullptr;    // device pointer of mapped pinned memory, or null
+  StepCtl* ctl = nullptr;
+};
+// Sets the parameters and the draw counter, clears the accumulators (params copied before it returns).
+void samp_init(SampWork* w, const samp::StepParams& params, uint64_t step, cudaStream_t s);
+void sample_step(const SampArgs& a, cudaStream_t s, bool pdl);
 
 // MoE decode, three kernels:
 //  router: logits[E] = router . xn, shg[1] = shared-gate . xn (xn = rmsnorm(x) * norm_w); the last block does the
@@ -87,6 +121,7 @@ struct MoeArgs {
   int32_t* route_idx = nullptr;    // [k]
   float* route_w = nullptr;        // [k]
   float* out = nullptr;            // residual [H], accumulated by down
+  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-12)
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
@@ -123,6 +158,8 @@ struct AttnArgs {
   float* part = nullptr;        // scratch [nkv][kAttnSplits][G*hd + 2*G] (acc, m, l)
   float* out = nullptr;         // [nq*hd]
   StepCtl* ctl = nullptr;
+  int min_split = 64;           // positions per split at least (set by attn_decode)
+  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [8] globaltimer stamps of block (0,0) and the last block
 };
 constexpr int kAttnSplits = 64;
 void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl);

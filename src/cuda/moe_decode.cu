@@ -1,6 +1,7 @@
 // MoE decode kernels (batch 1):
 //  k_moe_router: router logits[E] and the shared-expert gate logit (one warp per row, all of a row's loads in
-//    flight at once); the last block to finish does the top-k routing once and writes route_idx/route_w.
+//    flight at once); the last block to finish does the top-k routing once (one parallel rank pass over the block)
+//    and writes route_idx/route_w. (Measured: the same top-k redone in every gate_up block cost 9 us per layer.)
 //  k_moe_gate_up: reads the routing, normalises x (post-attention RMSNorm), then one warp per intermediate row
 //    computes gate and up of a selected expert (or the shared one) and writes silu(g)*u.
 //  k_moe_down: one warp per hidden row sums, over the k experts and the shared expert, routing weight x
@@ -15,43 +16,88 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxE = 512, kMaxK = 16;
 
-// Top-k over logits[E] by one warp (ties -> lower index); weights = softmax over the selected logits (equal to
-// softmax-then-renormalise). Results in idx[k], w[k] (shared memory).
-__device__ void route_warp(const float* __restrict__ logits, int E, int k, int* idx, float* w) {
-  const int lane = threadIdx.x & 31;
-  float v[kMaxE / 32];
+// Top-k over the logits sl[E] (shared, 16-byte aligned, visible to the block) by the whole block. A threshold first:
+// each of the nw warps takes the r = ceil(k/nw) largest of its slice (u64 keys: ordered value, then lower index);
+// the smallest of those nw*r >= k distinct values is <= the k-th largest, so only logits >= it can be selected, and
+// only those few get their exact rank against all E (ties -> lower index first), each counted by a whole warp;
+// rank < k lands in slot rank. (One thread per logit counting all E serially took ~5 us in the graph.) Weights = softmax over the selected
+// logits (= softmax-then-renormalise); results in idx[k], w[k] (shared), visible to the block on return.
+__device__ __forceinline__ unsigned long long route_key(float v, int e) {
+  uint32_t u = __float_as_uint(v);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // monotone float -> uint
+  return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(e));
+}
+__device__ void route_block(const float* sl, int E, int k, int* idx, float* w, float* wmin) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int per = (E + nw - 1) / nw, r = (k + nw - 1) / nw;
+  constexpr int kPer = kMaxE / 32;  // slice values per lane (a warp's slice <= kMaxE)
+  unsigned long long key[kPer];
 #pragma unroll
-  for (int i = 0; i < kMaxE / 32; ++i) {
-    const int e = lane + 32 * i;
-    v[i] = e < E ? __ldcg(logits + e) : -FLT_MAX;  // written by other blocks of this kernel: bypass L1
+  for (int i = 0; i < kPer; ++i) {
+    const int j = lane + 32 * i, e = warp * per + j;
+    key[i] = (j < per && e < E) ? route_key(sl[e], e) : 0ull;
   }
-  float top0 = 0.f;
-  for (int j = 0; j < k; ++j) {
-    float bv = -FLT_MAX;
-    int bi = 0x7fffffff;
+  unsigned long long best = ~0ull;
+  for (int round = 0; round < r; ++round) {
+    unsigned long long b = 0ull;
 #pragma unroll
-    for (int i = 0; i < kMaxE / 32; ++i) {
-      const int e = lane + 32 * i;
-      if (e < E && (v[i] > bv || (v[i] == bv && e < bi))) { bv = v[i]; bi = e; }
-    }
+    for (int i = 0; i < kPer; ++i) b = key[i] > b ? key[i] : b;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+      const unsigned long long ob = __shfl_xor_sync(0xffffffffu, b, o);
+      b = ob > b ? ob : b;
     }
-    if (j == 0) top0 = bv;
 #pragma unroll
-    for (int i = 0; i < kMaxE / 32; ++i)
-      if (lane + 32 * i == bi) v[i] = -FLT_MAX;
-    if (lane == 0) { idx[j] = bi; w[j] = __expf(bv - top0); }
+    for (int i = 0; i < kPer; ++i)
+      if (key[i] == b) key[i] = 0ull;  // keys are unique (index in the low bits)
+    if (b != 0ull) best = b;  // the warp's r-th largest so far (0: slice exhausted)
   }
-  __syncwarp();
-  if (lane == 0) {
-    float s = 0.f;
-    for (int j = 0; j < k; ++j) s += w[j];
-    for (int j = 0; j < k; ++j) w[j] /= s;
+  if (lane == 0) reinterpret_cast<unsigned long long*>(wmin)[warp] = best;
+  __syncthreads();
+  unsigned long long t = ~0ull;
+  int covered = 0;  // logits known to be >= t: each warp's min(r, slice size) largest
+  for (int i = 0; i < nw; ++i) {
+    const unsigned long long v = reinterpret_cast<const unsigned long long*>(wmin)[i];
+    t = v < t ? v : t;
+    covered += min(r, max(0, min(per, E - i * per)));
   }
+  if (covered < k) t = 0ull;  // tiny E: rank everything
+  // candidates: each warp walks its slice; every candidate's rank is counted by the whole warp (E/32 compares per
+  // lane + a warp sum), not serially by one thread
+  for (int i = 0; i * 32 < per; ++i) {
+    const int j = lane + 32 * i, e = warp * per + j;
+    const bool valid = j < per && e < E;
+    const float v = valid ? sl[e] : 0.f;
+    unsigned mask = __ballot_sync(0xffffffffu, valid && route_key(v, e) >= t);
+    while (mask) {
+      const int src = __ffs(mask) - 1;
+      mask &= mask - 1;
+      const float cv = __shfl_sync(0xffffffffu, v, src);
+      const int ce = __shfl_sync(0xffffffffu, e, src);
+      int cnt = 0;
+      for (int q = lane; q < E; q += 32) {
+        const float o = sl[q];
+        cnt += o > cv || (o == cv && q < ce);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+      if (lane == 0 && cnt < k) {
+        idx[cnt] = ce;
+        w[cnt] = cv;
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const float top = w[0];
+    float sum = 0.f;
+    for (int j = 0; j < k; ++j) {
+      w[j] = __expf(w[j] - top);
+      sum += w[j];
+    }
+    for (int j = 0; j < k; ++j) w[j] /= sum;
+  }
+  __syncthreads();
 }
 
 __device__ __forceinline__ DMat expert(const DStack& st, int e) {
@@ -62,6 +108,7 @@ __device__ __forceinline__ DMat expert(const DStack& st, int e) {
 }
 
 constexpr int kRouterThreads = 128;
+constexpr int kRouterChunks = 4;  // 16-byte chunks per lane held at once: a 2048-col 8-bit row
 
 template <int FMT>
 __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) {
@@ -73,6 +120,8 @@ __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) 
   __shared__ float red[32];
   __shared__ int s_idx[kMaxK];
   __shared__ float s_w[kMaxK];
+  __shared__ __align__(16) float s_logits[kMaxE];
+  __shared__ __align__(8) float s_wmin[2 * (kRouterThreads / 32)];
   __shared__ int s_last;
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * (kRouterThreads / 32) + (threadIdx.x >> 5);
@@ -82,17 +131,34 @@ __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) 
   const DMat& m = sh ? a.shg_w : a.router;
   const int mrow = sh ? 0 : row;
   const int nch = H / FmtInfo<FMT>::kElems;
-  RowPair<FMT> P;
-  if (row < rows) P.load(m, mrow, m, -1, 0, lane);
+  const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
+  if (tr) trace_at(a.trace, 0);
+  // the whole row (<= kRouterChunks chunks per lane) in registers before the wait: one DRAM round trip
+  uint4 raw[kRouterChunks];
+  uint32_t sb[kRouterChunks];
+#pragma unroll
+  for (int u = 0; u < kRouterChunks; ++u) {
+    const int c = lane + 32 * u;
+    if (row < rows && c < nch) chunk_load<FMT>(m, mrow, c, raw[u], sb[u]);
+  }
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
+  if (tr) trace_at(a.trace, 1);
   load_x(a.x, nw, a.eps, H, xs, xsum16, red);
   pdl_trigger();
+  if (tr) trace_at(a.trace, 2);
   if (row < rows) {
-    float v = 0.f, unused = 0.f;
-    for (int c0 = 0; c0 < nch; c0 += 64) {
-      if (c0 > 0) P.load(m, mrow, m, -1, c0, lane);
-      P.dot(m, -1, xs, xsum16, c0, lane, v, unused);
+    float v = 0.f;
+#pragma unroll
+    for (int u = 0; u < kRouterChunks; ++u) {
+      const int c = lane + 32 * u;
+      if (c < nch) v += chunk_dot<FMT>(raw[u], sb[u], xs, xsum16, c);
+    }
+    for (int c = lane + 32 * kRouterChunks; c < nch; c += 32) {  // longer rows
+      uint4 rw;
+      uint32_t sbw;
+      chunk_load<FMT>(m, mrow, c, rw, sbw);
+      v += chunk_dot<FMT>(rw, sbw, xs, xsum16, c);
     }
     v = warp_sum(v);
     if (lane == 0) {
@@ -100,28 +166,31 @@ __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) 
       else a.logits[row] = v;
     }
   }
+  if (tr) trace_at(a.trace, 3);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) s_last = atomicAdd(a.route_done, 1u) == gridDim.x - 1;
   __syncthreads();
-  if (!s_last || threadIdx.x >= 32) return;
+  if (!s_last) return;  // uniform over the block
   __threadfence();
-  route_warp(a.logits, a.E, a.k, s_idx, s_w);
-  __syncwarp();
-  if (lane < a.k) {
-    a.route_idx[lane] = s_idx[lane];
-    a.route_w[lane] = s_w[lane];
+  if (a.trace && threadIdx.x == 0) trace_at(a.trace, 4);
+  for (int e = threadIdx.x; e < a.E; e += blockDim.x) s_logits[e] = __ldcg(a.logits + e);  // other blocks' rows
+  __syncthreads();
+  route_block(s_logits, a.E, a.k, s_idx, s_w, s_wmin);
+  if (threadIdx.x < a.k) {
+    a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
+    a.route_w[threadIdx.x] = s_w[threadIdx.x];
   }
-  if (lane == 0) *a.route_done = 0;
+  if (threadIdx.x == 0) *a.route_done = 0;
+  if (a.trace && threadIdx.x == 0) trace_at(a.trace, 5);
 }
 
-template <int FMT>
+template <int FMT, class X>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_gate_up(const MoeArgs a) {
   extern __shared__ float4 smem4[];
   const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
-  float* xs = reinterpret_cast<float*>(smem4);
-  float* nws = xs + H;  // norm_w staged here before pdl_wait
-  float* xsum16 = nws + H;
+  float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
+  X xv(nws + H, H);
   __shared__ float red[32];
   __shared__ int s_idx[kMaxK];
   const int lane = threadIdx.x & 31;
@@ -129,11 +198,15 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_gate_up(const MoeArgs a) {
   const int nwarps = gridDim.x * (kThreads / 32);
   const int rows = a.k * I + Is;
 
+  const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
+  if (tr) trace_at(a.trace, 6);
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
+  if (tr) trace_at(a.trace, 7);
   if (threadIdx.x < a.k) s_idx[threadIdx.x] = a.route_idx[threadIdx.x];
-  load_x(a.x, nw, a.eps, H, xs, xsum16, red);  // ends with __syncthreads (s_idx visible)
+  load_x(a.x, nw, a.eps, H, xv, red);  // ends with __syncthreads (s_idx visible)
   pdl_trigger();
+  if (tr) trace_at(a.trace, 8);
   for (int row = warp; row < rows; row += nwarps) {
     DMat g, u;
     int r;
@@ -148,20 +221,20 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_gate_up(const MoeArgs a) {
       u = a.sh_up;
     }
     float gv, uv;
-    row_dot2_lane<FMT>(g, r, u, r, xs, xsum16, lane, gv, uv);
+    row_dot2_lane<FMT>(g, r, u, r, xv, lane, gv, uv);
     gv = warp_sum(gv);
     uv = warp_sum(uv);
     if (lane == 0) a.act[row] = silu_f(gv) * uv;
   }
+  if (tr) trace_at(a.trace, 9);
 }
 
-template <int FMT>
+template <int FMT, class X>
 __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   extern __shared__ float4 smem4[];
   const int I = a.down.m.cols, Is = a.sh_down.cols, H = a.down.m.rows;
   const int n = a.k * I + Is;
-  float* xs = reinterpret_cast<float*>(smem4);
-  float* xsum16 = xs + n;
+  X xv(smem4, n);
   __shared__ float red[32];
   __shared__ float s_w[kMaxK + 1];
   __shared__ DMat s_m[kMaxK + 1];
@@ -170,8 +243,10 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   const int nwarps = gridDim.x * (kThreads / 32);
   constexpr int E = FmtInfo<FMT>::kElems;
   const int cpr = I / E, cprs = Is / E;  // chunks per row: routed, shared
-
+  const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
+  if (tr) trace_at(a.trace, 10);
   pdl_wait();
+  if (tr) trace_at(a.trace, 11);
   if (threadIdx.x < a.k) {
     s_w[threadIdx.x] = a.route_w[threadIdx.x];
     s_m[threadIdx.x] = expert(a.down, a.route_idx[threadIdx.x]);
@@ -179,7 +254,7 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
     s_w[a.k] = sigmoid_f(a.shg[0]);
     s_m[a.k] = a.sh_down;
   }
-  load_x(a.act, nullptr, 0.f, n, xs, xsum16, red);
+  load_x(a.act, nullptr, 0.f, n, xv, red);
   pdl_trigger();
   const int nch = a.k * cpr + cprs;
   constexpr int U = 5;  // chunks per lane in flight (144 chunks per row for k=8, I=Is=512 at 4 bits)
@@ -202,27 +277,14 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
       }
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (ee[u] >= 0) acc += s_w[ee[u]] * chunk_dot<FMT>(raw[u], sb[u], xs, xsum16, c0 + lane + 32 * u);
+        if (ee[u] >= 0) acc += s_w[ee[u]] * xv.template dot<FMT>(raw[u], sb[u], c0 + lane + 32 * u);
     }
     acc = warp_sum(acc);
     if (lane == 0) a.out[row] += acc;
   }
+  if (tr) trace_at(a.trace, 12);
 }
 
-int num_sms() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    LILY_CUDA_CHECK(cudaGetDevice(&dev));
-    LILY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
-
-template <typename K>
-void set_smem(K kern) {
-  LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
-}
 
 void check(const MoeArgs& a) {
   const int f = a.gate.m.fmt;
@@ -243,8 +305,7 @@ void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl) {
   const int blocks = (a.E + 1 + kRouterThreads / 32 - 1) / (kRouterThreads / 32);
   const size_t smem = size_t(a.router.cols) * 8 + size_t(a.router.cols / 16) * 4;
   auto run = [&](auto kern) {
-    static bool once = (set_smem(kern), true);
-    (void)once;
+    allow_smem(kern, smem);
     launch(kern, dim3(blocks), dim3(kRouterThreads), smem, s, pdl, a);
   };
   switch (a.router.fmt) {
@@ -257,17 +318,20 @@ void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl) {
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
   check(a);
   const int rows = a.k * a.gate.m.rows + a.sh_gate.rows;
-  const int blocks = std::min((rows + 7) / 8, num_sms() * 4);
   const size_t smem = size_t(a.gate.m.cols) * 8 + size_t(a.gate.m.cols / 16) * 4;
   auto run = [&](auto kern) {
-    static bool once = (set_smem(kern), true);
-    (void)once;
+    allow_smem(kern, smem);
+    // one wave (528 blocks were two waves of 264 at 2 blocks per SM: +3 us per layer)
+    const int blocks = std::min((rows + 7) / 8, resident_grid(kern, kThreads, smem));
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, a);
   };
   switch (a.gate.m.fmt) {
-    case kQ4: run(k_moe_gate_up<kQ4>); break;
-    case kQ8: run(k_moe_gate_up<kQ8>); break;
-    default: run(k_moe_gate_up<kBF16>); break;
+    case kQ4:
+      if (use_int8_x(kQ4, a.gate.m.cols)) run(k_moe_gate_up<kQ4, XQ>);
+      else run(k_moe_gate_up<kQ4, XF>);
+      break;
+    case kQ8: run(k_moe_gate_up<kQ8, XF>); break;
+    default: run(k_moe_gate_up<kBF16, XF>); break;
   }
 }
 
@@ -275,17 +339,19 @@ void moe_down(const MoeArgs& a, cudaStream_t s, bool pdl) {
   check(a);
   const int n = a.k * a.down.m.cols + a.sh_down.cols;
   const int H = a.down.m.rows;
-  const int blocks = std::min((H + 7) / 8, num_sms() * 4);
   const size_t smem = size_t(n) * 4 + size_t(n / 16) * 4;
   auto run = [&](auto kern) {
-    static bool once = (set_smem(kern), true);
-    (void)once;
+    allow_smem(kern, smem);
+    const int blocks = std::min((H + 7) / 8, resident_grid(kern, kThreads, smem));
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, a);
   };
   switch (a.down.m.fmt) {
-    case kQ4: run(k_moe_down<kQ4>); break;
-    case kQ8: run(k_moe_down<kQ8>); break;
-    default: run(k_moe_down<kBF16>); break;
+    case kQ4:
+      if (use_int8_x(kQ4, n)) run(k_moe_down<kQ4, XQ>);
+      else run(k_moe_down<kQ4, XF>);
+      break;
+    case kQ8: run(k_moe_down<kQ8, XF>); break;
+    default: run(k_moe_down<kBF16, XF>); break;
   }
 }
 

@@ -107,7 +107,17 @@ struct GdnChunkArgs {
   float* obuf = nullptr;         // scratch [n][Hv*Dv]: delta-rule outputs
   uint16_t* y = nullptr;         // [n][Hv*Dv] bf16 gated-RMSNorm output
   float* y_f = nullptr;          // when set: f32 output there instead of y
+  // chunked = true and ws set: the delta rule in chunks of kGdnChunk tokens (WY / UT-transform form, see
+  // prefill_gdn.cu) instead of the sequential scan; ws = scratch of prefill_gdn_ws_floats(n, Hv, Dk, Dv) floats.
+  bool chunked = false;
+  float* ws = nullptr;
+  int chunked_min_n = 32;  // shorter chunks take the sequential scan
 };
+inline constexpr int kGdnChunk = 64;
+size_t prefill_gdn_ws_floats(int n, int Hv, int Dk, int Dv);
+// whether prefill_gdn takes the chunked path for these args (chunked and ws set, n >= chunked_min_n, head
+// sizes and shared memory supported)
+bool prefill_gdn_uses_chunked(const GdnChunkArgs& g);
 void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s);
 
 // ---- gated attention over a chunk ----

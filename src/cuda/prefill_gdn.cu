@@ -6,7 +6,19 @@
 //    independent, so each block keeps its rows of the fp32 state in registers for the whole chunk (each warp owns
 //    RPW rows, lane holds Dk/32 columns) and walks the tokens, staged 32 at a time in shared memory.
 //  k_norm: gated RMSNorm per (token, head) -> bf16 input of out_proj.
+// Chunked path (g.chunked, replaces k_scan; ref::gdn_chunked in src/cpu/gdn_chunked.* is its CPU oracle and
+// derivation): per value head, chunks of C = kGdnChunk tokens, M = the stored [Dv][Dk] state, G = cumulative
+// log decay within the chunk (summed in double, g floored at -200).
+//  k_prep, grid (chunk, head), all chunks at once (nothing here depends on the incoming state):
+//    A[t][s] = beta_t (k_t.k_s) exp(G_t - G_s) (s < t),  P[t][s] = (q_t.k_s) exp(G_t - G_s) (s <= t),
+//    [W | U] = (I + A)^-1 diag(beta) [K * exp(G) | V] by forward substitution (one thread per column),
+//    eg_t = exp(G_t), ed_t = exp(G_last - G_t), eL = exp(G_last).
+//  k_cscan, grid (head, Dv / 32), sequential over chunks, its 32 rows of M in registers (fp32):
+//    D = U - W M^T,  O = (Q * eg) M^T + P D,  M <- eL M + D^T (K * ed).
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/prefill.h"
 #include "cuda/prefill_util.cuh"
@@ -138,6 +150,121 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan(const GdnChunkArgs g) 
   }
 }
 
+// The same scan with the token data double-buffered: batch b+1's q, k, v and raw gates are copied into shared
+// memory by cp.async while batch b is computed (k_scan stages with plain loads between barriers, one round trip
+// per strided loop iteration, and waits for them: ~half of its time). LILY_CUDA_GDN_PIPELINE=0 selects k_scan.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gp) {
+  const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(sa), "l"(gp) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+template <int NPL>
+constexpr size_t scan_pipe_smem(int RB) {
+  return size_t(2 * kTS * (2 * 32 * NPL + RB + 2)) * 4;  // [2 buffers][kTS] x (q, k, v slice, raw b and a)
+}
+
+template <int NPL, int RPW>
+__global__ void __launch_bounds__(kScanWarps * 32) k_scan_pipe(const GdnChunkArgs g) {
+  constexpr int Dk = 32 * NPL, RB = kScanWarps * RPW;
+  extern __shared__ float4 dsm4[];
+  float* qs = reinterpret_cast<float*>(dsm4);  // [2][kTS][Dk]
+  float* ks = qs + 2 * kTS * Dk;               // [2][kTS][Dk]
+  float* vs = ks + 2 * kTS * Dk;               // [2][kTS][RB]
+  float* rab = vs + 2 * kTS * RB;              // [2][kTS][2] raw (b, a)
+  __shared__ float os[kTS][RB];
+  __shared__ float s_beta[kTS], s_alpha[kTS];
+  const int j = blockIdx.x, v0 = blockIdx.y * RB;
+  const int Hv = g.Hv, Dv = g.Dv, ratio = Hv / g.Hk, hk = j / ratio;
+  const int key_dim = g.Hk * Dk, cd = 2 * key_dim + Hv * Dv, vd = Hv * Dv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* S = g.S + int64_t(j) * Dv * Dk;
+  auto stage = [&](int buf, int t0) {
+    const int nt = min(kTS, g.n - t0);
+    for (int i = threadIdx.x; i < nt * (Dk / 4); i += blockDim.x) {
+      const int t = i / (Dk / 4), c = (i % (Dk / 4)) * 4;
+      const float* row = g.cbuf + int64_t(t0 + t) * cd;
+      cp_async16(qs + (buf * kTS + t) * Dk + c, row + hk * Dk + c);
+      cp_async16(ks + (buf * kTS + t) * Dk + c, row + key_dim + hk * Dk + c);
+    }
+    for (int i = threadIdx.x; i < nt * RB; i += blockDim.x) {
+      const int t = i / RB, r = i % RB;
+      float* dst = vs + (buf * kTS + t) * RB + r;
+      if (v0 + r < Dv) cp_async4(dst, g.cbuf + int64_t(t0 + t) * cd + 2 * key_dim + j * Dv + v0 + r);
+      else *dst = 0.f;
+    }
+    if (int(threadIdx.x) < nt) {
+      const float* pr = g.proj + int64_t(t0 + threadIdx.x) * g.ldp + cd + vd;
+      cp_async4(rab + (buf * kTS + threadIdx.x) * 2, pr + j);
+      cp_async4(rab + (buf * kTS + threadIdx.x) * 2 + 1, pr + Hv + j);
+    }
+    cp_async_commit();
+  };
+  stage(0, 0);
+  float s[RPW][NPL];
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int v = v0 + warp * RPW + i;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) s[i][e] = v < Dv ? S[int64_t(v) * Dk + lane * NPL + e] : 0.f;
+  }
+  const float dtb = g.dt_bias[j], an = g.a_neg[j];
+  int buf = 0;
+  for (int t0 = 0; t0 < g.n; t0 += kTS, buf ^= 1) {
+    const int nt = min(kTS, g.n - t0);
+    if (t0 + kTS < g.n) {
+      stage(buf ^ 1, t0 + kTS);  // its buffer was last read by batch b-1, finished before the last barrier
+      cp_async_wait_1();
+    } else {
+      cp_async_wait_all();
+    }
+    __syncthreads();
+    if (int(threadIdx.x) < nt) {
+      const float* r2 = rab + (buf * kTS + threadIdx.x) * 2;
+      s_beta[threadIdx.x] = sigmoid_f(r2[0]);
+      const float xa = r2[1] + dtb;
+      const float sp = xa > 20.f ? xa : log1pf(__expf(xa));
+      s_alpha[threadIdx.x] = __expf(an * sp);
+    }
+    __syncthreads();
+    const float* qb = qs + buf * kTS * Dk;
+    const float* kb = ks + buf * kTS * Dk;
+    const float* vb = vs + buf * kTS * RB;
+    for (int t = 0; t < nt; ++t) {
+      float kr[NPL], qr[NPL];
+#pragma unroll
+      for (int e = 0; e < NPL; ++e) { kr[e] = kb[t * Dk + lane * NPL + e]; qr[e] = qb[t * Dk + lane * NPL + e]; }
+      const float alpha = s_alpha[t], beta = s_beta[t];
+#pragma unroll
+      for (int i = 0; i < RPW; ++i) {
+        float u = 0.f;
+#pragma unroll
+        for (int e = 0; e < NPL; ++e) { s[i][e] *= alpha; u = fmaf(s[i][e], kr[e], u); }
+        u = warp_sum(u);
+        const float d = beta * (vb[t * RB + warp * RPW + i] - u);
+        float o = 0.f;
+#pragma unroll
+        for (int e = 0; e < NPL; ++e) { s[i][e] = fmaf(kr[e], d, s[i][e]); o = fmaf(s[i][e], qr[e], o); }
+        o = warp_sum(o);
+        if (lane == 0) os[t][warp * RPW + i] = o;
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nt * RB; i += blockDim.x) {
+      const int t = i / RB, r = i % RB;
+      if (v0 + r < Dv) g.obuf[int64_t(t0 + t) * vd + j * Dv + v0 + r] = os[t][r];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int v = v0 + warp * RPW + i;
+    if (v < Dv) {
+#pragma unroll
+      for (int e = 0; e < NPL; ++e) S[int64_t(v) * Dk + lane * NPL + e] = s[i][e];
+    }
+  }
+}
+
 // one warp per (token, value head)
 __global__ void k_norm(const GdnChunkArgs g) {
   const int lane = threadIdx.x & 31;
@@ -158,6 +285,327 @@ __global__ void k_norm(const GdnChunkArgs g) {
   }
 }
 
+
+// ---------------- chunked path ----------------
+constexpr int kC = kGdnChunk;  // 64: the k_prep A/P tiles and the k_cscan thread map assume it
+static_assert(kC == 64, "k_prep / k_cscan thread maps are written for 64-token chunks");
+constexpr int kPrepThreads = 256, kCsRB = 32, kCsThreads = 256;
+
+struct WsPtrs {
+  float *W, *U, *P, *E, *eL;  // W [Hv][np][Dk], U [Hv][np][Dv], P [Hv][np][C], E [Hv][np][2], eL [Hv][nc]
+};
+__host__ __device__ inline WsPtrs ws_ptrs(float* ws, int n, int Hv, int Dk, int Dv) {
+  const int nc = (n + kC - 1) / kC;
+  const int64_t np = int64_t(nc) * kC;
+  WsPtrs w;
+  w.W = ws;
+  w.U = w.W + int64_t(Hv) * np * Dk;
+  w.P = w.U + int64_t(Hv) * np * Dv;
+  w.E = w.P + int64_t(Hv) * np * kC;
+  w.eL = w.E + int64_t(Hv) * np * 2;
+  return w;
+}
+
+size_t prep_smem(int Dk, int Dv) {
+  return sizeof(double) * kC + sizeof(float) * (size_t(kC) + 2 * size_t(kC) * (Dk + 1) + size_t(kC) * (Dk + Dv) +
+                                                 size_t(kC) * (kC + 1));
+}
+size_t cscan_smem(int Dk) {
+  return sizeof(float) * (3 * size_t(kC) * (Dk + 1) + size_t(kC) * (kC + 1) + size_t(kC) * kCsRB +
+                          size_t(kC) * (kCsRB + 1) + size_t(kCsRB) * (Dk + 1));
+}
+
+__global__ void __launch_bounds__(kPrepThreads) k_prep(const GdnChunkArgs g) {
+  extern __shared__ __align__(16) unsigned char smraw[];
+  const int Dk = g.Dk, Dv = g.Dv, Hv = g.Hv, DX = Dk + Dv;
+  double* G = reinterpret_cast<double*>(smraw);
+  float* sb = reinterpret_cast<float*>(G + kC);
+  float* Ks = sb + kC;                  // [C][Dk+1]
+  float* Qs = Ks + kC * (Dk + 1);       // [C][Dk+1]
+  float* X = Qs + kC * (Dk + 1);        // [C][Dk+Dv]
+  float* As = X + kC * DX;              // [C][C+1]
+  const int c = blockIdx.x, j = blockIdx.y, c0 = c * kC, L = min(kC, g.n - c0);
+  const int hk = j / (Hv / g.Hk), key_dim = g.Hk * Dk, cd = 2 * key_dim + Hv * Dv, vd = Hv * Dv;
+  const int nc = (g.n + kC - 1) / kC;
+  const int64_t np = int64_t(nc) * kC;
+  const WsPtrs w = ws_ptrs(g.ws, g.n, Hv, Dk, Dv);
+  const int tid = threadIdx.x;
+  for (int i = tid; i < kC * Dk; i += blockDim.x) {
+    const int t = i / Dk, d = i % Dk;
+    const float* row = g.cbuf + int64_t(c0 + t) * cd;
+    Ks[t * (Dk + 1) + d] = t < L ? row[key_dim + hk * Dk + d] : 0.f;
+    Qs[t * (Dk + 1) + d] = t < L ? row[hk * Dk + d] : 0.f;
+  }
+  if (tid == 0) {  // beta and the cumulative log decay (double)
+    const float dtb = g.dt_bias[j], an = g.a_neg[j];
+    double acc = 0;
+    for (int t = 0; t < kC; ++t) {
+      if (t < L) {
+        const float* pr = g.proj + int64_t(c0 + t) * g.ldp + cd + vd;
+        sb[t] = 1.f / (1.f + expf(-pr[j]));
+        const float xa = pr[Hv + j] + dtb;
+        const float sp = xa > 20.f ? xa : log1pf(expf(xa));
+        acc += fmax(double(an * sp), -200.0);
+      } else {
+        sb[t] = 0.f;
+      }
+      G[t] = acc;
+    }
+  }
+  __syncthreads();
+  // right-hand sides: beta_t [k_t exp(G_t) | v_t] (zero rows past L)
+  for (int i = tid; i < kC * DX; i += blockDim.x) {
+    const int t = i / DX, x = i % DX;
+    float val = 0.f;
+    if (t < L) {
+      if (x < Dk) val = sb[t] * float(exp(G[t])) * Ks[t * (Dk + 1) + x];
+      else val = sb[t] * g.cbuf[int64_t(c0 + t) * cd + 2 * key_dim + j * Dv + (x - Dk)];
+    }
+    X[t * DX + x] = val;
+  }
+  {  // A and P: 4x4 tiles, rows t = tt + 16a, cols s = ss + 16b
+    const int tt = tid >> 4, ss = tid & 15;
+    float a_kk[4][4] = {}, a_qk[4][4] = {};
+    for (int d = 0; d < Dk; ++d) {
+      float kt[4], qt[4], ks[4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        kt[a] = Ks[(tt + 16 * a) * (Dk + 1) + d];
+        qt[a] = Qs[(tt + 16 * a) * (Dk + 1) + d];
+        ks[a] = Ks[(ss + 16 * a) * (Dk + 1) + d];
+      }
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          a_kk[a][b] = fmaf(kt[a], ks[b], a_kk[a][b]);
+          a_qk[a][b] = fmaf(qt[a], ks[b], a_qk[a][b]);
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int t = tt + 16 * a, s = ss + 16 * b;
+        const float e = (s <= t && t < L) ? float(exp(G[t] - G[s])) : 0.f;
+        As[t * (kC + 1) + s] = s < t ? sb[t] * a_kk[a][b] * e : 0.f;
+        w.P[(int64_t(j) * np + c0 + t) * kC + s] = a_qk[a][b] * e;
+      }
+  }
+  __syncthreads();
+  // forward substitution, one column per thread: X[t] -= sum_{s<t} A[t][s] X[s]
+  for (int x = tid; x < DX; x += blockDim.x) {
+    for (int t = 1; t < L; ++t) {
+      const float* ar = As + t * (kC + 1);
+      float p0 = 0.f, p1 = 0.f, p2 = 0.f, p3 = 0.f;
+      int s = 0;
+      for (; s + 4 <= t; s += 4) {
+        p0 = fmaf(ar[s], X[s * DX + x], p0);
+        p1 = fmaf(ar[s + 1], X[(s + 1) * DX + x], p1);
+        p2 = fmaf(ar[s + 2], X[(s + 2) * DX + x], p2);
+        p3 = fmaf(ar[s + 3], X[(s + 3) * DX + x], p3);
+      }
+      for (; s < t; ++s) p0 = fmaf(ar[s], X[s * DX + x], p0);
+      X[t * DX + x] -= (p0 + p1) + (p2 + p3);
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < kC * Dk; i += blockDim.x) {
+    const int t = i / Dk, d = i % Dk;
+    w.W[(int64_t(j) * np + c0 + t) * Dk + d] = X[t * DX + d];
+  }
+  for (int i = tid; i < kC * Dv; i += blockDim.x) {
+    const int t = i / Dv, r = i % Dv;
+    w.U[(int64_t(j) * np + c0 + t) * Dv + r] = X[t * DX + Dk + r];
+  }
+  if (tid < kC) {
+    const int t = tid;
+    const double GL = G[L - 1];
+    w.E[(int64_t(j) * np + c0 + t) * 2] = t < L ? float(exp(G[t])) : 0.f;
+    w.E[(int64_t(j) * np + c0 + t) * 2 + 1] = t < L ? float(exp(GL - G[t])) : 0.f;
+    if (t == 0) w.eL[int64_t(j) * nc + c] = float(exp(GL));
+  }
+}
+
+// Thread map: tr = tid % 16, tt = tid / 16. Outputs over (t, r): t = tt + 16a (a < 4), r = tr + 16b (b < 2).
+// State: this thread keeps M[r_b][tt + 16e] (e < DK/16) in registers.
+template <int DK>
+__global__ void __launch_bounds__(kCsThreads) k_cscan(const GdnChunkArgs g) {
+  constexpr int NE = DK / 16, LD = DK + 1;
+  extern __shared__ __align__(16) unsigned char smraw[];
+  float* Ws = reinterpret_cast<float*>(smraw);  // [C][LD]
+  float* Qg = Ws + kC * LD;                       // [C][LD]  q_t * eg_t
+  float* Kd = Qg + kC * LD;                       // [C][LD]  k_t * ed_t
+  float* Ps = Kd + kC * LD;                       // [C][C+1]
+  float* Us = Ps + kC * (kC + 1);                 // [C][RB]
+  float* Ds = Us + kC * kCsRB;                    // [C][RB+1]
+  float* Ms = Ds + kC * (kCsRB + 1);              // [RB][LD]
+  const int j = blockIdx.x, v0 = blockIdx.y * kCsRB;
+  const int Hv = g.Hv, Dv = g.Dv, hk = j / (Hv / g.Hk), key_dim = g.Hk * DK, vd = Hv * Dv;
+  const int cd = 2 * key_dim + vd, nc = (g.n + kC - 1) / kC;
+  const int64_t np = int64_t(nc) * kC;
+  const WsPtrs w = ws_ptrs(g.ws, g.n, Hv, DK, Dv);
+  const int tid = threadIdx.x, tr = tid & 15, tt = tid >> 4;
+  float* S = g.S + int64_t(j) * Dv * DK;
+  float m[2][NE];
+#pragma unroll
+  for (int b = 0; b < 2; ++b)
+#pragma unroll
+    for (int e = 0; e < NE; ++e) {
+      const int r = tr + 16 * b, v = v0 + r, d = tt + 16 * e;
+      m[b][e] = v < Dv ? S[int64_t(v) * DK + d] : 0.f;
+      Ms[r * LD + d] = m[b][e];
+    }
+  for (int c = 0; c < nc; ++c) {
+    const int c0 = c * kC, L = min(kC, g.n - c0);
+    const int64_t rb = int64_t(j) * np + c0;  // this chunk's first row in W/U/P/E
+    for (int i = tid; i < kC * DK; i += kCsThreads) {
+      const int t = i / DK, d = i % DK;
+      Ws[t * LD + d] = w.W[(rb + t) * DK + d];
+      float q = 0.f, k = 0.f;
+      if (t < L) {
+        const float* row = g.cbuf + int64_t(c0 + t) * cd;
+        q = row[hk * DK + d] * w.E[(rb + t) * 2];
+        k = row[key_dim + hk * DK + d] * w.E[(rb + t) * 2 + 1];
+      }
+      Qg[t * LD + d] = q;
+      Kd[t * LD + d] = k;
+    }
+    for (int i = tid; i < kC * kC; i += kCsThreads) Ps[(i / kC) * (kC + 1) + i % kC] = w.P[rb * kC + i];
+    for (int i = tid; i < kC * kCsRB; i += kCsThreads) {
+      const int t = i / kCsRB, r = i % kCsRB;
+      Us[i] = v0 + r < Dv ? w.U[(rb + t) * Dv + v0 + r] : 0.f;
+    }
+    const float eL = w.eL[int64_t(j) * nc + c];
+    __syncthreads();
+    float aw[4][2] = {}, aq[4][2] = {};
+#pragma unroll 4
+    for (int d = 0; d < DK; ++d) {
+      float wt[4], qt[4], mr[2];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) { wt[a] = Ws[(tt + 16 * a) * LD + d]; qt[a] = Qg[(tt + 16 * a) * LD + d]; }
+#pragma unroll
+      for (int b = 0; b < 2; ++b) mr[b] = Ms[(tr + 16 * b) * LD + d];
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          aw[a][b] = fmaf(wt[a], mr[b], aw[a][b]);
+          aq[a][b] = fmaf(qt[a], mr[b], aq[a][b]);
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int t = tt + 16 * a, r = tr + 16 * b;
+        Ds[t * (kCsRB + 1) + r] = Us[t * kCsRB + r] - aw[a][b];
+      }
+    __syncthreads();
+    // O = (Q * eg) M^T + P D
+#pragma unroll 4
+    for (int s = 0; s < kC; ++s) {
+      float pt[4], dr[2];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) pt[a] = Ps[(tt + 16 * a) * (kC + 1) + s];
+#pragma unroll
+      for (int b = 0; b < 2; ++b) dr[b] = Ds[s * (kCsRB + 1) + tr + 16 * b];
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) aq[a][b] = fmaf(pt[a], dr[b], aq[a][b]);
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int t = tt + 16 * a, v = v0 + tr + 16 * b;
+        if (t < L && v < Dv) g.obuf[int64_t(c0 + t) * vd + j * Dv + v] = aq[a][b];
+      }
+    // M <- eL M + D^T (K * ed)
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+      for (int e = 0; e < NE; ++e) m[b][e] *= eL;
+#pragma unroll 4
+    for (int t = 0; t < kC; ++t) {
+      float dr[2], kr[NE];
+#pragma unroll
+      for (int b = 0; b < 2; ++b) dr[b] = Ds[t * (kCsRB + 1) + tr + 16 * b];
+#pragma unroll
+      for (int e = 0; e < NE; ++e) kr[e] = Kd[t * LD + tt + 16 * e];
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+#pragma unroll
+        for (int e = 0; e < NE; ++e) m[b][e] = fmaf(dr[b], kr[e], m[b][e]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+      for (int e = 0; e < NE; ++e) Ms[(tr + 16 * b) * LD + tt + 16 * e] = m[b][e];
+  }
+#pragma unroll
+  for (int b = 0; b < 2; ++b)
+#pragma unroll
+    for (int e = 0; e < NE; ++e) {
+      const int v = v0 + tr + 16 * b;
+      if (v < Dv) S[int64_t(v) * DK + tt + 16 * e] = m[b][e];
+    }
+}
+
+int smem_optin() {
+  static const int v = [] {
+    int dev = 0, x = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&x, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
+    return x;
+  }();
+  return v;
+}
+
+template <int DK>
+void launch_cscan(const GdnChunkArgs& g, cudaStream_t s) {
+  const size_t sm = cscan_smem(DK);
+  static bool set = false;
+  if (!set) {
+    LILY_CUDA_CHECK(cudaFuncSetAttribute(k_cscan<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm)));
+    set = true;
+  }
+  k_cscan<DK><<<dim3(g.Hv, (g.Dv + kCsRB - 1) / kCsRB), kCsThreads, sm, s>>>(g);
+}
+
+}  // namespace
+
+size_t prefill_gdn_ws_floats(int n, int Hv, int Dk, int Dv) {
+  const size_t nc = size_t((n + kC - 1) / kC), np = nc * kC;
+  return size_t(Hv) * (np * (size_t(Dk) + Dv + kC + 2) + nc);
+}
+
+bool prefill_gdn_uses_chunked(const GdnChunkArgs& g) {
+  if (!g.chunked || !g.ws || g.n < g.chunked_min_n || g.Dk % 32 || g.Dk > 128) return false;
+  const size_t need = std::max(prep_smem(g.Dk, g.Dv), cscan_smem(g.Dk));
+  return need <= size_t(smem_optin());
+}
+
+namespace {
+void chunked_scan(const GdnChunkArgs& g, cudaStream_t s) {
+  const size_t sm = prep_smem(g.Dk, g.Dv);
+  static size_t set = 0;
+  if (sm > set) {
+    LILY_CUDA_CHECK(cudaFuncSetAttribute(k_prep, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm)));
+    set = sm;
+  }
+  k_prep<<<dim3((g.n + kC - 1) / kC, g.Hv), kPrepThreads, sm, s>>>(g);
+  LILY_CUDA_CHECK_LAUNCH();
+  switch (g.Dk / 32) {
+    case 1: launch_cscan<32>(g, s); break;
+    case 2: launch_cscan<64>(g, s); break;
+    case 3: launch_cscan<96>(g, s); break;
+    default: launch_cscan<128>(g, s); break;
+  }
+  LILY_CUDA_CHECK_LAUNCH();
+}
 }  // namespace
 
 void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s) {
@@ -170,15 +618,38 @@ void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s) {
   LILY_CUDA_CHECK_LAUNCH();
   k_ring<<<(cd + 255) / 256, 256, 0, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
-  constexpr int RPW = 4, RB = kScanWarps * RPW;
-  const dim3 grid(g.Hv, (g.Dv + RB - 1) / RB);
-  switch (g.Dk / 32) {
-    case 1: k_scan<1, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
-    case 2: k_scan<2, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
-    case 3: k_scan<3, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
-    default: k_scan<4, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
+  if (prefill_gdn_uses_chunked(g)) {
+    chunked_scan(g, s);
+  } else {
+    constexpr int RPW = 4, RB = kScanWarps * RPW;
+    const dim3 grid(g.Hv, (g.Dv + RB - 1) / RB);
+    static const bool pipe = [] {
+      const char* v = std::getenv("LILY_CUDA_GDN_PIPELINE");
+      return !(v && std::strcmp(v, "0") == 0);
+    }();
+    if (pipe) {
+      constexpr int R2 = 2, RB2 = kScanWarps * R2;  // 2 rows per warp: 256 blocks, 2 per SM (4 rows: 1.19 ms
+      const dim3 grid2(g.Hv, (g.Dv + RB2 - 1) / RB2);  // per layer-chunk on the H200, 2 rows: 1.00 ms)
+      auto run2 = [&](auto kern, size_t smem) {
+        allow_smem(kern, smem);
+        kern<<<grid2, kScanWarps * 32, smem, s>>>(g);
+      };
+      switch (g.Dk / 32) {
+        case 1: run2(k_scan_pipe<1, R2>, scan_pipe_smem<1>(RB2)); break;
+        case 2: run2(k_scan_pipe<2, R2>, scan_pipe_smem<2>(RB2)); break;
+        case 3: run2(k_scan_pipe<3, R2>, scan_pipe_smem<3>(RB2)); break;
+        default: run2(k_scan_pipe<4, R2>, scan_pipe_smem<4>(RB2)); break;
+      }
+    } else {
+      switch (g.Dk / 32) {
+        case 1: k_scan<1, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
+        case 2: k_scan<2, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
+        case 3: k_scan<3, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
+        default: k_scan<4, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
+      }
+    }
+    LILY_CUDA_CHECK_LAUNCH();
   }
-  LILY_CUDA_CHECK_LAUNCH();
   const int64_t warps = int64_t(g.n) * g.Hv;
   k_norm<<<unsigned((warps + 7) / 8), 256, 0, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();

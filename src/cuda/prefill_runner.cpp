@@ -35,6 +35,8 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   proj_ = f32(N * size_t(P_));
   cbuf_ = f32(N * cd);
   obuf_ = f32(N * vd);
+  if (const char* v = std::getenv("LILY_CUDA_GDN_CHUNKED")) gdn_chunked_ = std::strcmp(v, "1") == 0;
+  if (gdn_chunked_) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
   rl_ = f32(N * size_t(c.n_experts));
   sg_ = f32(N);
   rw_ = f32(nk);
@@ -129,6 +131,8 @@ void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, in
   g.S = st.S + int64_t(d.lin_idx) * hv * int64_t(c.lin_v_dim) * c.lin_k_dim;
   g.cbuf = cbuf_;
   g.obuf = obuf_;
+  g.chunked = gdn_chunked_;
+  g.ws = gdn_ws_;
   if (prec_ == kPrecBF16) g.y = ya_.hi;
   else g.y_f = stage_;
   prefill_gdn(g, s);

@@ -59,6 +59,9 @@ class PrefillRunner {
   int32_t* ids_ = nullptr;
   float *x_ = nullptr, *proj_ = nullptr, *cbuf_ = nullptr, *obuf_ = nullptr, *rl_ = nullptr, *sg_ = nullptr;
   float *rw_ = nullptr, *yd_ = nullptr, *shd_ = nullptr, *logits_ = nullptr;
+  float* gdn_ws_ = nullptr;  // chunked GDN scratch (prefill_gdn_ws_floats)
+  bool gdn_chunked_ = false;  // LILY_CUDA_GDN_CHUNKED=1: chunked GDN delta rule instead of the scan (default 0
+                              // until measured on the GPU)
   float* stage_ = nullptr;  // precise modes: f32 outputs of GDN / attention / SiLU*mul before to_act
   ActRows xa_, ya_, acta_, sacta_;  // GEMM operands: normed x, mixer output, expert and shared activations
   uint16_t* qb_ = nullptr;

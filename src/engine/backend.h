@@ -28,6 +28,8 @@ struct ForwardOptions {
   std::function<void(int done, int total)> progress;  // called after each chunk
 };
 
+class StepSampler;  // engine/step_sampler.h
+
 struct Cancelled : std::exception {
   const char* what() const noexcept override { return "cancelled"; }
 };
@@ -54,6 +56,20 @@ class Backend {
       out_ids[i] = id;
     }
   }
+  // Sampled decoding: consumes first_id, then after each consumed token picks the next with `sampler` (which
+  // records it) and passes it to on_token, in order; on_token returns false to stop. At most max_steps tokens are
+  // sampled and consumed. One step of lookahead: when on_token(s_j) returns false the state has also consumed s_j
+  // (unless j == max_steps), i.e. st.pos grows by min(j + 1, max_steps), and the return value is that count.
+  // last_logits (optional, [vocab]): the raw logits after the last consumed token. The default runs forward() per
+  // token and samples on the host; the CUDA backend samples on the device inside the step's graph and reads the ids
+  // asynchronously (engine/step_sampler.h has the algorithm). Exceptions from on_token propagate (the state is then
+  // unspecified).
+  virtual int decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id, int max_steps,
+                            const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr);
+  // Timing only (`lily bench --decode-context unfilled`): st holds n positions of zeros (KV rows of zeros, the
+  // recurrent state as it is) without computing them, so that decoding at a long context can be timed without its
+  // prefill; the logits that follow are meaningless. Backends without it throw.
+  virtual void fill_context_for_timing(SeqState& st, int n);
 };
 
 // Backend selection: "cpu", "cuda" or "auto" (cuda when built and a device is present, else cpu).

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/json_reply.h"
+#include "engine/step_sampler.h"
 #include "engine/stop_strings.h"
 #include "server/session_cache.h"
 
@@ -40,9 +41,13 @@ Generator::Generator(Backend& be, const Tokenizer& tok, SessionCache* cache, int
 void Generator::save_reply_snapshot() {
   if (!reply_state_ || !cache_) return;
   std::unique_ptr<SeqState> st = std::move(reply_state_);
-  std::vector<float> logits(static_cast<size_t>(be_.config().vocab));
-  ForwardOptions fo;
-  be_.forward(*st, &reply_tokens_.back(), 1, 1, logits.data(), fo);
+  std::vector<float> logits = std::move(reply_logits_);
+  reply_logits_.clear();
+  if (logits.empty()) {  // the last token is not consumed yet
+    logits.resize(static_cast<size_t>(be_.config().vocab));
+    ForwardOptions fo;
+    be_.forward(*st, &reply_tokens_.back(), 1, 1, logits.data(), fo);
+  }
   cache_->insert(reply_tokens_, reply_key_, *st, std::move(logits));
   reply_tokens_.clear();
 }
@@ -94,7 +99,6 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   res.prefill_s = secs(t0, t1);
 
   // Decode.
-  Sampler sampler(job.sampling, job.prompt);
   StreamDecoder dec(tok_);
   StopMatcher stops(job.stop);
   std::optional<OutputParser> parser;
@@ -146,42 +150,73 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   std::string finish = "length";
   bool eos = false;
   const int budget = std::min(job.max_tokens, ctx_ - n);
-  for (int i = 0; i < budget; ++i) {
-    if (cancelled && cancelled()) throw Cancelled();
-    if (json && json->complete()) {  // the object is closed: end the turn
-      finish = "stop";
-      if (end_id >= 0) {
-        eos = true;
-        generated.push_back(end_id);
-      }
-      break;
-    }
-    SampleResult s;
-    if (json) {
-      json->begin_step(budget - i);
-      s = sampler.sample(logits.data(), V, [&json](int32_t id) { return json->allows(id); });
-      if (s.rejected) break;  // no token continues the JSON (not with a byte-level vocabulary)
-      json->accept(s.id);
-    } else {
-      s = sampler.sample(logits.data(), V);
-    }
-    if (std::find(stop_ids_.begin(), stop_ids_.end(), s.id) != stop_ids_.end()) {
+  // One sampled token: false ends the reply (stop token, stop string, tool-call limit).
+  auto handle = [&](int32_t id, SampleResult* s) {
+    if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
       finish = "stop";
       eos = true;
-      generated.push_back(s.id);  // consumed by the reply snapshot below, not counted as output
-      break;
+      generated.push_back(id);  // consumed by the reply snapshot, not counted as output
+      return false;
     }
-    sampler.accept(s.id);
-    generated.push_back(s.id);
-    if (job.logprobs) pending.tokens.push_back({s.id, s.logprob, std::move(s.top)});
-    StopMatcher::Out so = stops.push(dec.push(s.id));
+    generated.push_back(id);
+    if (s && job.logprobs) pending.tokens.push_back({id, s->logprob, std::move(s->top)});
+    StopMatcher::Out so = stops.push(dec.push(id));
     feed(so.text);
     if (so.stopped || tool_limit) {
       finish = "stop";
-      break;
+      return false;
     }
     flush_pending(false);
-    if (i + 1 < budget) be_.forward(*st, &s.id, 1, 1, logits.data(), fo);
+    return true;
+  };
+  // Fast path: the backend samples (on the GPU for CUDA: no logits copy, no host round trip per token) with the
+  // step sampler; the host path keeps the features that need the logits on the host.
+  const bool fast = !job.logprobs && !json && budget > 0;
+  int consumed = 0;  // decode steps the state has taken (tokens of `generated` consumed)
+  std::vector<float> last_logits;
+  if (fast) {
+    if (cancelled && cancelled()) throw Cancelled();
+    StepSampler ss(job.sampling, job.prompt, V);
+    const int32_t first = ss.sample(logits.data());
+    if (handle(first, nullptr) && budget > 1) {
+      if (cache_) last_logits.resize(static_cast<size_t>(V));
+      consumed = be_.decode_sample(
+          *st, ss, first, budget - 1,
+          [&](int32_t id) {
+            if (cancelled && cancelled()) throw Cancelled();
+            return handle(id, nullptr);
+          },
+          cache_ ? last_logits.data() : nullptr);
+    }
+  } else {
+    Sampler sampler(job.sampling, job.prompt);
+    for (int i = 0; i < budget; ++i) {
+      if (cancelled && cancelled()) throw Cancelled();
+      if (json && json->complete()) {  // the object is closed: end the turn
+        finish = "stop";
+        if (end_id >= 0) {
+          eos = true;
+          generated.push_back(end_id);
+        }
+        break;
+      }
+      SampleResult s;
+      if (json) {
+        json->begin_step(budget - i);
+        s = sampler.sample(logits.data(), V, [&json](int32_t id) { return json->allows(id); });
+        if (s.rejected) break;  // no token continues the JSON (not with a byte-level vocabulary)
+        json->accept(s.id);
+      } else {
+        s = sampler.sample(logits.data(), V);
+      }
+      const bool go = handle(s.id, &s);
+      if (go) sampler.accept(s.id);
+      if (!go) break;
+      if (i + 1 < budget) {
+        be_.forward(*st, &s.id, 1, 1, logits.data(), fo);
+        ++consumed;
+      }
+    }
   }
   res.completion_tokens = static_cast<int>(generated.size()) - (eos ? 1 : 0);
   if (!stops.stopped() && !tool_limit) {
@@ -207,12 +242,22 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   // Reply snapshot candidate. Skipped when a stop string cut the text (the client will not send those
   // tokens back).
   const bool cut = stops.stopped() || tool_limit;
-  if (cache_ && !cut && !generated.empty() && st->pos + 1 <= ctx_ &&
-      st->pos == n + static_cast<int>(generated.size()) - 1) {
-    reply_state_ = std::move(st);
-    reply_tokens_ = job.prompt;
-    reply_tokens_.insert(reply_tokens_.end(), generated.begin(), generated.end());
-    reply_key_ = job.cache_key;
+  // The state has consumed the prompt and `consumed` generated tokens: all but the last (it is forwarded when the
+  // snapshot is saved) or, after a stop seen by decode_sample's lookahead, all of them (logits kept).
+  const int ng = static_cast<int>(generated.size());
+  if (cache_ && !cut && ng > 0 && st->pos == n + consumed) {
+    if (consumed == ng - 1 && st->pos + 1 <= ctx_) {
+      reply_state_ = std::move(st);
+      reply_logits_.clear();
+    } else if (consumed == ng && static_cast<int>(last_logits.size()) == V) {
+      reply_state_ = std::move(st);
+      reply_logits_ = std::move(last_logits);
+    }
+    if (reply_state_) {
+      reply_tokens_ = job.prompt;
+      reply_tokens_.insert(reply_tokens_.end(), generated.begin(), generated.end());
+      reply_key_ = job.cache_key;
+    }
   }
   return res;
 }

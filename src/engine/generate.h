@@ -83,8 +83,10 @@ class Generator {
   int ctx_;
   int prefill_chunk_;
   std::vector<int32_t> stop_ids_;  // end-of-turn / end-of-text ids
-  // Pending reply snapshot of the last run: state whose pos == reply_tokens_.size() - 1 (last not consumed).
+  // Pending reply snapshot of the last run: state whose pos == reply_tokens_.size() - 1 (last not consumed), or
+  // == reply_tokens_.size() with reply_logits_ the logits after the last token (decode_sample's lookahead).
   std::unique_ptr<SeqState> reply_state_;
+  std::vector<float> reply_logits_;
   std::vector<int32_t> reply_tokens_;
   std::string reply_key_;
 };
