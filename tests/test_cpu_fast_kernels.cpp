@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "cpu/fast/fast_matmul.h"
 #include "cpu/fast/q4_kernels.h"
 #include "cpu/ref_ops.h"
@@ -284,5 +286,158 @@ TEST(CpuFastKernels, DenseBf16MatchesReference) {
     ref::matmul(m, X.data(), n, ref.data());
     fast::matmul(m, X.data(), n, got.data(), true);
     EXPECT_LE(rel_err(got, ref), 1e-5) << "n=" << n;
+  }
+}
+
+// ---- AVX2 tier ----------------------------------------------------------------------------------------------
+#include "cpu/fast/cpu_isa.h"
+
+namespace {
+
+bool has_isa(fast::Isa isa) { return static_cast<int>(fast::detected_isa()) >= static_cast<int>(isa); }
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST(CpuFastKernels, IsaNamesParseAndUnsupportedTiersAreErrors) {
+  EXPECT_EQ(fast::parse_isa("avx2", fast::Isa::Avx512), fast::Isa::Avx2);
+  EXPECT_EQ(fast::parse_isa("portable", fast::Isa::Portable), fast::Isa::Portable);
+  EXPECT_EQ(fast::parse_isa("avx512", fast::Isa::Avx512), fast::Isa::Avx512);
+  EXPECT_THROW(fast::parse_isa("avx512", fast::Isa::Avx2), Error);
+  EXPECT_THROW(fast::parse_isa("avx2", fast::Isa::Portable), Error);
+  EXPECT_THROW(fast::parse_isa("sse4", fast::Isa::Avx512), Error);
+  EXPECT_THROW(fast::parse_isa("", fast::Isa::Avx512), Error);
+  for (fast::Isa i : {fast::Isa::Portable, fast::Isa::Avx2, fast::Isa::Avx512})
+    EXPECT_EQ(fast::parse_isa(fast::isa_name(i), fast::Isa::Avx512), i);
+}
+
+// AVX2 activation quantisation: codes and scales identical to the scalar reference; with AVX-512 present, every
+// output (Σx included) bit-identical to the AVX-512 quantisation.
+TEST(CpuFastKernels, QuantizeXAvx2MatchesScalarAndAvx512) {
+  if (!has_isa(fast::Isa::Avx2)) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int cols : {64, 192, 2048})
+    for (bool precise : {false, true}) {
+      const int n = 5;
+      std::vector<float> X(static_cast<size_t>(n) * cols);
+      for (auto& x : X) x = nd(rng) * (1 + (&x - X.data()) % 7);
+      X[5] = 0.0f;
+      std::fill(X.begin() + cols, X.begin() + cols + 64, 0.0f);  // an all-zero group
+      X[2 * cols + 7] = 127.5f;                                  // codes at the ends of the range
+      X[2 * cols + 8] = -127.5f;
+      fast::QuantX a, b, c;
+      fast::quantize_x_ref(X.data(), n, cols, precise, a);
+      fast::quantize_x_isa(fast::Isa::Avx2, X.data(), n, cols, precise, b);
+      const size_t codes = static_cast<size_t>(n) * a.P * 128;
+      for (size_t i = 0; i < codes; ++i) {
+        ASSERT_EQ(a.hi[i], b.hi[i]) << "hi " << i << " cols " << cols;
+        if (precise) {
+          ASSERT_EQ(a.lo[i], b.lo[i]) << "lo " << i;
+        }
+      }
+      for (size_t i = 0; i < static_cast<size_t>(n) * a.P * 16; ++i) ASSERT_EQ(a.dx[i], b.dx[i]);
+      for (size_t i = 0; i < static_cast<size_t>(n) * a.G; ++i) {
+        ASSERT_EQ(a.dxg[i], b.dxg[i]);
+        ASSERT_NEAR(a.sum[i], b.sum[i], 1e-5 * 64 * 7);
+      }
+      if (!has_isa(fast::Isa::Avx512)) continue;
+      fast::quantize_x_isa(fast::Isa::Avx512, X.data(), n, cols, precise, c);
+      for (size_t i = 0; i < static_cast<size_t>(n) * a.G; ++i) ASSERT_EQ(b.sum[i], c.sum[i]) << "sum " << i;
+    }
+}
+
+// The AVX2 4-bit kernel on the same quantised activations as the portable and AVX-512 ones: within f32
+// accumulation-order rounding of the portable kernel, and bit-identical to the AVX-512 kernel (same integer
+// sums, same float operations in the same order). Decode (n < 4: 4-row GEMV, nr = 1..3 at the end), prefill
+// (16-row tiles as two 8-row AVX2 tiles, remainder rows one at a time), odd group counts, more activation rows
+// than one block (128), row ranges that start inside the matrix.
+TEST(CpuFastKernels, Q4Avx2MatchesPortableAndAvx512) {
+  if (!has_isa(fast::Isa::Avx2)) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  const bool avx512 = has_isa(fast::Isa::Avx512);
+  for (int n : {1, 2, 3, 4, 5, 7, 16, 131})
+    for (int rows : {8, 16, 37, 64, 71})
+      for (int cols : {64, 192, 512, 2048})
+        for (bool precise : {false, true}) {
+          std::mt19937 rng(rows * 131 + cols * 7 + n + 1000);
+          RandQ4 q(rows, cols, 4, rng);
+          std::normal_distribution<float> nd(0.0f, 1.0f);
+          std::vector<float> X(static_cast<size_t>(n) * cols);
+          for (auto& x : X) x = nd(rng);
+          fast::QuantX qx;
+          fast::quantize_x_ref(X.data(), n, cols, precise, qx);
+          std::vector<float> ref(static_cast<size_t>(n) * rows, NAN), got(ref.size(), NAN), v512(ref.size(), NAN);
+          fast::q4_rows_portable(q.m, 0, rows, qx, precise, ref.data());
+          fast::q4_rows_avx2(q.m, 0, rows, qx, precise, got.data());
+          const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " n=" + std::to_string(n) +
+                                   " precise=" + std::to_string(precise);
+          EXPECT_LE(rel_err(got, ref), 1e-6) << what;
+          if (avx512) {
+            fast::q4_rows_avx512(q.m, 0, rows, qx, precise, v512.data());
+            EXPECT_TRUE(same_bits(got, v512)) << what << ": AVX2 differs from AVX-512 (max rel "
+                                              << rel_err(got, v512) << ")";
+          }
+          // row ranges starting inside the matrix: at 16 (a pool task boundary) and at 5 (decode quads)
+          for (int r0 : {5, 16}) {
+            if (r0 >= rows) continue;
+            std::vector<float> part(ref.size(), NAN);
+            fast::q4_rows_avx2(q.m, r0, rows, qx, precise, part.data());
+            for (int i = 0; i < n; ++i)
+              for (int r = r0; r < rows; ++r) {
+                const float a = part[static_cast<size_t>(i) * rows + r], b = ref[static_cast<size_t>(i) * rows + r];
+                ASSERT_LE(std::fabs(a - b), 1e-5f * (1.0f + std::fabs(b))) << what << " r0=" << r0 << " row " << r;
+              }
+            for (int i = 0; i < n; ++i)  // rows before r0 untouched
+              for (int r = 0; r < r0; ++r) ASSERT_TRUE(std::isnan(part[static_cast<size_t>(i) * rows + r]));
+          }
+        }
+}
+
+// Whole products through the AVX2 tier (activation quantisation + kernel, one job and batches) against the
+// f32 reference, at the AVX-512 tier's bounds.
+TEST(CpuFastKernels, Avx2TierMatchesReference) {
+  if (!has_isa(fast::Isa::Avx2)) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  fast::set_isa_override(fast::Isa::Avx2);
+  ASSERT_EQ(fast::active_isa(), fast::Isa::Avx2);
+  for (int n : {1, 3, 4, 9, 40})
+    for (int cols : {64, 128, 192, 512, 2048}) {
+      check_q4(37, cols, n, true, 2e-4, true);
+      check_q4(37, cols, n, false, 2e-2, true);
+    }
+  fast::clear_isa_override();
+}
+
+// The AVX2 8-bit / bf16 kernel: within 1e-5 of the reference, bit-identical to the AVX-512 kernel.
+TEST(CpuFastKernels, Q8Bf16Avx2MatchesReferenceAndAvx512) {
+  if (!has_isa(fast::Isa::Avx2)) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  RandQ4 q8(50, 192, 8, rng);
+  const int rows = 45, cols = 272;
+  std::vector<uint16_t> w(size_t(rows) * cols);
+  for (auto& x : w) x = f32_to_bf16(nd(rng) * 0.05f);
+  QMatrix bf;
+  bf.kind = QMatrix::Kind::Dense;
+  bf.dtype = DType::BF16;
+  bf.rows = rows;
+  bf.cols = cols;
+  bf.w = w.data();
+  for (const QMatrix* m : {&q8.m, &bf}) {
+    ASSERT_TRUE(fast::q8_bf16_supported(*m));
+    for (int n : {1, 3}) {
+      std::vector<float> X(size_t(n) * m->cols);
+      for (auto& x : X) x = nd(rng);
+      std::vector<float> ref(size_t(n) * m->rows), got(ref.size(), NAN), v512(ref.size(), NAN);
+      ref::matmul(*m, X.data(), n, ref.data());
+      fast::q8_bf16_rows_avx2(*m, 0, m->rows, X.data(), n, got.data());
+      EXPECT_LE(rel_err(got, ref), 1e-5) << "bits=" << m->bits << " n=" << n;
+      if (has_isa(fast::Isa::Avx512)) {
+        fast::q8_bf16_rows_avx512(*m, 0, m->rows, X.data(), n, v512.data());
+        EXPECT_TRUE(same_bits(got, v512)) << "bits=" << m->bits << " n=" << n;
+      }
+    }
   }
 }

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/fast/cpu_isa.h"
 #include "engine/backend.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
@@ -63,9 +64,21 @@ class TinyModel : public ::testing::TestWithParam<std::tuple<const char*, const 
     std::string layout = std::get<0>(GetParam());
     w = load_model(base + "model-" + layout);
     ref.f = SafetensorsFile::open(base + "reference-" + layout + ".safetensors");
-    be = make_backend(std::get<1>(GetParam()), w);
+    // "cpu-avx2": the fast kernels forced to the AVX2 tier (on an AVX-512 machine too), same bounds as "cpu"
+    std::string kind = std::get<1>(GetParam());
+    if (kind == "cpu-avx2") {
+      if (static_cast<int>(fast::detected_isa()) < static_cast<int>(fast::Isa::Avx2))
+        GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+      fast::set_isa_override(fast::Isa::Avx2);
+      kind = "cpu";
+    }
+    be = make_backend(kind, w);
+    if (std::get<1>(GetParam()) == std::string("cpu-avx2")) {
+      ASSERT_EQ(be->name(), "cpu-fast-avx2");
+    }
     V = w->cfg.vocab;
   }
+  void TearDown() override { fast::clear_isa_override(); }
   std::shared_ptr<ModelWeights> w;
   Ref ref;
   std::unique_ptr<Backend> be;
@@ -200,7 +213,7 @@ TEST_P(TinyModel, ContextOverflowAndBadIdsAreErrors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, TinyModel,
-                         ::testing::Combine(::testing::Values("bf16", "mlx-4bit"), ::testing::Values("cpu-ref", "cpu")),
+                         ::testing::Combine(::testing::Values("bf16", "mlx-4bit"), ::testing::Values("cpu-ref", "cpu", "cpu-avx2")),
                          [](const auto& info) {
                            std::string s = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                            for (char& c : s)

@@ -4,12 +4,23 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "cpu/fast/cpu_isa.h"
 #include "cpu/ref_ops.h"
 #include "cpu/thread_pool.h"
 
 namespace lily {
 
-CpuBackend::CpuBackend(std::shared_ptr<ModelWeights> w, const CpuKernels& k) : w_(std::move(w)), k_(k) {}
+// The SIMD tier is resolved here, on the constructing thread, so that a bad LILY_CPU_ISA is an error at start
+// rather than inside a pool task.
+CpuBackend::CpuBackend(std::shared_ptr<ModelWeights> w, const CpuKernels& k) : w_(std::move(w)), k_(k) {
+  if (&k_ != &cpu_reference_kernels()) fast::active_isa();
+}
+
+std::string CpuBackend::name() const {
+  std::string s = std::string("cpu-") + k_.name;
+  if (&k_ != &cpu_reference_kernels()) s += std::string("-") + fast::isa_name(fast::active_isa());
+  return s;
+}
 
 std::unique_ptr<SeqState> CpuBackend::new_state(int max_ctx) {
   const ModelConfig& c = w_->cfg;

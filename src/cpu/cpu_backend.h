@@ -14,7 +14,8 @@ namespace lily {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(std::shared_ptr<ModelWeights> w, const CpuKernels& k);
-  std::string name() const override { return std::string("cpu-") + k_.name; }
+  // "cpu-ref", or the fast sets with the SIMD tier that runs them: "cpu-fast-avx512", "cpu-fast8-avx2", ...
+  std::string name() const override;
   const ModelConfig& config() const override { return w_->cfg; }
   std::unique_ptr<SeqState> new_state(int max_ctx) override;
   void fill_context_for_timing(SeqState& st, int n) override;

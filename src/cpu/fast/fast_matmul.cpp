@@ -1,27 +1,18 @@
-// The fast CPU matmul: 4-bit affine group-64 matrices go to the integer kernels (AVX-512 VNNI when the CPU
-// has it, else portable); every other matrix (8-bit, bf16, f32) is decoded a row at a time and dotted in f32.
+// The fast CPU matmul: 4-bit affine group-64 matrices go to the integer kernels (AVX-512 VNNI, AVX2 + FMA or
+// portable, as fast::active_isa() says); 8-bit affine and bf16 matrices to the AVX-512 / AVX2 f32 kernels; every
+// other matrix (and all of them on the portable tier) is decoded a row at a time and dotted in f32.
 // Rows are split across the thread pool; scratch buffers are per thread and only ever grow.
 #include "cpu/fast/fast_matmul.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
+#include "cpu/fast/cpu_isa.h"
 #include "cpu/fast/q4_kernels.h"
 #include "cpu/thread_pool.h"
 
 namespace lily::fast {
 
 namespace {
-
-bool use_avx512() {
-  static const bool v = [] {
-    const char* e = std::getenv("LILY_CPU_SIMD");
-    if (e && !std::strcmp(e, "portable")) return false;
-    return q4_avx512_available();
-  }();
-  return v;
-}
 
 void generic_rows(const QMatrix& W, int64_t r0, int64_t r1, const float* X, int n, float* Y) {
   thread_local std::vector<float> row;
@@ -116,7 +107,7 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
       quantize_x_rows(jb.X, i0, i1, static_cast<int>(jb.W->cols), precise, qs[k]);
     });
   }
-  const bool avx = use_avx512();
+  const Isa isa = active_isa();
   const int64_t* fst = first.data();
   const int64_t* bl = blk.data();
   const int* qi = qidx.data();
@@ -125,15 +116,19 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
     const MatJob& jb = jobs[j];
     const int64_t r0 = (t - fst[j]) * bl[j], r1 = std::min(jb.W->rows, r0 + bl[j]);
     if (qi[j] < 0) {
-      if (avx && q8_bf16_supported(*jb.W))
+      if (isa == Isa::Avx512 && q8_bf16_supported(*jb.W))
         q8_bf16_rows_avx512(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
+      else if (isa == Isa::Avx2 && q8_bf16_supported(*jb.W))
+        q8_bf16_rows_avx2(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
       else
         generic_rows(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
-    }
-    else if (avx)
+    } else if (isa == Isa::Avx512) {
       q4_rows_avx512(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
-    else
+    } else if (isa == Isa::Avx2) {
+      q4_rows_avx2(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+    } else {
       q4_rows_portable(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+    }
   });
 }
 

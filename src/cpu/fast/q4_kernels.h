@@ -16,6 +16,10 @@ void q4_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, b
 // 8-bit affine (group % 16 == 0) and dense bf16 matrices, decoded in registers, f32 activations X [n, cols].
 bool q8_bf16_supported(const QMatrix& W);
 void q8_bf16_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const float* X, int n, float* Y);
+// AVX2 + FMA versions (no AVX-512): the same integer sums (vpmaddubsw + vpmaddwd) and float epilogues, results
+// bit-identical to the AVX-512 kernels above.
+void q4_rows_avx2(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y);
+void q8_bf16_rows_avx2(const QMatrix& W, int64_t r0, int64_t r1, const float* X, int n, float* Y);
 // Portable version of the same integer arithmetic (any CPU; also the oracle of the SIMD kernel).
 void q4_rows_portable(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y);
 

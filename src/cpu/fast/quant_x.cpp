@@ -7,7 +7,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+
+#include "cpu/fast/avx2_util.h"
 #endif
+#include "cpu/fast/cpu_isa.h"
 
 namespace lily::fast {
 
@@ -120,23 +123,95 @@ LILY_AVX512 void rows_avx512(const float* X, int i0, int i1, int cols, bool prec
     }
 }
 
-bool has_avx512() {
-  static const bool v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return v;
+// AVX2 + FMA: the same steps as rows_avx512 on 8-lane registers; Σx summed in rows_avx512's order (its lane l
+// of 16 holds (x[l] + x[16+l]) + (x[32+l] + x[48+l]), then _mm512_reduce_add_ps), so every output, Σx included,
+// is bit-identical to it.
+LILY_AVX2 void rows_avx2(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i dword_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // 4 x 8 int32 (each in [-127, 127]) -> 32 int8 in order
+  auto narrow = [&](const __m256i* v) LILY_AVX2 {
+    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    return _mm256_permutevar8x32_epi32(w, dword_order);
+  };
+  for (int i = i0; i < i1; ++i)
+    for (int p = 0; p < q.P; ++p) {
+      const size_t pi = static_cast<size_t>(i) * q.P + p;
+      int8_t* hi = &q.hi[pi * 128];
+      int8_t* lo = precise ? &q.lo[pi * 128] : nullptr;
+      float* dxl = &q.dx[pi * 16];
+      for (int half = 0; half < 2; ++half) {
+        const int g = 2 * p + half;
+        if (g >= q.G) {
+          for (int k = 0; k < 32; ++k) {
+            hi[half * 32 + k] = hi[64 + half * 32 + k] = 0;
+            if (lo) lo[half * 32 + k] = lo[64 + half * 32 + k] = 0;
+          }
+          for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = 0.0f;
+          continue;
+        }
+        const float* x = X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64;
+        __m256 v[8];
+        for (int c = 0; c < 8; ++c) v[c] = _mm256_loadu_ps(x + 8 * c);
+        __m256 am = _mm256_and_ps(v[0], absmask);
+        for (int c = 1; c < 8; ++c) am = _mm256_max_ps(am, _mm256_and_ps(v[c], absmask));
+        alignas(32) float m8[8];
+        _mm256_store_ps(m8, am);
+        float amax = m8[0];
+        for (int k = 1; k < 8; ++k) amax = std::max(amax, m8[k]);
+        q.sum[static_cast<size_t>(i) * q.G + g] =
+            reduce_add16_avx2(_mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[4], v[6])),
+                              _mm256_add_ps(_mm256_add_ps(v[1], v[3]), _mm256_add_ps(v[5], v[7])));
+        const float d = amax > 0.0f ? amax / 127.0f : 0.0f;
+        const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+        for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = d;
+        q.dxg[static_cast<size_t>(i) * q.G + g] = d;
+        const __m256 vi = _mm256_set1_ps(inv);
+        for (int odd = 0; odd < 2; ++odd) {
+          __m256i hq[4], lq[4];
+          for (int m = 0; m < 4; ++m) {
+            // elements 16m + {0, 2, ..., 14} (even) or 16m + {1, 3, ..., 15} (odd), in order
+            const __m256 e = odd ? _mm256_shuffle_ps(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1))
+                                 : _mm256_shuffle_ps(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0));
+            const __m256 sc = _mm256_mul_ps(
+                _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))), vi);
+            const __m256 h = _mm256_round_ps(sc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            hq[m] = _mm256_cvtps_epi32(h);
+            if (lo)
+              lq[m] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(sc, h), _mm256_set1_ps(254.0f)),
+                                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+          }
+          const int slot = odd * 64 + half * 32;
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + slot), narrow(hq));
+          if (lo) _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + slot), narrow(lq));
+        }
+      }
+    }
 }
 #endif
 
 }  // namespace
 
-void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
+namespace {
+void rows_isa(Isa isa, const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
 #if defined(__x86_64__)
-  if (has_avx512()) {
-    rows_avx512(X, i0, i1, cols, precise, q);
-    return;
+  switch (isa) {
+    case Isa::Avx512: rows_avx512(X, i0, i1, cols, precise, q); return;
+    case Isa::Avx2: rows_avx2(X, i0, i1, cols, precise, q); return;
+    default: break;
   }
 #endif
   rows_scalar(X, i0, i1, cols, precise, q);
+}
+}  // namespace
+
+void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
+  rows_isa(active_isa(), X, i0, i1, cols, precise, q);
+}
+
+void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q) {
+  quantize_x_prepare(n, cols, precise, q);
+  rows_isa(isa, X, 0, n, cols, precise, q);
 }
 
 void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q) {

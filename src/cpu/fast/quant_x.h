@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/fast/cpu_isa.h"
+
 namespace lily::fast {
 
 struct QuantX {
@@ -18,12 +20,15 @@ struct QuantX {
 };
 
 // X [n, cols] f32 (cols % 64 == 0) -> q (buffers grow, never shrink: no allocation in steady state).
-// AVX-512 when the CPU has it (bit-identical codes and scales to quantize_x_ref; Σx summed in another order).
+// AVX-512 or AVX2 as fast::active_isa() says (bit-identical codes and scales to quantize_x_ref; Σx summed in
+// another order, the same in both SIMD tiers).
 void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q);
 // The same in two steps, so that rows can be quantised in parallel: size q for [n, cols], then fill rows
 // [i0, i1) (X points at row 0).
 void quantize_x_prepare(int n, int cols, bool precise, QuantX& q);
 void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, QuantX& q);
+// The same with a given tier (tests compare the tiers; `isa` must be supported by this CPU).
+void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q);
 // Plain scalar version: the reference of the SIMD one.
 void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q);
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/fast/cpu_isa.h"
 #include "cpu/fast/q4_kernels.h"
 #include "cpu/fast/seq_kernels.h"
 #include "cpu/ref_ops.h"
@@ -52,10 +53,8 @@ LILY_AVX512 void gdn_head_128(float* Sj, const float* q, const float* k, const f
   }
 }
 
-bool avx512() {
-  static const bool v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return v;
-}
+// AVX-512 only (no AVX2 versions yet): on the AVX2 and portable tiers these run the reference kernels.
+bool avx512() { return active_isa() == Isa::Avx512; }
 
 }  // namespace
 
