@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
@@ -222,3 +223,31 @@ INSTANTIATE_TEST_SUITE_P(Cpu, TinyModel,
                          });
 
 }  // namespace
+
+// Every AVX2 kernel replays the AVX-512 kernel's arithmetic, so the whole model gives the same bits on both
+// tiers: prompt logits (prefill: tile GEMM, chunk scan) and logits after decode steps (GEMV, GDN step).
+TEST(TinyModelIsa, Avx2TierIsBitIdenticalToAvx512Tier) {
+  if (static_cast<int>(fast::detected_isa()) < static_cast<int>(fast::Isa::Avx512))
+    GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  const std::string base = std::string(LILY_TEST_DIR) + "/fixtures/tiny/";
+  Ref ref;
+  ref.f = SafetensorsFile::open(base + "reference-mlx-4bit.safetensors");
+  auto ids = ref.get<int32_t>("long_ids");
+  auto w = load_model(base + "model-mlx-4bit");
+  const int V = w->cfg.vocab, L = 150;
+  auto run = [&](fast::Isa isa) {
+    fast::set_isa_override(isa);
+    auto be = make_backend("cpu", w);
+    std::vector<float> out(static_cast<size_t>(L + 3) * V);
+    auto st = be->new_state(1024);
+    be->forward(*st, ids.data(), L, L, out.data(), {});
+    for (int t = 0; t < 3; ++t) be->forward(*st, &ids[L + t], 1, 1, out.data() + static_cast<size_t>(L + t) * V, {});
+    fast::clear_isa_override();
+    return out;
+  };
+  const auto a = run(fast::Isa::Avx512), b = run(fast::Isa::Avx2);
+  ASSERT_EQ(a.size(), b.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u) << "of " << a.size() << " logits";
+}

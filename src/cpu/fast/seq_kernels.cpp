@@ -6,6 +6,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "cpu/fast/avx2_util.h"
 #endif
 
 #include <algorithm>
@@ -53,27 +55,59 @@ LILY_AVX512 void gdn_head_128(float* Sj, const float* q, const float* k, const f
   }
 }
 
-// AVX-512 only (no AVX2 versions yet): on the AVX2 and portable tiers these run the reference kernels.
-bool avx512() { return active_isa() == Isa::Avx512; }
+// AVX2 + FMA version: each 16-lane register of the AVX-512 one is two 8-lane registers updated with the same
+// operations, the dot products summed in _mm512_reduce_add_ps's order: bit-identical results. The row does not
+// fit in 16 ymm registers next to k and q: the decayed row is stored and read back (exact) between the passes.
+LILY_AVX2 void gdn_head_128_avx2(float* Sj, const float* q, const float* k, const float* v, float alpha, float beta,
+                                 int Dv, float* o) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  for (int r = 0; r < Dv; ++r) {
+    float* row = Sj + static_cast<size_t>(r) * 128;
+    __m256 u[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int c = 0; c < 16; ++c) {
+      const __m256 sc = _mm256_mul_ps(_mm256_loadu_ps(row + 8 * c), va);
+      u[c & 1] = _mm256_fmadd_ps(sc, _mm256_loadu_ps(k + 8 * c), u[c & 1]);
+      _mm256_storeu_ps(row + 8 * c, sc);
+    }
+    const __m256 d = _mm256_set1_ps(beta * (v[r] - reduce_add16_avx2(u[0], u[1])));
+    __m256 out[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int c = 0; c < 16; ++c) {
+      const __m256 sc = _mm256_fmadd_ps(_mm256_loadu_ps(k + 8 * c), d, _mm256_loadu_ps(row + 8 * c));
+      out[c & 1] = _mm256_fmadd_ps(sc, _mm256_loadu_ps(q + 8 * c), out[c & 1]);
+      _mm256_storeu_ps(row + 8 * c, sc);
+    }
+    o[r] = reduce_add16_avx2(out[0], out[1]);
+  }
+}
+
+// The SIMD tier of these kernels: AVX-512, AVX2 (bit-identical to it) or none (the reference kernels).
+bool simd() { return active_isa() != Isa::Portable; }
+
+void gdn_head(float* Sj, const float* q, const float* k, const float* v, float alpha, float beta, int Dv, float* o) {
+  if (active_isa() == Isa::Avx512)
+    gdn_head_128(Sj, q, k, v, alpha, beta, Dv, o);
+  else
+    gdn_head_128_avx2(Sj, q, k, v, alpha, beta, Dv, o);
+}
 
 }  // namespace
 
 void gdn_step(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta,
               int Hk, int Hv, int Dk, int Dv, float* o) {
-  if (Dk != 128 || !avx512()) {
+  if (Dk != 128 || !simd()) {
     ref::gdn_step(S, q, k, v, g, beta, Hk, Hv, Dk, Dv, o);
     return;
   }
   const int rep = Hv / Hk;
   ThreadPool::global().parallel_for(Hv, [&](int j, int) {
-    gdn_head_128(S + static_cast<size_t>(j) * Dv * Dk, q + (j / rep) * Dk, k + (j / rep) * Dk, v + j * Dv,
+    gdn_head(S + static_cast<size_t>(j) * Dv * Dk, q + (j / rep) * Dk, k + (j / rep) * Dk, v + j * Dv,
                  std::exp(g[j]), beta[j], Dv, o + j * Dv);
   });
 }
 
 void gdn_scan(float* S, const float* q, const float* k, const float* v, size_t xs, const float* g, const float* beta,
               int n, int Hk, int Hv, int Dk, int Dv, float* o) {
-  if (Dk != 128 || !avx512()) {
+  if (Dk != 128 || !simd()) {
     ref::gdn_scan(S, q, k, v, xs, g, beta, n, Hk, Hv, Dk, Dv, o);
     return;
   }
@@ -82,7 +116,7 @@ void gdn_scan(float* S, const float* q, const float* k, const float* v, size_t x
     float* Sj = S + static_cast<size_t>(j) * Dv * Dk;
     for (int t = 0; t < n; ++t) {
       const size_t x0 = t * xs, gt = static_cast<size_t>(t) * Hv + j;
-      gdn_head_128(Sj, q + x0 + (j / rep) * Dk, k + x0 + (j / rep) * Dk, v + x0 + j * Dv, std::exp(g[gt]), beta[gt], Dv,
+      gdn_head(Sj, q + x0 + (j / rep) * Dk, k + x0 + (j / rep) * Dk, v + x0 + j * Dv, std::exp(g[gt]), beta[gt], Dv,
                    o + static_cast<size_t>(t) * Hv * Dv + j * Dv);
     }
   });
@@ -125,14 +159,50 @@ LILY_AVX512 void attn_block(const float* q, const float* kc, const float* vc, in
   }
 }
 
+// AVX2 + FMA version of attn_block, bit-identical to it (16-lane registers as pairs of 8-lane ones).
+LILY_AVX2 void attn_block_avx2(const float* q, const float* kc, const float* vc, int t0, int t1, int nkv, int hd,
+                               int kvh, int group, float scale, float* m, float* l, float* acc) {
+  for (int h = 0; h < group; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+  }
+  std::fill(acc, acc + static_cast<size_t>(group) * hd, 0.0f);
+  const int nv = hd / 8;
+  for (int t = t0; t < t1; ++t) {
+    const float* kt = kc + (static_cast<size_t>(t) * nkv + kvh) * hd;
+    const float* vt = vc + (static_cast<size_t>(t) * nkv + kvh) * hd;
+    for (int h = 0; h < group; ++h) {
+      const float* qh = q + h * hd;
+      __m256 d[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int c = 0; c < nv; ++c)
+        d[c & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * c), _mm256_loadu_ps(kt + 8 * c), d[c & 1]);
+      const float s = reduce_add16_avx2(d[0], d[1]) * scale;
+      float* ah = acc + static_cast<size_t>(h) * hd;
+      if (s > m[h]) {
+        const float f = std::exp(m[h] - s);
+        l[h] *= f;
+        const __m256 vf = _mm256_set1_ps(f);
+        for (int c = 0; c < nv; ++c) _mm256_storeu_ps(ah + 8 * c, _mm256_mul_ps(_mm256_loadu_ps(ah + 8 * c), vf));
+        m[h] = s;
+      }
+      const float p = std::exp(s - m[h]);
+      l[h] += p;
+      const __m256 vp = _mm256_set1_ps(p);
+      for (int c = 0; c < nv; ++c)
+        _mm256_storeu_ps(ah + 8 * c, _mm256_fmadd_ps(vp, _mm256_loadu_ps(vt + 8 * c), _mm256_loadu_ps(ah + 8 * c)));
+    }
+  }
+}
+
 }  // namespace
 
 void attention_one(const float* q, const float* kc, const float* vc, int T, int nq, int nkv, int hd, float* out) {
-  if (hd % 16 != 0 || !avx512() || nq % nkv != 0) {
+  if (hd % 16 != 0 || !simd() || nq % nkv != 0) {
     ref::attention_one(q, kc, vc, T, nq, nkv, hd, out);
     return;
   }
   const int group = nq / nkv;
+  const Isa isa = active_isa();
   ThreadPool& pool = ThreadPool::global();
   const int blocks = std::max(1, std::min((T + 255) / 256, 4 * pool.size()));  // split-KV at long context
   const int per = (T + blocks - 1) / blocks;
@@ -145,8 +215,12 @@ void attention_one(const float* q, const float* kc, const float* vc, int T, int 
     const int kvh = task / blocks, b = task % blocks;
     const int t0 = b * per, t1 = std::min(T, t0 + per);
     float* base = P + stride * task;
-    attn_block(q + static_cast<size_t>(kvh) * group * hd, kc, vc, t0, std::max(t0, t1), nkv, hd, kvh, group,
-               scale, base, base + group, base + 2 * group);
+    const float* qk = q + static_cast<size_t>(kvh) * group * hd;
+    if (isa == Isa::Avx512)
+      attn_block(qk, kc, vc, t0, std::max(t0, t1), nkv, hd, kvh, group, scale, base, base + group, base + 2 * group);
+    else
+      attn_block_avx2(qk, kc, vc, t0, std::max(t0, t1), nkv, hd, kvh, group, scale, base, base + group,
+                      base + 2 * group);
   });
   for (int kvh = 0; kvh < nkv; ++kvh)
     for (int h = 0; h < group; ++h) {
