@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "cpu/fast/scale_at.h"
 #include "cpu/fast/avx2_util.h"
 #include "cpu/fast/q4_kernels.h"
 
@@ -19,11 +20,6 @@ namespace lily::fast {
 
 namespace {
 
-inline float scale_at(const void* p, DType t, int64_t i) {
-  if (t == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  if (t == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  return static_cast<const float*>(p)[i];
-}
 
 // 8 scales (bf16/f16/f32) from element i, zero past `valid` (valid may be <= 0: all zero)
 LILY_AVX2 inline __m256 load8(const void* p, DType t, int64_t i, int valid) {

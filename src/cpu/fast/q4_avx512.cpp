@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "cpu/fast/scale_at.h"
 #include "cpu/fast/q4_kernels.h"
 
 namespace lily::fast {
@@ -20,11 +21,6 @@ namespace lily::fast {
 
 namespace {
 
-LILY_AVX512 inline float scale_at(const void* p, DType t, int64_t i) {
-  if (t == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  if (t == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  return static_cast<const float*>(p)[i];
-}
 
 template <bool PRECISE, int NB>
 LILY_AVX512 void rows_block(const QMatrix& W, int64_t r, const QuantX& X, int i0, float* Y, const float* s,

@@ -1,16 +1,9 @@
 // Portable 4-bit kernel: the same integer arithmetic as the SIMD kernels, in plain C++ (any CPU, incl. ARM).
 #include "core/dtype.h"
+#include "cpu/fast/scale_at.h"
 #include "cpu/fast/q4_kernels.h"
 
 namespace lily::fast {
-
-namespace {
-float scale_at(const void* p, DType t, int64_t i) {
-  if (t == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  if (t == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  return static_cast<const float*>(p)[i];
-}
-}  // namespace
 
 void q4_rows_portable(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y) {
   for (int64_t r = r0; r < r1; ++r) {

@@ -5,18 +5,11 @@
 #include <immintrin.h>
 
 #include "core/dtype.h"
+#include "cpu/fast/scale_at.h"
 #include "cpu/fast/avx2_util.h"
 #include "cpu/fast/q4_kernels.h"
 
 namespace lily::fast {
-
-namespace {
-inline float scalar_at(const void* p, DType t, int64_t i) {
-  if (t == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  if (t == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  return static_cast<const float*>(p)[i];
-}
-}  // namespace
 
 LILY_AVX2 void q8_bf16_rows_avx2(const QMatrix& W, int64_t r0, int64_t r1, const float* X, int n, float* Y) {
   const int64_t cols = W.cols;
@@ -29,8 +22,8 @@ LILY_AVX2 void q8_bf16_rows_avx2(const QMatrix& W, int64_t r0, int64_t r1, const
       if (W.kind == QMatrix::Kind::Affine) {
         const int G = static_cast<int>(cols / W.group);
         for (int g = 0; g < G; ++g) {
-          const __m256 s = _mm256_set1_ps(scalar_at(W.scales, W.sdtype, r * G + g));
-          const __m256 b = _mm256_set1_ps(scalar_at(W.biases, W.sdtype, r * G + g));
+          const __m256 s = _mm256_set1_ps(scale_at(W.scales, W.sdtype, r * G + g));
+          const __m256 b = _mm256_set1_ps(scale_at(W.biases, W.sdtype, r * G + g));
           for (int c = 0; c < W.group; c += 16) {
             const int64_t col = static_cast<int64_t>(g) * W.group + c;
             __m256* a = acc[(c & 16) ? 1 : 0];

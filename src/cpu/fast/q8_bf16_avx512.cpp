@@ -19,21 +19,12 @@ bool q8_bf16_supported(const QMatrix& W) {
 #include <immintrin.h>
 
 #include "core/dtype.h"
+#include "cpu/fast/scale_at.h"
 #include "cpu/fast/q4_kernels.h"
 
 namespace lily::fast {
 
 #define LILY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-
-namespace {
-
-LILY_AVX512 inline float scalar_at(const void* p, DType t, int64_t i) {
-  if (t == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  if (t == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  return static_cast<const float*>(p)[i];
-}
-
-}  // namespace
 
 
 LILY_AVX512 void q8_bf16_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, const float* X, int n, float* Y) {
@@ -47,8 +38,8 @@ LILY_AVX512 void q8_bf16_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, c
       if (W.kind == QMatrix::Kind::Affine) {
         const int G = static_cast<int>(cols / W.group);
         for (int g = 0; g < G; ++g) {
-          const __m512 s = _mm512_set1_ps(scalar_at(W.scales, W.sdtype, r * G + g));
-          const __m512 b = _mm512_set1_ps(scalar_at(W.biases, W.sdtype, r * G + g));
+          const __m512 s = _mm512_set1_ps(scale_at(W.scales, W.sdtype, r * G + g));
+          const __m512 b = _mm512_set1_ps(scale_at(W.biases, W.sdtype, r * G + g));
           for (int c = 0; c < W.group; c += 16) {
             const int64_t col = static_cast<int64_t>(g) * W.group + c;
             const __m128i q8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + col));

@@ -28,6 +28,14 @@ void quantize_x_prepare(int n, int cols, bool precise, QuantX& q) {
 
 namespace {
 
+void empty_half(int8_t* hi, int8_t* lo, float* dxl, int half) {
+  for (int k = 0; k < 32; ++k) {
+    hi[half * 32 + k] = hi[64 + half * 32 + k] = 0;
+    if (lo) lo[half * 32 + k] = lo[64 + half * 32 + k] = 0;
+  }
+  for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = 0.0f;
+}
+
 void rows_scalar(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
   for (int i = i0; i < i1; ++i) {
     for (int p = 0; p < q.P; ++p) {
@@ -37,11 +45,7 @@ void rows_scalar(const float* X, int i0, int i1, int cols, bool precise, QuantX&
       for (int half = 0; half < 2; ++half) {
         const int g = 2 * p + half;
         if (g >= q.G) {  // odd group count: the pair's second half is empty
-          for (int k = 0; k < 32; ++k) {
-            hi[half * 32 + k] = hi[64 + half * 32 + k] = 0;
-            if (lo) lo[half * 32 + k] = lo[64 + half * 32 + k] = 0;
-          }
-          for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = 0.0f;
+          empty_half(hi, lo, dxl, half);
           continue;
         }
         const float* x = X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64;
@@ -85,11 +89,7 @@ LILY_AVX512 void rows_avx512(const float* X, int i0, int i1, int cols, bool prec
       for (int half = 0; half < 2; ++half) {
         const int g = 2 * p + half;
         if (g >= q.G) {
-          for (int k = 0; k < 32; ++k) {
-            hi[half * 32 + k] = hi[64 + half * 32 + k] = 0;
-            if (lo) lo[half * 32 + k] = lo[64 + half * 32 + k] = 0;
-          }
-          for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = 0.0f;
+          empty_half(hi, lo, dxl, half);
           continue;
         }
         const float* x = X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64;
@@ -143,11 +143,7 @@ LILY_AVX2 void rows_avx2(const float* X, int i0, int i1, int cols, bool precise,
       for (int half = 0; half < 2; ++half) {
         const int g = 2 * p + half;
         if (g >= q.G) {
-          for (int k = 0; k < 32; ++k) {
-            hi[half * 32 + k] = hi[64 + half * 32 + k] = 0;
-            if (lo) lo[half * 32 + k] = lo[64 + half * 32 + k] = 0;
-          }
-          for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = 0.0f;
+          empty_half(hi, lo, dxl, half);
           continue;
         }
         const float* x = X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64;
