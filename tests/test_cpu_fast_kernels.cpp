@@ -314,6 +314,21 @@ TEST(CpuFastKernels, IsaNamesParseAndUnsupportedTiersAreErrors) {
     EXPECT_EQ(fast::parse_isa(fast::isa_name(i), fast::Isa::Avx512), i);
 }
 
+// Our cpuid / xgetbv detection agrees with the compiler runtime's (which also checks the OS register state).
+TEST(CpuFastKernels, DetectedIsaAgreesWithCompilerRuntime) {
+#if defined(__x86_64__)
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = fast::q4_avx512_available();
+  const fast::Isa want = avx512 ? fast::Isa::Avx512 : avx2 ? fast::Isa::Avx2 : fast::Isa::Portable;
+  EXPECT_EQ(fast::detected_isa(), want);
+#else
+  EXPECT_EQ(fast::detected_isa(), fast::Isa::Portable);
+#endif
+  if (fast::detected_isa() != fast::Isa::Avx512) {  // a tier above the CPU's cannot be forced
+    EXPECT_THROW(fast::set_isa_override(static_cast<fast::Isa>(static_cast<int>(fast::detected_isa()) + 1)), Error);
+  }
+}
+
 // AVX2 activation quantisation: codes and scales identical to the scalar reference; with AVX-512 present, every
 // output (Σx included) bit-identical to the AVX-512 quantisation.
 TEST(CpuFastKernels, QuantizeXAvx2MatchesScalarAndAvx512) {

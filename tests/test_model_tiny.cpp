@@ -65,18 +65,17 @@ class TinyModel : public ::testing::TestWithParam<std::tuple<const char*, const 
     std::string layout = std::get<0>(GetParam());
     w = load_model(base + "model-" + layout);
     ref.f = SafetensorsFile::open(base + "reference-" + layout + ".safetensors");
-    // "cpu-avx2": the fast kernels forced to the AVX2 tier (on an AVX-512 machine too), same bounds as "cpu"
+    // "cpu-avx2" / "cpu-portable": the fast kernels forced to that tier (on an AVX-512 machine too), same bounds
+    // as "cpu"
     std::string kind = std::get<1>(GetParam());
-    if (kind == "cpu-avx2") {
-      if (static_cast<int>(fast::detected_isa()) < static_cast<int>(fast::Isa::Avx2))
-        GTEST_SKIP() << "no AVX2 + FMA on this CPU";
-      fast::set_isa_override(fast::Isa::Avx2);
-      kind = "cpu";
-    }
-    be = make_backend(kind, w);
-    if (std::get<1>(GetParam()) == std::string("cpu-avx2")) {
-      ASSERT_EQ(be->name(), "cpu-fast-avx2");
-    }
+    for (fast::Isa isa : {fast::Isa::Avx2, fast::Isa::Portable})
+      if (kind == std::string("cpu-") + fast::isa_name(isa)) {
+        if (static_cast<int>(fast::detected_isa()) < static_cast<int>(isa)) GTEST_SKIP() << "tier not supported";
+        fast::set_isa_override(isa);
+        be = make_backend("cpu", w);
+        ASSERT_EQ(be->name(), std::string("cpu-fast-") + fast::isa_name(isa));
+      }
+    if (!be) be = make_backend(kind, w);
     V = w->cfg.vocab;
   }
   void TearDown() override { fast::clear_isa_override(); }
@@ -214,7 +213,7 @@ TEST_P(TinyModel, ContextOverflowAndBadIdsAreErrors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, TinyModel,
-                         ::testing::Combine(::testing::Values("bf16", "mlx-4bit"), ::testing::Values("cpu-ref", "cpu", "cpu-avx2")),
+                         ::testing::Combine(::testing::Values("bf16", "mlx-4bit"), ::testing::Values("cpu-ref", "cpu", "cpu-avx2", "cpu-portable")),
                          [](const auto& info) {
                            std::string s = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                            for (char& c : s)
