@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "test_metrics.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cpu/fast/fast_matmul.h"
@@ -40,15 +41,6 @@ struct RandQ4 {  // owns a random 4-bit affine matrix [rows, cols]
   }
 };
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i])) return INFINITY;
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 void check_q4(int rows, int cols, int n, bool precise, double tol, bool simd) {
   std::mt19937 rng(rows * 31 + cols * 7 + n);
@@ -65,7 +57,7 @@ void check_q4(int rows, int cols, int n, bool precise, double tol, bool simd) {
     fast::quantize_x(X.data(), n, cols, precise, qx);
     fast::q4_rows_portable(q.m, 0, rows, qx, precise, got.data());
   }
-  double e = rel_err(got, ref);
+  double e = testmetrics::rms_rel_err(got, ref);
   EXPECT_LE(e, tol) << rows << "x" << cols << " n=" << n << " precise=" << precise << " simd=" << simd;
 }
 
@@ -107,7 +99,7 @@ TEST(CpuFastKernels, Q4SimdMatchesPortableOnTheSameActivations) {
           std::vector<float> ref(static_cast<size_t>(n) * rows, NAN), got(ref.size(), NAN);
           fast::q4_rows_portable(q.m, 0, rows, qx, precise, ref.data());
           fast::q4_rows_avx512(q.m, 0, rows, qx, precise, got.data());
-          EXPECT_LE(rel_err(got, ref), 1e-6) << rows << "x" << cols << " n=" << n << " precise=" << precise;
+          EXPECT_LE(testmetrics::rms_rel_err(got, ref), 1e-6) << rows << "x" << cols << " n=" << n << " precise=" << precise;
           // a row range that starts inside the matrix (the thread pool's tasks)
           std::vector<float> part(ref.size(), NAN);
           fast::q4_rows_avx512(q.m, 16, rows, qx, precise, part.data());
@@ -180,7 +172,7 @@ TEST(CpuFastKernels, BatchOfJobsMatchesReference) {
                         static_cast<int>(xs[j].size() / shapes[j][1]), ys[j].data()});
       fast::matmul_batch(jobs.data(), static_cast<int>(jobs.size()), precise);
       for (int j = 0; j < 5; ++j)
-        EXPECT_LE(rel_err(ys[j], refs[j]), precise ? 2e-4 : 2e-2)
+        EXPECT_LE(testmetrics::rms_rel_err(ys[j], refs[j]), precise ? 2e-4 : 2e-2)
             << "job " << j << " decode=" << decode << " precise=" << precise;
     }
 }
@@ -194,7 +186,7 @@ TEST(CpuFastKernels, GenericPathMatchesReference) {
   std::vector<float> ref(3 * 50), got(ref.size(), NAN);
   ref::matmul(q.m, X.data(), 3, ref.data());
   fast::matmul(q.m, X.data(), 3, got.data(), true);
-  EXPECT_LE(rel_err(got, ref), 1e-5);
+  EXPECT_LE(testmetrics::rms_rel_err(got, ref), 1e-5);
 }
 
 #include "cpu/fast/seq_kernels.h"
@@ -220,8 +212,8 @@ TEST(CpuFastKernels, GdnStepMatchesReferenceAtRealSizes) {
     ref::gdn_step(S1.data(), q.data(), k.data(), v.data(), g.data(), beta.data(), Hk, Hv, Dk, Dv, o1.data());
     fast::gdn_step(S2.data(), q.data(), k.data(), v.data(), g.data(), beta.data(), Hk, Hv, Dk, Dv, o2.data());
   }
-  EXPECT_LE(rel_err(o2, o1), 1e-5);
-  EXPECT_LE(rel_err(S2, S1), 1e-5);
+  EXPECT_LE(testmetrics::rms_rel_err(o2, o1), 1e-5);
+  EXPECT_LE(testmetrics::rms_rel_err(S2, S1), 1e-5);
 }
 
 // The chunk scan (head-major over n tokens) against n reference steps, inputs as rows of one [n][xs] buffer.
@@ -247,8 +239,8 @@ TEST(CpuFastKernels, GdnScanMatchesReferenceSteps) {
                   Hv, Dk, Dv, &o1[size_t(t) * Hv * Dv]);
   fast::gdn_scan(S2.data(), x.data(), x.data() + Hk * Dk, x.data() + 2 * Hk * Dk, xs, g.data(), beta.data(), n, Hk, Hv,
                  Dk, Dv, o2.data());
-  EXPECT_LE(rel_err(o2, o1), 1e-5);
-  EXPECT_LE(rel_err(S2, S1), 1e-5);
+  EXPECT_LE(testmetrics::rms_rel_err(o2, o1), 1e-5);
+  EXPECT_LE(testmetrics::rms_rel_err(S2, S1), 1e-5);
 }
 
 TEST(CpuFastKernels, AttentionMatchesReferenceShortAndSplit) {
@@ -263,7 +255,7 @@ TEST(CpuFastKernels, AttentionMatchesReferenceShortAndSplit) {
     std::vector<float> a(nq * hd), b(nq * hd, NAN);
     ref::attention_one(q.data(), kc.data(), vc.data(), T, nq, nkv, hd, a.data());
     fast::attention_one(q.data(), kc.data(), vc.data(), T, nq, nkv, hd, b.data());
-    EXPECT_LE(rel_err(b, a), 1e-5) << "T=" << T;
+    EXPECT_LE(testmetrics::rms_rel_err(b, a), 1e-5) << "T=" << T;
   }
 }
 
@@ -285,7 +277,7 @@ TEST(CpuFastKernels, DenseBf16MatchesReference) {
     std::vector<float> ref(size_t(n) * rows), got(ref.size(), NAN);
     ref::matmul(m, X.data(), n, ref.data());
     fast::matmul(m, X.data(), n, got.data(), true);
-    EXPECT_LE(rel_err(got, ref), 1e-5) << "n=" << n;
+    EXPECT_LE(testmetrics::rms_rel_err(got, ref), 1e-5) << "n=" << n;
   }
 }
 
@@ -389,11 +381,11 @@ TEST(CpuFastKernels, Q4Avx2MatchesPortableAndAvx512) {
           fast::q4_rows_avx2(q.m, 0, rows, qx, precise, got.data());
           const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " n=" + std::to_string(n) +
                                    " precise=" + std::to_string(precise);
-          EXPECT_LE(rel_err(got, ref), 1e-6) << what;
+          EXPECT_LE(testmetrics::rms_rel_err(got, ref), 1e-6) << what;
           if (avx512) {
             fast::q4_rows_avx512(q.m, 0, rows, qx, precise, v512.data());
             EXPECT_TRUE(same_bits(got, v512)) << what << ": AVX2 differs from AVX-512 (max rel "
-                                              << rel_err(got, v512) << ")";
+                                              << testmetrics::rms_rel_err(got, v512) << ")";
           }
           // row ranges starting inside the matrix: at 16 (a pool task boundary) and at 5 (decode quads)
           for (int r0 : {5, 16}) {
@@ -448,7 +440,7 @@ TEST(CpuFastKernels, Q8Bf16Avx2MatchesReferenceAndAvx512) {
       std::vector<float> ref(size_t(n) * m->rows), got(ref.size(), NAN), v512(ref.size(), NAN);
       ref::matmul(*m, X.data(), n, ref.data());
       fast::q8_bf16_rows_avx2(*m, 0, m->rows, X.data(), n, got.data());
-      EXPECT_LE(rel_err(got, ref), 1e-5) << "bits=" << m->bits << " n=" << n;
+      EXPECT_LE(testmetrics::rms_rel_err(got, ref), 1e-5) << "bits=" << m->bits << " n=" << n;
       if (has_isa(fast::Isa::Avx512)) {
         fast::q8_bf16_rows_avx512(*m, 0, m->rows, X.data(), n, v512.data());
         EXPECT_TRUE(same_bits(got, v512)) << "bits=" << m->bits << " n=" << n;
@@ -501,8 +493,8 @@ TEST(CpuFastKernels, SeqKernelsAvx2MatchReferenceAndAvx512) {
     std::vector<float> S1, o1, S2, o2, S3, o3;
     run(0, S1, o1);
     run(1, S2, o2);
-    EXPECT_LE(rel_err(o2, o1), 1e-5);
-    EXPECT_LE(rel_err(S2, S1), 1e-5);
+    EXPECT_LE(testmetrics::rms_rel_err(o2, o1), 1e-5);
+    EXPECT_LE(testmetrics::rms_rel_err(S2, S1), 1e-5);
     if (avx512) {
       run(2, S3, o3);
       EXPECT_TRUE(same_bits(o2, o3));
@@ -517,7 +509,7 @@ TEST(CpuFastKernels, SeqKernelsAvx2MatchReferenceAndAvx512) {
     fast::set_isa_override(fast::Isa::Avx2);
     fast::attention_one(q.data(), kc.data(), vc.data(), T, nq, nkv, hd, b.data());
     fast::clear_isa_override();
-    EXPECT_LE(rel_err(b, a), 1e-5) << "T=" << T;
+    EXPECT_LE(testmetrics::rms_rel_err(b, a), 1e-5) << "T=" << T;
     if (avx512) {
       fast::attention_one(q.data(), kc.data(), vc.data(), T, nq, nkv, hd, c.data());
       EXPECT_TRUE(same_bits(b, c)) << "T=" << T;

@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+#include "cuda_test_buffers.h"
+#include "test_metrics.h"
 #include "core/dtype.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
@@ -23,43 +25,10 @@ namespace {
 
 #define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
 
-struct Dev {  // device allocations freed at scope end
-  std::vector<void*> p;
-  ~Dev() {
-    for (void* q : p) cudaFree(q);
-  }
-  template <typename T>
-  T* up(const std::vector<T>& v) {
-    void* d = nullptr;
-    if (cudaMalloc(&d, std::max<size_t>(v.size(), 4) * sizeof(T)) != cudaSuccess) return nullptr;
-    cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-    p.push_back(d);
-    return static_cast<T*>(d);
-  }
-  float* poisoned(size_t n) {
-    void* d = nullptr;
-    if (cudaMalloc(&d, std::max<size_t>(n, 4) * 4) != cudaSuccess) return nullptr;
-    cudaMemset(d, 0xFF, n * 4);
-    p.push_back(d);
-    return static_cast<float*>(d);
-  }
-};
+using testcuda::Dev;
+using testcuda::down;
 
-std::vector<float> down(const float* d, size_t n) {
-  std::vector<float> h(n);
-  cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost);
-  return h;
-}
 
-double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 // n matrices [rows, cols] of affine `bits`/g64 stored back to back (host QMatrix views + one device stack).
 struct AffStack {
@@ -216,16 +185,16 @@ TEST_P(CudaMoeDecode, MatchesReference) {
     std::vector<int32_t> gidx(K);
     CK(cudaMemcpy(gidx.data(), a.route_idx, K * 4, cudaMemcpyDeviceToHost));
     for (int j = 0; j < K; ++j) EXPECT_EQ(gidx[j], idx[j]) << "rep " << rep << " slot " << j;
-    EXPECT_LT(rel_err(down(a.route_w, K), wt), 1e-5);
-    EXPECT_LT(rel_err(down(a.logits, E), logits), 1e-5);
+    EXPECT_LT(testmetrics::rms_rel_err(down(a.route_w, K), wt), 1e-5);
+    EXPECT_LT(testmetrics::rms_rel_err(down(a.logits, E), logits), 1e-5);
     if (int8x) {
       // the kernel implements the int8 model up to f32 rounding; the model itself (activations to ~16 bits, error
       // <= max|x of the chunk| / 64516 per element) sits 7.6e-5 from exact f32 here: the heavy-tailed SiLU*mul
       // products have chunk maxima well above their RMS
-      EXPECT_LT(rel_err(down(dx, H), want_q), 1e-5) << "rep " << rep;
-      EXPECT_LT(rel_err(down(dx, H), want), 2e-4) << "rep " << rep;
+      EXPECT_LT(testmetrics::rms_rel_err(down(dx, H), want_q), 1e-5) << "rep " << rep;
+      EXPECT_LT(testmetrics::rms_rel_err(down(dx, H), want), 2e-4) << "rep " << rep;
     } else {
-      EXPECT_LT(rel_err(down(dx, H), want), 1e-5) << "rep " << rep;
+      EXPECT_LT(testmetrics::rms_rel_err(down(dx, H), want), 1e-5) << "rep " << rep;
     }
   }
 }
@@ -306,7 +275,7 @@ TEST_P(CudaAttnDecode, MatchesReference) {
     cuda::attn_decode(a, nullptr, true);
     CK(cudaDeviceSynchronize());
     // f32 online softmax over T positions vs the reference: 2e-5 up to 5000; H200 measured 4.1e-5 at T = 20000
-    EXPECT_LT(rel_err(down(a.out, size_t(nq) * hd), want), T > 5000 ? 8e-5 : 2e-5) << "T=" << T << " rep " << rep;
+    EXPECT_LT(testmetrics::rms_rel_err(down(a.out, size_t(nq) * hd), want), T > 5000 ? 8e-5 : 2e-5) << "T=" << T << " rep " << rep;
   }
   // the new k/v were appended at pos
   std::vector<uint16_t> kv2(kv.size());
@@ -393,11 +362,11 @@ TEST(CudaDecodeKernels, GdnStepMatchesReference) {
   ga.ctl = dctl;
   cuda::gdn_decode(ga, nullptr, true);
   CK(cudaDeviceSynchronize());
-  EXPECT_LT(rel_err(down(ga.y, size_t(Hv) * Dv), want), 1e-4);
+  EXPECT_LT(testmetrics::rms_rel_err(down(ga.y, size_t(Hv) * Dv), want), 1e-4);
   const std::vector<float> S2 = down(ctl.S + size_t(layer) * Hv * Dv * Dk, size_t(Hv) * Dv * Dk);
-  EXPECT_LT(rel_err(S2, Sref), 1e-5);
+  EXPECT_LT(testmetrics::rms_rel_err(S2, Sref), 1e-5);
   const std::vector<float> ring2 = down(ctl.conv + (size_t(layer) * K + pos % K) * C, C);
-  EXPECT_LT(rel_err(ring2, qkv), 1e-7);  // this position's raw inputs stored in its ring slot
+  EXPECT_LT(testmetrics::rms_rel_err(ring2, qkv), 1e-7);  // this position's raw inputs stored in its ring slot
 }
 
 }  // namespace

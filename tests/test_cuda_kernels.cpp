@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "test_metrics.h"
 #include "core/dtype.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
@@ -85,15 +86,6 @@ void make_mat(TestMat& t, int rows, int cols, int fmt, std::mt19937& rng) {
   t.d.w = static_cast<const uint8_t*>(dw);
 }
 
-double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;  // NaN never passes
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 class CudaGemv : public ::testing::TestWithParam<std::tuple<int, int, bool, bool>> {};
 
@@ -148,18 +140,18 @@ TEST_P(CudaGemv, MatchesReferenceMatvec) {
   // int8 x: each element within max|x of its 32-chunk| / 64516, ~1.3e-5 RMS-relative on these inputs (error
   // model in device_util.cuh); a wrong nibble/byte order gives O(1). f32 x: rounding only.
   const double bound = int8x ? 5e-5 : 1e-5;
-  EXPECT_LT(rel_err(got0, want0), bound);
-  EXPECT_LT(rel_err(got1, want1), bound);
+  EXPECT_LT(testmetrics::rms_rel_err(got0, want0), bound);
+  EXPECT_LT(testmetrics::rms_rel_err(got1, want1), bound);
   if (int8x) {  // and the kernel implements the int8 model (int8x_model.h) up to f32 rounding
     std::vector<float> q0(rows0), q1(rows1);
     testing_int8x::matvec_hilo(m0.q, xn.data(), q0.data());
     testing_int8x::matvec_hilo(m1.q, xn.data(), q1.data());
     for (int i = 0; i < rows1; ++i) q1[size_t(i)] += y1[size_t(i)];
-    EXPECT_LT(rel_err(got0, q0), 1e-5);
-    EXPECT_LT(rel_err(got1, q1), 1e-5);
+    EXPECT_LT(testmetrics::rms_rel_err(got0, q0), 1e-5);
+    EXPECT_LT(testmetrics::rms_rel_err(got1, q1), 1e-5);
   }
   if (int8x) {
-    EXPECT_GT(rel_err(got0, want0), 0.0) << "int8 path did not run (result bit-identical to f32)";
+    EXPECT_GT(testmetrics::rms_rel_err(got0, want0), 0.0) << "int8 path did not run (result bit-identical to f32)";
   }
 }
 

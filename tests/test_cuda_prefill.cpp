@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+#include "cuda_test_buffers.h"
+#include "test_metrics.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cpu/ref_ops.h"
@@ -23,50 +25,14 @@ namespace {
 
 #define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
 
-struct Dev {  // device buffers freed at scope exit
-  std::vector<void*> p;
-  ~Dev() {
-    for (void* q : p) cudaFree(q);
-  }
-  template <class T>
-  T* up(const std::vector<T>& v) {
-    void* d = nullptr;
-    if (cudaMalloc(&d, std::max<size_t>(v.size(), 1) * sizeof(T)) != cudaSuccess) return nullptr;
-    cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-    p.push_back(d);
-    return static_cast<T*>(d);
-  }
-  template <class T>
-  T* poisoned(size_t n) {
-    void* d = nullptr;
-    if (cudaMalloc(&d, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) return nullptr;
-    cudaMemset(d, 0xFF, n * sizeof(T));
-    p.push_back(d);
-    return static_cast<T*>(d);
-  }
-};
-template <class T>
-std::vector<T> down(const T* d, size_t n) {
-  std::vector<T> h(n);
-  cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return h;
-}
+using testcuda::Dev;
+using testcuda::down;
 std::vector<float> from_bf(const std::vector<uint16_t>& v) {
   std::vector<float> o(v.size());
   for (size_t i = 0; i < v.size(); ++i) o[i] = bf16_to_f32(v[i]);
   return o;
 }
 
-// max |got - want| / max |want|; infinite on any non-finite value
-double err(const std::vector<float>& got, const std::vector<float>& want) {
-  double mx = 0, mw = 1e-30;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    mx = std::max(mx, std::fabs(double(got[i]) - want[i]));
-    mw = std::max(mw, std::fabs(double(want[i])));
-  }
-  return mx / mw;
-}
 
 // Random matrix [rows, cols] in format fmt: host QMatrix + device DMat (E experts back to back when E > 1).
 struct Mat {
@@ -149,13 +115,13 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
   g.ldc = N;
   cuda::prefill_gemm(g, cuda::kGemmStore, nullptr, simple);
   CK(cudaDeviceSynchronize());
-  const double e1 = err(down(g.C, c0.size()), want);
+  const double e1 = testmetrics::max_rel_err(down(g.C, c0.size()), want);
   g.C = dev.up(c0);
   cuda::prefill_gemm(g, cuda::kGemmAdd, nullptr, simple);
   CK(cudaDeviceSynchronize());
   std::vector<float> want2(want);
   for (size_t i = 0; i < want2.size(); ++i) want2[i] += c0[i];
-  const double e2 = err(down(g.C, c0.size()), want2);
+  const double e2 = testmetrics::max_rel_err(down(g.C, c0.size()), want2);
   // grouped: 3 experts, rows gathered from A, tile map built here
   const int E = 3, I = 96;
   Mat gt, upm;
@@ -194,7 +160,7 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
       ref::matvec(upm.q[size_t(e)], &a[size_t(rows[size_t(r)]) * K], uv.data());
       for (int j = 0; j < I; ++j) want3[size_t(r) * I + j] = ref::silu(gv[size_t(j)]) * uv[size_t(j)];
     }
-  const double e3 = err(from_bf(down(q.Cb, want3.size())), want3);
+  const double e3 = testmetrics::max_rel_err(from_bf(down(q.Cb, want3.size())), want3);
   std::printf("[ prefill gemm fmt %d %s ] store %.2e add %.2e grouped silu*mul %.2e\n", fmt, simple ? "simple" : "mma",
               e1, e2, e3);
   const double tol = (simple || fmt == cuda::kBF16) ? 1e-4 : 1e-2;  // mma path rounds dequantised weights to bf16

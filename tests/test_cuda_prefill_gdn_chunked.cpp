@@ -13,6 +13,8 @@
 #include <random>
 #include <vector>
 
+#include "cuda_test_buffers.h"
+#include "test_metrics.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/prefill.h"
@@ -23,36 +25,8 @@ namespace {
 
 #define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
 
-struct Dev {  // device buffers freed at scope exit
-  std::vector<void*> p;
-  ~Dev() {
-    for (void* q : p) cudaFree(q);
-  }
-  template <class T>
-  T* up(const std::vector<T>& v) {
-    void* d = nullptr;
-    if (cudaMalloc(&d, std::max<size_t>(v.size(), 1) * sizeof(T)) != cudaSuccess) return nullptr;
-    cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-    p.push_back(d);
-    return static_cast<T*>(d);
-  }
-};
-template <class T>
-std::vector<T> down(const T* d, size_t n) {
-  std::vector<T> h(n);
-  cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return h;
-}
-// max |got - want| / max |want|; infinite on any non-finite value
-double err(const std::vector<float>& got, const std::vector<float>& want) {
-  double mx = 0, mw = 1e-30;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    mx = std::max(mx, std::fabs(double(got[i]) - want[i]));
-    mw = std::max(mw, std::fabs(double(want[i])));
-  }
-  return mx / mw;
-}
+using testcuda::Dev;
+using testcuda::down;
 
 struct Case {
   int Hk, Hv, Dk, Dv, n1, n2;
@@ -149,7 +123,7 @@ TEST_P(PrefillGdnChunked, MatchesReferenceAndSequentialScan) {
   run_gpu(p, cs.n1, true, yc, Sc, took_c);
   run_gpu(p, cs.n1, false, ys, Ss, took_s);
   ASSERT_TRUE(took_c && took_s) << "the chunked path was not taken where expected";
-  const double ey = err(yc, want), es = err(Sc, Sw), eys = err(ys, want), ess = err(Ss, Sw), ecs = err(yc, ys);
+  const double ey = testmetrics::max_rel_err(yc, want), es = testmetrics::max_rel_err(Sc, Sw), eys = testmetrics::max_rel_err(ys, want), ess = testmetrics::max_rel_err(Ss, Sw), ecs = testmetrics::max_rel_err(yc, ys);
   std::printf("[ gdn chunked ] Hv %d Dk %d Dv %d n %d+%d decay %.0f: chunked y %.2e S %.2e | sequential y %.2e S "
               "%.2e | chunked vs sequential y %.2e\n",
               cs.Hv, cs.Dk, cs.Dv, cs.n1, cs.n2, cs.decay, ey, es, eys, ess, ecs);

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "test_metrics.h"
 #include "core/dtype.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
@@ -31,15 +32,6 @@ std::vector<T> down(const T* d, size_t n) {
   std::vector<T> h(n);
   cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
   return h;
-}
-double err(const std::vector<float>& got, const std::vector<float>& want) {
-  double mx = 0, mw = 1e-30;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    mx = std::max(mx, std::fabs(double(got[i]) - want[i]));
-    mw = std::max(mw, std::fabs(double(want[i])));
-  }
-  return mx / mw;
 }
 float bfr(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
@@ -96,7 +88,7 @@ TEST(PrefillGdn, TwoChunksMatchTokenByTokenReference) {
   auto yh = down(dy, yb.size());
   std::vector<float> got(yh.size());
   for (size_t i = 0; i < yh.size(); ++i) got[i] = bf16_to_f32(yh[i]);
-  const double ey = err(got, want), es = err(down(a.S, S.size()), S);
+  const double ey = testmetrics::max_rel_err(got, want), es = testmetrics::max_rel_err(down(a.S, S.size()), S);
   std::printf("[ prefill gdn ] y %.2e  S %.2e\n", ey, es);
   EXPECT_LT(ey, 1e-2);
   EXPECT_LT(es, 1e-4);
@@ -178,7 +170,7 @@ TEST_P(PrefillAttn, ChunksOverCacheMatchReference) {
     auto oh = down(dout, want.size());
     for (size_t i = 0; i < oh.size(); ++i) got[i] = bf16_to_f32(oh[i]);
   }
-  const double e = err(got, want);
+  const double e = testmetrics::max_rel_err(got, want);
   std::printf("[ prefill attn hd %d %s %s ] %.2e\n", hd, simple ? "simple" : "flash", precise ? "precise" : "bf16", e);
   EXPECT_LT(e, precise ? 1e-3 : 2e-2);
   for (void* p : {static_cast<void*>(dproj), (void*)dkv, (void*)dq, (void*)dout, (void*)dout_f, (void*)a.q_norm,

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "test_metrics.h"
 #include "cpu/gdn_chunked.h"
 #include "cpu/ref_ops.h"
 
@@ -15,16 +16,6 @@ using namespace lily;
 
 namespace {
 
-// max |got - want| / max |want|; infinite on any non-finite value
-double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-  double mx = 0, mw = 1e-30;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    mx = std::max(mx, std::fabs(double(got[i]) - want[i]));
-    mw = std::max(mw, std::fabs(double(want[i])));
-  }
-  return mx / mw;
-}
 
 struct Inputs {
   std::vector<float> q, k, v, g, beta, S0;
@@ -85,7 +76,7 @@ TEST_P(GdnChunked, EqualsTokenByTokenReference) {
     ref::gdn_chunked(S2.data(), &in.q[size_t(n1) * Hk * Dk], &in.k[size_t(n1) * Hk * Dk],
                      &in.v[size_t(n1) * Hv * Dv], &in.g[size_t(n1) * Hv], &in.beta[size_t(n1) * Hv], n - n1, Hk, Hv,
                      Dk, Dv, cs.C, &got[size_t(n1) * Hv * Dv]);
-  const double eo = rel_err(got, want), es = rel_err(S2, S);
+  const double eo = testmetrics::max_rel_err(got, want), es = testmetrics::max_rel_err(S2, S);
   std::printf("[ gdn chunked ] n %d C %d decay %d: o %.2e  S %.2e\n", n, cs.C, cs.decay, eo, es);
   EXPECT_LT(eo, 2e-5);
   EXPECT_LT(es, 2e-5);
@@ -107,7 +98,7 @@ TEST(GdnChunkedCheck, DetectsAWrongDecay) {  // the comparison above can fail: o
   std::vector<float> S2 = in.S0;
   ref::gdn_chunked(S2.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), n, Hk, Hv, Dk, Dv,
                    64, got.data());
-  EXPECT_GT(rel_err(got, want), 2e-5);
+  EXPECT_GT(testmetrics::max_rel_err(got, want), 2e-5);
 }
 
 }  // namespace
