@@ -244,7 +244,7 @@ TEST(CpuFastKernels, GdnScanMatchesReferenceSteps) {
 }
 
 TEST(CpuFastKernels, AttentionMatchesReferenceShortAndSplit) {
-  for (int T : {1, 7, 300, 2000}) {
+  for (int T : {1, 7, 65, 300, 2000, 40000}) {  // 40000: long context, blocks of 5000 positions
     const int nq = 16, nkv = 2, hd = 256;
     std::mt19937 rng(T);
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -501,7 +501,7 @@ TEST(CpuFastKernels, SeqKernelsAvx2MatchReferenceAndAvx512) {
       EXPECT_TRUE(same_bits(S2, S3));
     }
   }
-  for (int T : {1, 7, 300, 2000}) {  // attention, short and split over blocks
+  for (int T : {1, 7, 65, 300, 2000, 40000}) {  // attention, short, split over blocks, long
     const int nq = 16, nkv = 2, hd = 256;
     auto q = rnd(nq * hd, 1.0f), kc = rnd(size_t(T) * nkv * hd, 1.0f), vc = rnd(size_t(T) * nkv * hd, 1.0f);
     std::vector<float> a(nq * hd), b(nq * hd, NAN), c(nq * hd, NAN);
