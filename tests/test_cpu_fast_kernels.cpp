@@ -259,6 +259,36 @@ TEST(CpuFastKernels, AttentionMatchesReferenceShortAndSplit) {
   }
 }
 
+#include "cpu/fast/cpu_isa.h"
+
+// Other GQA groups (8, 4, 2, 1 query heads per KV head), head sizes and more KV heads than one pass takes (4),
+// on both SIMD tiers (bit-identical to each other).
+TEST(CpuFastKernels, AttentionOtherShapesMatchReference) {
+  struct Shape {
+    int nq, nkv, hd;
+  };
+  const bool avx512 = fast::active_isa() == fast::Isa::Avx512;
+  for (const Shape sh : {Shape{8, 1, 128}, Shape{8, 2, 128}, Shape{12, 6, 64}, Shape{5, 5, 96}})
+    for (int T : {1, 33, 700}) {
+      std::mt19937 rng(T * 31 + sh.nq);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> q(size_t(sh.nq) * sh.hd), kc(size_t(T) * sh.nkv * sh.hd), vc(kc.size());
+      for (auto& x : q) x = nd(rng);
+      for (auto& x : kc) x = nd(rng);
+      for (auto& x : vc) x = nd(rng);
+      std::vector<float> a(q.size()), b(q.size(), NAN), c(q.size(), NAN);
+      ref::attention_one(q.data(), kc.data(), vc.data(), T, sh.nq, sh.nkv, sh.hd, a.data());
+      fast::attention_one(q.data(), kc.data(), vc.data(), T, sh.nq, sh.nkv, sh.hd, b.data());
+      EXPECT_LE(testmetrics::rms_rel_err(b, a), 1e-5) << "T=" << T << " nq=" << sh.nq << " nkv=" << sh.nkv;
+      if (avx512) {
+        fast::set_isa_override(fast::Isa::Avx2);
+        fast::attention_one(q.data(), kc.data(), vc.data(), T, sh.nq, sh.nkv, sh.hd, c.data());
+        fast::clear_isa_override();
+        EXPECT_EQ(0, std::memcmp(b.data(), c.data(), b.size() * sizeof(float))) << "T=" << T << " nq=" << sh.nq;
+      }
+    }
+}
+
 TEST(CpuFastKernels, DenseBf16MatchesReference) {
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);
