@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda_test_buffers.h"
 #include "test_metrics.h"
 #include "core/dtype.h"
 #include "cpu/ref_ops.h"
@@ -27,12 +28,7 @@ T* dnew(const std::vector<T>& v) {
   cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
   return static_cast<T*>(d);
 }
-template <class T>
-std::vector<T> down(const T* d, size_t n) {
-  std::vector<T> h(n);
-  cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return h;
-}
+using testcuda::down;
 float bfr(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 TEST(PrefillGdn, TwoChunksMatchTokenByTokenReference) {

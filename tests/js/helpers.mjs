@@ -4,6 +4,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const LILY = process.env.LILY_BIN || path.join(here, '../../build/lily');
@@ -58,4 +59,9 @@ export function rssBytes(pid) {
 export async function metric(url, name) {
   const t = await (await fetch(url + '/metrics')).text();
   return Number(t.match(new RegExp('^' + name + ' ([0-9.e+-]+)', 'm'))?.[1] || 0);
+}
+
+// The official client against a started server (no retries, so a refused request shows as such).
+export function openaiClient(s, apiKey = 'unused') {
+  return new OpenAI({ baseURL: s.url + '/v1', apiKey, maxRetries: 0 });
 }

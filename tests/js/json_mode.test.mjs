@@ -3,14 +3,13 @@
 // write, the content is one JSON object ("stop") or, cut by max_tokens, a prefix of one ("length").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import OpenAI from 'openai';
-import { startServer, stopServer } from './helpers.mjs';
+import { openaiClient, startServer, stopServer } from './helpers.mjs';
 
 let srv, client, model;
 
 before(async () => {
   srv = await startServer();
-  client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+  client = openaiClient(srv);
   model = (await client.models.list()).data[0].id;
 });
 

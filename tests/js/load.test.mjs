@@ -3,10 +3,8 @@
 // disconnect mid-stream) with the server's resident memory checked before and after.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import OpenAI from 'openai';
-import { metric, rssBytes, startServer, stopServer } from './helpers.mjs';
+import { metric, openaiClient, rssBytes, startServer, stopServer } from './helpers.mjs';
 
-const clientFor = (s) => new OpenAI({ baseURL: s.url + '/v1', apiKey: 'unused', maxRetries: 0 });
 
 async function drainChat(stream) {
   let finish = null, usage = null, text = '', role = null;
@@ -24,7 +22,7 @@ async function drainChat(stream) {
 test('six clients at once are all served (--queue 8)', async () => {
   const s = await startServer(['--queue', '8']);
   try {
-    const client = clientFor(s);
+    const client = openaiClient(s);
     const model = (await client.models.list()).data[0].id;
     const before = await metric(s.url, 'lily_requests_total\\{route="/v1/chat/completions",code="200"\\}');
     const ask = (i) => ({
@@ -67,7 +65,7 @@ const SOAK = 300, WARMUP = 50, WORKERS = 4, CACHE_MB = 8, MAX_GROWTH = 24 << 20;
 test(`soak: ${SOAK} mixed requests, stable memory`, async (t) => {
   const s = await startServer(['--queue', '16', '--cache-mb', String(CACHE_MB)]);
   try {
-    const client = clientFor(s);
+    const client = openaiClient(s);
     const model = (await client.models.list()).data[0].id;
     const shared = 'You are the soak-test assistant. Keep every answer short and factual. '.repeat(6);
     const counts = { chat: 0, stream: 0, text: 0, shared: 0, aborted: 0 };

@@ -3,14 +3,13 @@
 // the tests check shapes, determinism and server behaviour, not text quality.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import OpenAI from 'openai';
-import { CTX, startServer, stopServer } from './helpers.mjs';
+import { CTX, openaiClient, startServer, stopServer } from './helpers.mjs';
 
 let srv, client, model;
 
 before(async () => {
   srv = await startServer();
-  client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+  client = openaiClient(srv);
   const list = await client.models.list();
   model = list.data[0].id;
 });
@@ -245,9 +244,9 @@ test('api key is enforced when set', async () => {
     const none = await fetch(s.url + '/v1/models');
     assert.equal(none.status, 401);
     assert.equal((await none.json()).error.type, 'authentication_error');
-    const wrong = new OpenAI({ baseURL: s.url + '/v1', apiKey: 'nope', maxRetries: 0 });
+    const wrong = openaiClient(s, 'nope');
     await expectStatus(wrong.models.list(), 401);
-    const right = new OpenAI({ baseURL: s.url + '/v1', apiKey: 'sekret', maxRetries: 0 });
+    const right = openaiClient(s, 'sekret');
     const r = await right.chat.completions.create(chatArgs({ max_tokens: 2 }));
     assert.equal(r.choices[0].message.role, 'assistant');
     assert.equal((await fetch(s.url + '/health')).status, 200);

@@ -2,14 +2,13 @@
 // model, random weights: output is noise, so these check what the server does around it).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import OpenAI from 'openai';
-import { startServer, stopServer } from './helpers.mjs';
+import { openaiClient, startServer, stopServer } from './helpers.mjs';
 
 let srv, client, model;
 
 before(async () => {
   srv = await startServer();
-  client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+  client = openaiClient(srv);
   model = (await client.models.list()).data[0].id;
 });
 

@@ -187,6 +187,16 @@ LILY_AVX512 inline __m512 reduce16_512(const __m512* a) {
   return _mm512_permutexvar_ps(idx, r);
 }
 
+// Empty partials (m = -inf, l = 0, acc = 0) for ng KV heads of G query heads: [m[G] | l[G] | acc[G][hd]] each,
+// stride floats apart.
+inline void init_partials(float* part, size_t stride, int ng, int G, int hd) {
+  for (int j = 0; j < ng; ++j) {
+    float* pb = part + j * stride;
+    std::fill(pb, pb + G, -INFINITY);
+    std::fill(pb + G, pb + 2 * G + static_cast<size_t>(G) * hd, 0.0f);
+  }
+}
+
 // Partial attention over positions [t0, t1) of every KV head: part + kvh * stride holds KV head kvh's running
 // max m[G], sum l[G] and unnormalised output acc[G][hd] for its G query heads. The KV heads go in groups of up
 // to kNK so that K and V are read in row order (a row holds all KV heads).
@@ -198,14 +208,7 @@ LILY_AVX512 void attn_range(const float* q, const float* kc, const float* vc, in
   const __m512 vs = _mm512_set1_ps(scale);
   for (int g0 = 0; g0 < nkv; g0 += kNK) {
     const int ng = std::min(kNK, nkv - g0);
-    for (int j = 0; j < ng; ++j) {
-      float* pb = part + (g0 + j) * stride;
-      for (int h = 0; h < G; ++h) {
-        pb[h] = -INFINITY;
-        pb[G + h] = 0.0f;
-      }
-      std::fill(pb + 2 * G, pb + 2 * G + static_cast<size_t>(G) * hd, 0.0f);
-    }
+    init_partials(part + g0 * stride, stride, ng, G, hd);
     for (int b0 = t0; b0 < t1; b0 += kBT) {
       const int n = std::min(kBT, t1 - b0);
       for (int i = 0; i < n; i += 2) {  // scores, two positions at a time
@@ -285,14 +288,7 @@ LILY_AVX2 void attn_range_avx2(const float* q, const float* kc, const float* vc,
   constexpr int HG = G < 4 ? G : 4;  // heads per pass over a K row (8 accumulators)
   for (int g0 = 0; g0 < nkv; g0 += kNK) {
     const int ng = std::min(kNK, nkv - g0);
-    for (int j = 0; j < ng; ++j) {
-      float* pb = part + (g0 + j) * stride;
-      for (int h = 0; h < G; ++h) {
-        pb[h] = -INFINITY;
-        pb[G + h] = 0.0f;
-      }
-      std::fill(pb + 2 * G, pb + 2 * G + static_cast<size_t>(G) * hd, 0.0f);
-    }
+    init_partials(part + g0 * stride, stride, ng, G, hd);
     for (int b0 = t0; b0 < t1; b0 += kBT) {
       const int n = std::min(kBT, t1 - b0);
       for (int i = 0; i < n; ++i) {
