@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "cuda_test_buffers.h"
@@ -78,12 +79,13 @@ void make_stack(AffStack& st, int n, int rows, int cols, int bits, std::mt19937&
   st.d.sb_stride = int64_t(ng);
 }
 
-class CudaMoeDecode : public ::testing::TestWithParam<bool> {};
+class CudaMoeDecode : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
-// Router + routing + gate_up + down vs the reference MoE; the 4-bit experts with f32 x and with int8 hi+lo x (dp4a).
+// Router + routing + gate_up + down vs the reference MoE; the 4-bit experts with f32 x and with int8 hi+lo x (dp4a);
+// router and gate_up as two launches or as one (moe_route_gate_up, with its grid barrier).
 TEST_P(CudaMoeDecode, MatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const bool int8x = GetParam();
+  const bool int8x = std::get<0>(GetParam()), fused = std::get<1>(GetParam());
   struct Restore {
     bool v = cuda::decode_int8_x();
     ~Restore() { cuda::set_decode_int8_x(v); }
@@ -176,10 +178,14 @@ TEST_P(CudaMoeDecode, MatchesReference) {
   a.route_idx = reinterpret_cast<int32_t*>(dev.poisoned(K));
   a.route_w = dev.poisoned(K);
   a.out = dx;
-  for (int rep = 0; rep < 2; ++rep) {  // twice: the router's counter must reset itself
+  for (int rep = 0; rep < 3; ++rep) {  // again: the router's counter / the barrier must reset themselves
     CK(cudaMemcpy(dx, x.data(), H * 4, cudaMemcpyHostToDevice));
-    cuda::moe_router(a, nullptr, true);
-    cuda::moe_gate_up(a, nullptr, true);
+    if (fused) {
+      cuda::moe_route_gate_up(a, nullptr, true);
+    } else {
+      cuda::moe_router(a, nullptr, true);
+      cuda::moe_gate_up(a, nullptr, true);
+    }
     cuda::moe_down(a, nullptr, true);
     CK(cudaDeviceSynchronize());
     std::vector<int32_t> gidx(K);
@@ -199,7 +205,7 @@ TEST_P(CudaMoeDecode, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Activations, CudaMoeDecode, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(ActivationsLaunches, CudaMoeDecode, ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 class CudaAttnDecode : public ::testing::TestWithParam<int> {};
 

@@ -55,6 +55,7 @@ CudaOptions CudaOptions::from_env() {
   o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecSplit;
   o.prefill_attn_precise = env_on("LILY_CUDA_PREFILL_ATTN_PRECISE", true);
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
+  o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
   if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
   o.trace = env_on("LILY_CUDA_TRACE", false);
   return o;
@@ -486,10 +487,15 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.route_idx = ridx_;
     m.route_w = rw_;
     m.out = x_;
-    if (!opt_.skips("router")) moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
-    mark("moe router");
-    if (!opt_.skips("gate_up")) moe_gate_up(m, s, pdl);
-    mark("moe gate_up");
+    if (opt_.fused_router && m.router.cols == m.gate.m.cols) {
+      if (!opt_.skips("gate_up")) moe_route_gate_up(m, s, pdl);
+      mark("moe router + gate_up");
+    } else {
+      if (!opt_.skips("router")) moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
+      mark("moe router");
+      if (!opt_.skips("gate_up")) moe_gate_up(m, s, pdl);
+      mark("moe gate_up");
+    }
     if (!opt_.skips("down")) moe_down(m, s, pdl);
     mark("moe down");
   }

@@ -126,6 +126,9 @@ struct MoeArgs {
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_down(const MoeArgs& a, cudaStream_t s, bool pdl);
+// router + gate_up as one launch (same results as moe_router then moe_gate_up; grid-wide barrier on route_done[0..1],
+// which must start zeroed and is left zeroed).
+void moe_route_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
 
 // Gated DeltaNet decode step for one layer (conv + SiLU, l2norm, gates, delta rule on fp32 S, gated RMSNorm).
 struct GdnArgs {

@@ -7,6 +7,7 @@
 //  k_moe_down: one warp per hidden row sums, over the k experts and the shared expert, routing weight x
 //    (down row . act), and adds it into the residual.
 #include <cfloat>
+#include <type_traits>
 
 #include "cuda/device_util.cuh"
 
@@ -229,6 +230,119 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_gate_up(const MoeArgs a) {
   if (tr) trace_at(a.trace, 9);
 }
 
+// Grid-wide barrier of a launch whose blocks are all resident (grid <= resident_grid): ctr[0] counts arrivals,
+// ctr[1] is the generation; the last block to arrive resets the count and advances the generation, the others
+// spin on it. Publishes the writes the block made before it (fence + atomic, as a last-block pattern does).
+__device__ __forceinline__ void grid_barrier(unsigned int* ctr) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned int* gen = ctr + 1;
+    const unsigned int g0 = *gen;
+    __threadfence();
+    if (atomicAdd(ctr, 1u) == gridDim.x - 1) {
+      ctr[0] = 0;
+      __threadfence();
+      atomicAdd(ctr + 1, 1u);
+    } else {
+      while (*gen == g0) __nanosleep(32);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// Router + gate_up in one launch (the default; LILY_CUDA_FUSED_ROUTER=0 runs k_moe_router then k_moe_gate_up).
+// Warps 0..E of the grid compute the router logits and the shared-expert gate (rows in registers before pdl_wait,
+// x in f32 as k_moe_router), the following warps the shared expert's gate/up rows, which need no routing; then a
+// grid barrier, every block ranks the E logits itself (route_block: no serial last block), and the routed
+// experts' rows follow. Saves the router's launch, its last-block fence + atomic + serial top-k, and one x prologue.
+template <int FMT, int RFMT, class X>
+__global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs a) {
+  extern __shared__ float4 smem4[];
+  const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
+  float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
+  X xv(nws + H, H);                              // x of the expert rows
+  XF xr(nws + H + (X::bytes(H) + 15) / 16 * 4, H);  // x of the router rows (f32), only in blocks that hold some
+  __shared__ float red[32];
+  __shared__ int s_idx[kMaxK];
+  __shared__ float s_w[kMaxK];
+  __shared__ __align__(16) float s_logits[kMaxE];
+  __shared__ __align__(8) float s_wmin[2 * (kThreads / 32)];
+  const int lane = threadIdx.x & 31;
+  const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
+  const int nwarps = gridDim.x * (kThreads / 32);
+  const int nr = a.E + 1;  // router rows: E logits, then the shared-expert gate
+  const bool rblock = blockIdx.x * (kThreads / 32) < nr;  // uniform over the block
+
+  // this warp's router row in registers before the wait (weights do not depend on the previous kernel)
+  const bool rrow = warp < nr, sh = warp == a.E;
+  const DMat& m = sh ? a.shg_w : a.router;
+  const int mrow = sh ? 0 : warp;
+  const int rnch = H / FmtInfo<RFMT>::kElems;
+  uint4 raw[kRouterChunks];
+  uint32_t sb[kRouterChunks];
+#pragma unroll
+  for (int u = 0; u < kRouterChunks; ++u) {
+    const int c = lane + 32 * u;
+    if (rrow && c < rnch) chunk_load<RFMT>(m, mrow, c, raw[u], sb[u]);
+  }
+  const float* nw = stage_vec(a.norm_w, H, nws);
+  pdl_wait();
+  load_x(a.x, nw, a.eps, H, xv, red);
+  if (rblock) load_x(a.x, nw, a.eps, H, xr, red);
+  pdl_trigger();
+  if (rrow) {
+    float v = 0.f;
+#pragma unroll
+    for (int u = 0; u < kRouterChunks; ++u) {
+      const int c = lane + 32 * u;
+      if (c < rnch) v += xr.template dot<RFMT>(raw[u], sb[u], c);
+    }
+    for (int c = lane + 32 * kRouterChunks; c < rnch; c += 32) {  // longer rows
+      uint4 rw;
+      uint32_t sbw;
+      chunk_load<RFMT>(m, mrow, c, rw, sbw);
+      v += xr.template dot<RFMT>(rw, sbw, c);
+    }
+    v = warp_sum(v);
+    if (lane == 0) {
+      if (sh) a.shg[0] = v;
+      else a.logits[warp] = v;
+    }
+  }
+  // gate/up row `row` of the act layout [k*I routed | Is shared] -> act[row] = silu(g) * u
+  auto act_row = [&](int row) {
+    DMat g, u;
+    int r;
+    if (row < a.k * I) {
+      const int e = s_idx[row / I];
+      r = row % I;
+      g = expert(a.gate, e);
+      u = expert(a.up, e);
+    } else {
+      r = row - a.k * I;
+      g = a.sh_gate;
+      u = a.sh_up;
+    }
+    float gv, uv;
+    row_dot2_lane<FMT>(g, r, u, r, xv, lane, gv, uv);
+    gv = warp_sum(gv);
+    uv = warp_sum(uv);
+    if (lane == 0) a.act[row] = silu_f(gv) * uv;
+  };
+  // the shared expert's rows go to the warps after the router's (wrapping around on small grids)
+  for (int r = ((warp - nr) % nwarps + nwarps) % nwarps; r < Is; r += nwarps) act_row(a.k * I + r);
+  grid_barrier(a.route_done);
+  for (int e = threadIdx.x; e < a.E; e += blockDim.x) s_logits[e] = __ldcg(a.logits + e);
+  __syncthreads();
+  route_block(s_logits, a.E, a.k, s_idx, s_w, s_wmin);
+  if (blockIdx.x == 0 && threadIdx.x < a.k) {  // for the down kernel
+    a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
+    a.route_w[threadIdx.x] = s_w[threadIdx.x];
+  }
+  for (int row = warp; row < a.k * I; row += nwarps) act_row(row);
+}
+
 template <int FMT, class X>
 __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   extern __shared__ float4 smem4[];
@@ -286,6 +400,11 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
 }
 
 
+template <class T>
+struct XTag {  // selects an activation representation in a launcher (XF / XQ have device-only constructors)
+  using type = T;
+};
+
 void check(const MoeArgs& a) {
   const int f = a.gate.m.fmt;
   if (a.up.m.fmt != f || a.down.m.fmt != f || a.sh_gate.fmt != f || a.sh_up.fmt != f || a.sh_down.fmt != f)
@@ -332,6 +451,40 @@ void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
       break;
     case kQ8: run(k_moe_gate_up<kQ8, XF>); break;
     default: run(k_moe_gate_up<kBF16, XF>); break;
+  }
+}
+
+void moe_route_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
+  check(a);
+  if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1 ||
+      a.router.cols != a.gate.m.cols)
+    throw Error("moe_route_gate_up: router and shared gate must share format and cols with the experts' input");
+  const int H = a.gate.m.cols;
+  const int rows = std::max(a.E + 1, a.k * a.gate.m.rows + a.sh_gate.rows);
+  auto run = [&](auto kern, size_t xbytes) {
+    const size_t smem = size_t(H) * 4 + (xbytes + 15) / 16 * 16 + XF::bytes(H);
+    allow_smem(kern, smem);
+    // every block must be resident at once (grid barrier): at most one wave
+    const int blocks = std::min((rows + 7) / 8, resident_grid(kern, kThreads, smem));
+    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, a);
+  };
+  auto by_router = [&](auto fmt_tag, auto x_tag) {
+    constexpr int F = decltype(fmt_tag)::value;
+    using X = typename decltype(x_tag)::type;
+    switch (a.router.fmt) {
+      case kQ4: run(k_moe_route_gate_up<F, kQ4, X>, X::bytes(H)); break;
+      case kQ8: run(k_moe_route_gate_up<F, kQ8, X>, X::bytes(H)); break;
+      default: run(k_moe_route_gate_up<F, kBF16, X>, X::bytes(H)); break;
+    }
+  };
+  using Q4 = std::integral_constant<int, kQ4>;
+  switch (a.gate.m.fmt) {
+    case kQ4:
+      if (use_int8_x(kQ4, H)) by_router(Q4{}, XTag<XQ>{});
+      else by_router(Q4{}, XTag<XF>{});
+      break;
+    case kQ8: by_router(std::integral_constant<int, kQ8>{}, XTag<XF>{}); break;
+    default: by_router(std::integral_constant<int, kBF16>{}, XTag<XF>{}); break;
   }
 }
 
