@@ -1,8 +1,9 @@
 // The chunked GDN prefill path (k_prep + k_cscan, GdnChunkArgs::chunked) against the token-by-token CPU reference
 // and against the sequential GPU scan on random inputs: two calls (state and conv ring carried), partial chunks,
 // Dv not a multiple of the 32-row slice, weak and strong decay. Outputs (f32 y, obuf, cbuf) are poisoned with NaN
-// first; NaN never passes. Plus a timing print of both paths at the full model's head sizes. Skipped without a
-// device.
+// first; NaN never passes. The sequential scan kernels (plain, pipe, wide: GdnChunkArgs::scan) against the same
+// reference at more shapes (Dk 32..128, Dv not a multiple of 16, one-token chunks). Plus a timing print of the
+// paths and scan kernels at the full model's head sizes. Skipped without a device.
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
@@ -11,10 +12,13 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda_test_buffers.h"
 #include "test_metrics.h"
+#include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/prefill.h"
@@ -83,8 +87,10 @@ void reference(const Problem& p, std::vector<float>& want, std::vector<float>& S
   }
 }
 
-// runs prefill_gdn over the problem in two calls (n1, n2); returns f32 y and the final state
-void run_gpu(const Problem& p, int n1, bool chunked, std::vector<float>& y, std::vector<float>& S, bool& took) {
+// runs prefill_gdn over the problem in two calls (n1, n2); returns f32 y and the final state. took: both calls
+// took the chunked path iff chunked, and the sequential ones the scan kernel `scan` (< 0: the environment's).
+void run_gpu(const Problem& p, int n1, bool chunked, std::vector<float>& y, std::vector<float>& S, bool& took,
+             int scan = -1) {
   Dev dev;
   const int n = p.n, cd = p.cd, vd = p.vd;
   float* dproj = dev.up(p.proj);
@@ -97,14 +103,19 @@ void run_gpu(const Problem& p, int n1, bool chunked, std::vector<float>& y, std:
   a.cbuf = dev.up(std::vector<float>(size_t(n) * cd, NAN));
   a.obuf = dev.up(std::vector<float>(size_t(n) * vd, NAN));
   a.chunked = chunked;
+  a.scan = scan;
   a.ws = dev.up(std::vector<float>(cuda::prefill_gdn_ws_floats(n, p.Hv, p.Dk, p.Dv), NAN));
   float* dy = dev.up(std::vector<float>(size_t(n) * vd, NAN));
   took = true;
+  auto check_path = [&] {
+    const bool c = cuda::prefill_gdn_uses_chunked(a);
+    took = took && c == chunked && (c || scan < 0 || cuda::prefill_gdn_scan_kernel(a) == scan);
+  };
   a.proj = dproj; a.n = n1; a.pos0 = 0; a.y_f = dy;
-  took = took && cuda::prefill_gdn_uses_chunked(a) == chunked;
+  check_path();
   cuda::prefill_gdn(a, nullptr);
   a.proj = dproj + size_t(n1) * p.P; a.n = n - n1; a.pos0 = n1; a.y_f = dy + size_t(n1) * vd;
-  took = took && cuda::prefill_gdn_uses_chunked(a) == chunked;
+  check_path();
   cuda::prefill_gdn(a, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   y = down(dy, size_t(n) * vd);
@@ -137,6 +148,58 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGdnChunked,
                                            Case{1, 2, 128, 48, 64, 129, 1.f}, Case{2, 4, 32, 64, 33, 64, 30.f},
                                            Case{16, 32, 128, 128, 130, 190, 1.f}));
 
+// LILY_CUDA_GDN_SCAN values (host only, runs without a device)
+TEST(PrefillGdnScanEnv, ParsesNamesAndRejectsOthers) {
+  EXPECT_EQ(cuda::parse_gdn_scan("plain"), cuda::kGdnScanPlain);
+  EXPECT_EQ(cuda::parse_gdn_scan("pipe"), cuda::kGdnScanPipe);
+  EXPECT_EQ(cuda::parse_gdn_scan("wide"), cuda::kGdnScanWide);
+  for (const char* bad : {"", "Wide", "fast", "1"}) {
+    try {
+      cuda::parse_gdn_scan(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("LILY_CUDA_GDN_SCAN"), std::string::npos) << e.what();
+    }
+  }
+  for (int k : {cuda::kGdnScanPlain, cuda::kGdnScanPipe, cuda::kGdnScanWide})
+    EXPECT_EQ(cuda::parse_gdn_scan(cuda::gdn_scan_name(k)), k);
+}
+
+// Each sequential scan kernel against the token-by-token reference, same bounds as the chunked path.
+// Shapes: the chunked cases (Dk 32 / 64 / 128, Dv 32..128 incl. 48, strong decay, the real 32 heads x 128 x 128)
+// plus Dk 96 with Dv 40 (a partial 16-row block of k_scan_wide, a partial 32-row block of k_scan) and n1 5, and
+// Dk 32 with Dv 24 and a one-token first chunk; n2 never a multiple of the 32-token batch.
+class PrefillGdnScan : public ::testing::TestWithParam<std::tuple<Case, int>> {};
+
+TEST_P(PrefillGdnScan, MatchesReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const auto [cs, scan] = GetParam();
+  const Problem p = make_problem(cs, unsigned(cs.n1 * 7 + cs.n2 + cs.Dv));
+  std::vector<float> want, Sw, y, S;
+  reference(p, want, Sw);
+  bool took = false;
+  run_gpu(p, cs.n1, false, y, S, took, scan);
+  ASSERT_TRUE(took) << "the " << cuda::gdn_scan_name(scan) << " scan kernel was not taken";
+  const double ey = testmetrics::max_rel_err(y, want), es = testmetrics::max_rel_err(S, Sw);
+  std::printf("[ gdn scan %s ] Hv %d Dk %d Dv %d n %d+%d decay %.0f: y %.2e S %.2e\n", cuda::gdn_scan_name(scan),
+              cs.Hv, cs.Dk, cs.Dv, cs.n1, cs.n2, cs.decay, ey, es);
+  EXPECT_LT(ey, 1e-4);
+  EXPECT_LT(es, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, PrefillGdnScan,
+    ::testing::Combine(::testing::Values(Case{2, 4, 64, 32, 40, 150, 1.f}, Case{2, 4, 128, 128, 100, 200, 30.f},
+                                         Case{1, 2, 128, 48, 64, 129, 1.f}, Case{2, 4, 32, 64, 33, 64, 30.f},
+                                         Case{16, 32, 128, 128, 130, 190, 1.f}, Case{1, 3, 96, 40, 5, 77, 1.f},
+                                         Case{2, 2, 32, 24, 1, 33, 30.f}),
+                       ::testing::Values(cuda::kGdnScanPlain, cuda::kGdnScanPipe, cuda::kGdnScanWide)),
+    [](const ::testing::TestParamInfo<std::tuple<Case, int>>& i) {  // e.g. Hv32_Dk128_Dv128_n130_190_wide
+      const Case& c = std::get<0>(i.param);
+      return "Hv" + std::to_string(c.Hv) + "_Dk" + std::to_string(c.Dk) + "_Dv" + std::to_string(c.Dv) + "_n" +
+             std::to_string(c.n1) + "_" + std::to_string(c.n2) + "_" + cuda::gdn_scan_name(std::get<1>(i.param));
+    });
+
 TEST(PrefillGdnChunkedSpeed, FullHeadsSequentialVsChunked) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const int Hk = 16, Hv = 32, Dk = 128, Dv = 128, K = 4, kd = Hk * Dk, vd = Hv * Dv, cd = 2 * kd + vd;
@@ -164,22 +227,32 @@ TEST(PrefillGdnChunkedSpeed, FullHeadsSequentialVsChunked) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
+  // conv + scan + norm, mean of 5 calls after a warm-up
+  auto time_ms = [&](int n, bool chunked, int scan) {
+    a.n = n;
+    a.chunked = chunked;
+    a.chunked_min_n = 1;  // time the chunked kernels at every length
+    a.scan = scan;
+    cuda::prefill_gdn(a, nullptr);
+    float ms = 0.f;
+    EXPECT_EQ(cudaEventRecord(e0), cudaSuccess);
+    for (int i = 0; i < 5; ++i) cuda::prefill_gdn(a, nullptr);
+    EXPECT_EQ(cudaEventRecord(e1), cudaSuccess);
+    EXPECT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+    EXPECT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+    return ms / 5;
+  };
   for (int n : {8, 16, 32, 64, 128, 256, 512, 2048}) {
-    float ms[2] = {0, 0};
-    for (int c = 0; c < 2; ++c) {
-      a.n = n;
-      a.chunked = c == 1;
-      a.chunked_min_n = 1;  // time the chunked kernels at every length
-      cuda::prefill_gdn(a, nullptr);  // warm-up
-      CK(cudaEventRecord(e0));
-      for (int i = 0; i < 5; ++i) cuda::prefill_gdn(a, nullptr);
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaEventElapsedTime(&ms[c], e0, e1));
-      ms[c] /= 5;
-    }
-    std::printf("[ gdn speed ] n %5d: conv+scan+norm sequential %.3f ms  chunked %.3f ms\n", n, ms[0], ms[1]);
+    const float seq = time_ms(n, false, -1), chk = time_ms(n, true, -1);
+    std::printf("[ gdn speed ] n %5d: conv+scan+norm sequential (%s) %.3f ms  chunked %.3f ms\n", n,
+                cuda::gdn_scan_name(cuda::gdn_scan_from_env()), seq, chk);
   }
+  // the sequential scan kernels against each other at a full 2048-token chunk
+  const int n = nmax;
+  const float plain = time_ms(n, false, cuda::kGdnScanPlain), pipe = time_ms(n, false, cuda::kGdnScanPipe);
+  const float wide = time_ms(n, false, cuda::kGdnScanWide);
+  std::printf("[ gdn speed ] n %5d: conv+scan+norm plain %.3f ms  pipe %.3f ms  wide %.3f ms  (pipe / wide %.2fx)\n",
+              n, plain, pipe, wide, pipe / wide);
   CK(cudaGetLastError());
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

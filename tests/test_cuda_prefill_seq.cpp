@@ -1,5 +1,6 @@
 // Prefill sequence kernels against the CPU reference: the GDN chunk (conv ring + delta-rule state carried across
-// two chunks) and chunked causal attention over the bf16 KV cache (flash and simple). Skipped without a device.
+// two chunks; each sequential scan kernel) and chunked causal attention over the bf16 KV cache (flash and
+// simple). Skipped without a device.
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_test_buffers.h"
@@ -31,8 +33,12 @@ T* dnew(const std::vector<T>& v) {
 using testcuda::down;
 float bfr(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
-TEST(PrefillGdn, TwoChunksMatchTokenByTokenReference) {
+// parameter: the sequential scan kernel (cuda::GdnScan)
+class PrefillGdn : public ::testing::TestWithParam<int> {};
+
+TEST_P(PrefillGdn, TwoChunksMatchTokenByTokenReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int scan = GetParam();
   const int Hk = 2, Hv = 4, Dk = 64, Dv = 32, K = 4, n1 = 3, n2 = 70, n = n1 + n2;
   const int kd = Hk * Dk, vd = Hv * Dv, cd = 2 * kd + vd, P = cd + vd + 2 * Hv;
   std::mt19937 rng(11);
@@ -74,6 +80,8 @@ TEST(PrefillGdn, TwoChunksMatchTokenByTokenReference) {
   a.S = dnew(std::vector<float>(S.size(), 0.f));
   a.cbuf = dnew(std::vector<float>(size_t(n) * cd, NAN));
   a.obuf = dnew(std::vector<float>(size_t(n) * vd, NAN));
+  a.scan = scan;
+  ASSERT_EQ(cuda::prefill_gdn_scan_kernel(a), scan) << "the requested scan kernel would not run";
   std::vector<uint16_t> yb(size_t(n) * vd, 0xFFFF);
   uint16_t* dy = dnew(yb);
   a.proj = dproj; a.n = n1; a.pos0 = 0; a.y = dy;
@@ -85,13 +93,19 @@ TEST(PrefillGdn, TwoChunksMatchTokenByTokenReference) {
   std::vector<float> got(yh.size());
   for (size_t i = 0; i < yh.size(); ++i) got[i] = bf16_to_f32(yh[i]);
   const double ey = testmetrics::max_rel_err(got, want), es = testmetrics::max_rel_err(down(a.S, S.size()), S);
-  std::printf("[ prefill gdn ] y %.2e  S %.2e\n", ey, es);
+  std::printf("[ prefill gdn %s ] y %.2e  S %.2e\n", cuda::gdn_scan_name(scan), ey, es);
   EXPECT_LT(ey, 1e-2);
   EXPECT_LT(es, 1e-4);
   for (void* p : {static_cast<void*>(dproj), (void*)a.conv_w, (void*)a.dt_bias, (void*)a.a_neg, (void*)a.norm_w,
                   (void*)a.ring, (void*)a.S, (void*)a.cbuf, (void*)a.obuf, (void*)dy})
     cudaFree(p);
 }
+
+INSTANTIATE_TEST_SUITE_P(Scans, PrefillGdn,
+                         ::testing::Values(cuda::kGdnScanPlain, cuda::kGdnScanPipe, cuda::kGdnScanWide),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return std::string(cuda::gdn_scan_name(i.param));
+                         });
 
 float round_f16(float x) {  // to the nearest fp16 value (ties to even), saturating at 65504
   if (!(std::fabs(x) >= 6.103515625e-05f)) return std::nearbyint(x * 16777216.f) / 16777216.f;

@@ -112,8 +112,21 @@ struct GdnChunkArgs {
   bool chunked = false;
   float* ws = nullptr;
   int chunked_min_n = 32;  // shorter chunks take the sequential scan
+  int scan = -1;  // sequential scan kernel, a GdnScan; -1: from the environment (gdn_scan_from_env)
 };
 inline constexpr int kGdnChunk = 64;
+// The sequential delta-rule scan kernels (prefill_gdn.cu): kGdnScanPlain = k_scan (staged with plain loads),
+// kGdnScanPipe = k_scan_pipe (cp.async double buffer, 32 lanes per row of S), kGdnScanWide = k_scan_wide (the
+// same pipeline, 8 lanes per row: one 3-level butterfly reduces 4 rows).
+enum GdnScan : int { kGdnScanPlain = 0, kGdnScanPipe = 1, kGdnScanWide = 2 };
+// "plain" | "pipe" | "wide" (case-sensitive) -> GdnScan; throws lily::Error naming LILY_CUDA_GDN_SCAN otherwise.
+int parse_gdn_scan(const char* s);
+const char* gdn_scan_name(int scan);
+// Read once: LILY_CUDA_GDN_SCAN when set (parse_gdn_scan), else LILY_CUDA_GDN_PIPELINE=0 -> plain, else pipe.
+int gdn_scan_from_env();
+// The scan kernel prefill_gdn runs for g when it takes the sequential path: g.scan (or the environment's choice
+// when g.scan < 0), or plain where the cp.async kernels cannot stage the inputs (q/k rows not 16-byte aligned).
+int prefill_gdn_scan_kernel(const GdnChunkArgs& g);
 size_t prefill_gdn_ws_floats(int n, int Hv, int Dk, int Dv);
 // whether prefill_gdn takes the chunked path for these args (chunked and ws set, n >= chunked_min_n, head
 // sizes and shared memory supported)

@@ -5,6 +5,9 @@
 //  k_scan: the gated delta rule as a sequential scan. Grid (Hv, Dv / rows-per-block): the rows of S_j are
 //    independent, so each block keeps its rows of the fp32 state in registers for the whole chunk (each warp owns
 //    RPW rows, lane holds Dk/32 columns) and walks the tokens, staged 32 at a time in shared memory.
+//    k_scan_pipe: the same with the staging double-buffered by cp.async; k_scan_wide: that pipeline with a row
+//    of S over 8 lanes instead of 32 (one 3-level butterfly per token reduces 4 rows). GdnChunkArgs::scan or
+//    LILY_CUDA_GDN_SCAN=plain|pipe|wide selects one (default pipe; LILY_CUDA_GDN_PIPELINE=0 -> plain).
 //  k_norm: gated RMSNorm per (token, head) -> bf16 input of out_proj.
 // Chunked path (g.chunked, replaces k_scan; ref::gdn_chunked in src/cpu/gdn_chunked.* is its CPU oracle and
 // derivation): per value head, chunks of C = kGdnChunk tokens, M = the stored [Dv][Dk] state, G = cumulative
@@ -17,8 +20,11 @@
 //    D = U - W M^T,  O = (Q * eg) M^T + P D,  M <- eL M + D^T (K * ed).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <type_traits>
 
 #include "cuda/prefill.h"
 #include "cuda/prefill_util.cuh"
@@ -164,42 +170,68 @@ constexpr size_t scan_pipe_smem(int RB) {
   return size_t(2 * kTS * (2 * 32 * NPL + RB + 2)) * 4;  // [2 buffers][kTS] x (q, k, v slice, raw b and a)
 }
 
+// The double buffer of the cp.async scans (dynamic shared memory, scan_pipe_smem bytes), per buffer b < 2 and
+// token t < kTS of the batch: q [b][t][Dk], k [b][t][Dk], the block's v slice [b][t][RB], raw (b, a) [b][t][2].
+struct ScanBufs {
+  float *q, *k, *v, *ba;
+};
+__device__ __forceinline__ ScanBufs scan_bufs(float* base, int Dk, int RB) {
+  ScanBufs b;
+  b.q = base;
+  b.k = b.q + 2 * kTS * Dk;
+  b.v = b.k + 2 * kTS * Dk;
+  b.ba = b.v + 2 * kTS * RB;
+  return b;
+}
+
+// Starts copying tokens [t0, t0 + min(kTS, n - t0)) of value head j (key head hk) into buffer buf, one commit
+// group: q and k rows by 16-byte cp.async (needs 16-byte aligned cbuf rows: prefill_gdn_scan_kernel checks),
+// rows v0 .. v0 + RB - 1 of v by 4-byte copies (rows past Dv zero-filled), raw b and a. All threads of the block.
+template <int Dk>
+__device__ __forceinline__ void stage_scan_batch(const GdnChunkArgs& g, const ScanBufs& sb, int buf, int t0, int RB,
+                                                 int j, int hk, int v0) {
+  const int key_dim = g.Hk * Dk, cd = 2 * key_dim + g.Hv * g.Dv, vd = g.Hv * g.Dv;
+  const int nt = min(kTS, g.n - t0);
+  for (int i = threadIdx.x; i < nt * (Dk / 4); i += blockDim.x) {
+    const int t = i / (Dk / 4), c = (i % (Dk / 4)) * 4;
+    const float* row = g.cbuf + int64_t(t0 + t) * cd;
+    cp_async16(sb.q + (buf * kTS + t) * Dk + c, row + hk * Dk + c);
+    cp_async16(sb.k + (buf * kTS + t) * Dk + c, row + key_dim + hk * Dk + c);
+  }
+  for (int i = threadIdx.x; i < nt * RB; i += blockDim.x) {
+    const int t = i / RB, r = i % RB;
+    float* dst = sb.v + (buf * kTS + t) * RB + r;
+    if (v0 + r < g.Dv) cp_async4(dst, g.cbuf + int64_t(t0 + t) * cd + 2 * key_dim + j * g.Dv + v0 + r);
+    else *dst = 0.f;
+  }
+  if (int(threadIdx.x) < nt) {
+    const float* pr = g.proj + int64_t(t0 + threadIdx.x) * g.ldp + cd + vd;
+    cp_async4(sb.ba + (buf * kTS + threadIdx.x) * 2, pr + j);
+    cp_async4(sb.ba + (buf * kTS + threadIdx.x) * 2 + 1, pr + g.Hv + j);
+  }
+  cp_async_commit();
+}
+
+// (alpha, beta) of one token from its raw gates: alpha = exp(a_neg * softplus(a + dt_bias)), beta = sigmoid(b)
+__device__ __forceinline__ float2 scan_gates(const float* raw_ba, float dtb, float an) {
+  const float xa = raw_ba[1] + dtb;
+  const float sp = xa > 20.f ? xa : log1pf(__expf(xa));
+  return make_float2(__expf(an * sp), sigmoid_f(raw_ba[0]));
+}
+
 template <int NPL, int RPW>
 __global__ void __launch_bounds__(kScanWarps * 32) k_scan_pipe(const GdnChunkArgs g) {
   constexpr int Dk = 32 * NPL, RB = kScanWarps * RPW;
   extern __shared__ float4 dsm4[];
-  float* qs = reinterpret_cast<float*>(dsm4);  // [2][kTS][Dk]
-  float* ks = qs + 2 * kTS * Dk;               // [2][kTS][Dk]
-  float* vs = ks + 2 * kTS * Dk;               // [2][kTS][RB]
-  float* rab = vs + 2 * kTS * RB;              // [2][kTS][2] raw (b, a)
+  const ScanBufs sbuf = scan_bufs(reinterpret_cast<float*>(dsm4), Dk, RB);
   __shared__ float os[kTS][RB];
   __shared__ float s_beta[kTS], s_alpha[kTS];
   const int j = blockIdx.x, v0 = blockIdx.y * RB;
   const int Hv = g.Hv, Dv = g.Dv, ratio = Hv / g.Hk, hk = j / ratio;
-  const int key_dim = g.Hk * Dk, cd = 2 * key_dim + Hv * Dv, vd = Hv * Dv;
+  const int vd = Hv * Dv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* S = g.S + int64_t(j) * Dv * Dk;
-  auto stage = [&](int buf, int t0) {
-    const int nt = min(kTS, g.n - t0);
-    for (int i = threadIdx.x; i < nt * (Dk / 4); i += blockDim.x) {
-      const int t = i / (Dk / 4), c = (i % (Dk / 4)) * 4;
-      const float* row = g.cbuf + int64_t(t0 + t) * cd;
-      cp_async16(qs + (buf * kTS + t) * Dk + c, row + hk * Dk + c);
-      cp_async16(ks + (buf * kTS + t) * Dk + c, row + key_dim + hk * Dk + c);
-    }
-    for (int i = threadIdx.x; i < nt * RB; i += blockDim.x) {
-      const int t = i / RB, r = i % RB;
-      float* dst = vs + (buf * kTS + t) * RB + r;
-      if (v0 + r < Dv) cp_async4(dst, g.cbuf + int64_t(t0 + t) * cd + 2 * key_dim + j * Dv + v0 + r);
-      else *dst = 0.f;
-    }
-    if (int(threadIdx.x) < nt) {
-      const float* pr = g.proj + int64_t(t0 + threadIdx.x) * g.ldp + cd + vd;
-      cp_async4(rab + (buf * kTS + threadIdx.x) * 2, pr + j);
-      cp_async4(rab + (buf * kTS + threadIdx.x) * 2 + 1, pr + Hv + j);
-    }
-    cp_async_commit();
-  };
+  auto stage = [&](int buf, int t0) { stage_scan_batch<Dk>(g, sbuf, buf, t0, RB, j, hk, v0); };
   stage(0, 0);
   float s[RPW][NPL];
 #pragma unroll
@@ -220,16 +252,14 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan_pipe(const GdnChunkArg
     }
     __syncthreads();
     if (int(threadIdx.x) < nt) {
-      const float* r2 = rab + (buf * kTS + threadIdx.x) * 2;
-      s_beta[threadIdx.x] = sigmoid_f(r2[0]);
-      const float xa = r2[1] + dtb;
-      const float sp = xa > 20.f ? xa : log1pf(__expf(xa));
-      s_alpha[threadIdx.x] = __expf(an * sp);
+      const float2 ab = scan_gates(sbuf.ba + (buf * kTS + threadIdx.x) * 2, dtb, an);
+      s_alpha[threadIdx.x] = ab.x;
+      s_beta[threadIdx.x] = ab.y;
     }
     __syncthreads();
-    const float* qb = qs + buf * kTS * Dk;
-    const float* kb = ks + buf * kTS * Dk;
-    const float* vb = vs + buf * kTS * RB;
+    const float* qb = sbuf.q + buf * kTS * Dk;
+    const float* kb = sbuf.k + buf * kTS * Dk;
+    const float* vb = sbuf.v + buf * kTS * RB;
     for (int t = 0; t < nt; ++t) {
       float kr[NPL], qr[NPL];
 #pragma unroll
@@ -261,6 +291,135 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan_pipe(const GdnChunkArg
     if (v < Dv) {
 #pragma unroll
       for (int e = 0; e < NPL; ++e) S[int64_t(v) * Dk + lane * NPL + e] = s[i][e];
+    }
+  }
+}
+
+// ---- k_scan_wide: the pipelined scan with 8 lanes per row of S ----
+// k_scan_pipe spreads a row of S over the 32 lanes of a warp, so every token and row costs two 5-level warp
+// reductions (u = S.k and o = S.q): shuffles, not arithmetic, bound it. Here a row is split over kWideL = 8 lanes
+// (Dk / 8 columns each): the 4 rows a warp holds side by side are reduced together by one 3-level butterfly, and
+// each lane keeps RPL rows, whose u and o share the k and q it reads from shared memory. Thread map (warp w of
+// the block, lane = 4 c + gr):
+//   gr = lane & 3:  row slot; the lane's rows (block-relative) are rw + 4 i, rw = 4 RPL w + gr, i < RPL;
+//   c  = lane >> 2: column slice 0..7; the lane's columns are 32 m + 4 c + {0..3}, m < NPL (one float4 per m:
+//                   the 8 slices of a 32-column chunk are 128 contiguous bytes, the 4 row slots read the same
+//                   addresses, so a k or q float4 load is conflict-free and broadcast);
+//   the lanes of one row (equal gr) are reduced by __shfl_xor 4, 8, 16.
+// Per element the arithmetic is k_scan's (s *= alpha, u += s k, s += k d, o += s q, all fmaf); the per-lane
+// sums are split in 4 chains (by column & 3) and the butterfly adds in another order than warp_sum.
+// o of token t is reduced in the same butterfly as u of token t + 1 (the output is off the recurrence's path)
+// and stored to obuf directly by the c == 0 lanes.
+constexpr int kWideL = 8, kWideSlots = 32 / kWideL;  // lanes per row; rows side by side in a warp
+
+// x[i] <- the sum of x[i] over the 8 lanes of this lane's row slot (all 8 get the sum)
+template <int N>
+__device__ __forceinline__ void slot_sum(float (&x)[N]) {
+#pragma unroll
+  for (int off = kWideSlots; off < 32; off <<= 1)
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] += __shfl_xor_sync(0xffffffffu, x[i], off);
+}
+
+// dst[4 m + e] = src[32 m + e], e < 4, m < NPL (src: this lane's first column, 16-byte aligned shared memory)
+template <int NPL>
+__device__ __forceinline__ void load_slice(float (&dst)[4 * NPL], const float* src) {
+#pragma unroll
+  for (int m = 0; m < NPL; ++m) {
+    const float4 x = *reinterpret_cast<const float4*>(src + 32 * m);
+    dst[4 * m] = x.x; dst[4 * m + 1] = x.y; dst[4 * m + 2] = x.z; dst[4 * m + 3] = x.w;
+  }
+}
+
+// the 4 partial sums of a lane's slice (fma chains over columns with equal index & 3), added pairwise
+__device__ __forceinline__ float sum4(const float (&a)[4]) { return (a[0] + a[1]) + (a[2] + a[3]); }
+
+template <int NPL, int RPL, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) k_scan_wide(const GdnChunkArgs g) {
+  constexpr int Dk = 32 * NPL, E = 4 * NPL, RB = WARPS * kWideSlots * RPL;  // E: columns per lane
+  extern __shared__ float4 dsm4[];
+  const ScanBufs sbuf = scan_bufs(reinterpret_cast<float*>(dsm4), Dk, RB);
+  __shared__ float2 s_ab[kTS];  // (alpha, beta) per token of the current batch
+  const int j = blockIdx.x, v0 = blockIdx.y * RB;
+  const int Dv = g.Dv, hk = j / (g.Hv / g.Hk), vd = g.Hv * Dv;
+  const int lane = threadIdx.x & 31, gr = lane & (kWideSlots - 1), c = lane / kWideSlots;
+  const int rw = (threadIdx.x >> 5) * kWideSlots * RPL + gr;  // block-relative row of slot i: rw + 4 i
+  float* S = g.S + int64_t(j) * Dv * Dk + 4 * c;                // + row * Dk + 32 m + e
+  float* ob = g.obuf + j * Dv + v0 + rw;                        // + token * vd + 4 i
+  stage_scan_batch<Dk>(g, sbuf, 0, 0, RB, j, hk, v0);
+  bool live[RPL];   // row v0 + rw + 4 i exists (partial last block: the others hold zeros and are not stored)
+  float s[RPL][E];  // s[i][4 m + e] = S[v0 + rw + 4 i][32 m + 4 c + e]
+#pragma unroll
+  for (int i = 0; i < RPL; ++i) {
+    const int v = v0 + rw + kWideSlots * i;
+    live[i] = v < Dv;
+#pragma unroll
+    for (int m = 0; m < NPL; ++m)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][4 * m + e] = live[i] ? S[int64_t(v) * Dk + 32 * m + e] : 0.f;
+  }
+  const float dtb = g.dt_bias[j], an = g.a_neg[j];
+  float op[RPL] = {};  // this lane's partial o of the pending token tp (-1: none yet)
+  int64_t tp = -1;
+  int buf = 0;
+  for (int t0 = 0; t0 < g.n; t0 += kTS, buf ^= 1) {
+    const int nt = min(kTS, g.n - t0);
+    cp_async_wait_all();  // batch b's copies: the only group in flight
+    __syncthreads();      // ... visible to all; and every warp is done with batch b-1 (buffer buf ^ 1, s_ab)
+    if (t0 + kTS < g.n) stage_scan_batch<Dk>(g, sbuf, buf ^ 1, t0 + kTS, RB, j, hk, v0);
+    if (int(threadIdx.x) < nt) s_ab[threadIdx.x] = scan_gates(sbuf.ba + (buf * kTS + threadIdx.x) * 2, dtb, an);
+    __syncthreads();
+    const float* kb = sbuf.k + buf * kTS * Dk + 4 * c;  // + t * Dk: this lane's slice of token t
+    const float* qb = sbuf.q + buf * kTS * Dk + 4 * c;
+    const float* vb = sbuf.v + buf * kTS * RB + rw;     // + t * RB + 4 i
+    for (int t = 0; t < nt; ++t) {
+      float kr[E];
+      load_slice<NPL>(kr, kb + t * Dk);
+      const float2 ab = s_ab[t];
+      float x[2 * RPL];  // [0, RPL): u of token t; [RPL, 2 RPL): o of token tp
+#pragma unroll
+      for (int i = 0; i < RPL; ++i) {
+        float a[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          s[i][e] *= ab.x;
+          a[e & 3] = fmaf(s[i][e], kr[e], a[e & 3]);
+        }
+        x[i] = sum4(a);
+        x[RPL + i] = op[i];
+      }
+      slot_sum(x);
+      if (c == 0 && tp >= 0) {
+#pragma unroll
+        for (int i = 0; i < RPL; ++i)
+          if (live[i]) ob[tp * vd + kWideSlots * i] = x[RPL + i];
+      }
+      float qr[E];
+      load_slice<NPL>(qr, qb + t * Dk);
+#pragma unroll
+      for (int i = 0; i < RPL; ++i) {
+        const float d = ab.y * (vb[t * RB + kWideSlots * i] - x[i]);
+        float a[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          s[i][e] = fmaf(kr[e], d, s[i][e]);
+          a[e & 3] = fmaf(s[i][e], qr[e], a[e & 3]);
+        }
+        op[i] = sum4(a);
+      }
+      tp = t0 + t;
+    }
+  }
+  slot_sum(op);  // the last token's output (n >= 1, so tp >= 0)
+#pragma unroll
+  for (int i = 0; i < RPL; ++i) {
+    if (c == 0 && live[i]) ob[tp * vd + kWideSlots * i] = op[i];
+    if (live[i]) {
+      const int v = v0 + rw + kWideSlots * i;
+#pragma unroll
+      for (int m = 0; m < NPL; ++m)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S[int64_t(v) * Dk + 32 * m + e] = s[i][4 * m + e];
     }
   }
 }
@@ -608,6 +767,90 @@ void chunked_scan(const GdnChunkArgs& g, cudaStream_t s) {
 }
 }  // namespace
 
+namespace {
+// f(std::integral_constant<int, NPL>{}) for NPL = Dk / 32 (Dk in 32, 64, 96, 128: checked by prefill_gdn)
+template <class F>
+void with_npl(int Dk, F&& f) {
+  switch (Dk / 32) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 4>{}); break;
+  }
+}
+
+void launch_scan_plain(const GdnChunkArgs& g, cudaStream_t s) {
+  constexpr int RPW = 4, RB = kScanWarps * RPW;
+  const dim3 grid(g.Hv, (g.Dv + RB - 1) / RB);
+  with_npl(g.Dk, [&](auto npl) { k_scan<decltype(npl)::value, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); });
+}
+
+// 2 rows per warp: 256 blocks, 2 per SM at the 35B sizes (4 rows: 1.19 ms per layer-chunk on the H200, 2: 1.00)
+void launch_scan_pipe(const GdnChunkArgs& g, cudaStream_t s) {
+  constexpr int RPW = 2, RB = kScanWarps * RPW;
+  const dim3 grid(g.Hv, (g.Dv + RB - 1) / RB);
+  with_npl(g.Dk, [&](auto npl) {
+    constexpr int NPL = decltype(npl)::value;
+    const size_t smem = scan_pipe_smem<NPL>(RB);
+    allow_smem(k_scan_pipe<NPL, RPW>, smem);
+    k_scan_pipe<NPL, RPW><<<grid, kScanWarps * 32, smem, s>>>(g);
+  });
+}
+
+// 2 warps x 4 row slots x 2 rows per lane = 16 rows per block: 256 blocks of 64 threads at the 35B sizes
+// (Hv 32 x Dv 128), as many rows per SM as k_scan_pipe. The alternative with the same block count, 1 row per lane
+// and 4 warps (twice the warps to hide the shuffle latency, twice the k/q shared-memory reads per row), is
+// kWideRPL = 1, kWideWarps = 4.
+constexpr int kWideRPL = 2, kWideWarps = 2, kWideRB = kWideWarps * kWideSlots * kWideRPL;
+void launch_scan_wide(const GdnChunkArgs& g, cudaStream_t s) {
+  const dim3 grid(g.Hv, (g.Dv + kWideRB - 1) / kWideRB);
+  with_npl(g.Dk, [&](auto npl) {
+    constexpr int NPL = decltype(npl)::value;
+    const size_t smem = scan_pipe_smem<NPL>(kWideRB);
+    allow_smem(k_scan_wide<NPL, kWideRPL, kWideWarps>, smem);
+    k_scan_wide<NPL, kWideRPL, kWideWarps><<<grid, kWideWarps * 32, smem, s>>>(g);
+  });
+}
+
+void sequential_scan(const GdnChunkArgs& g, cudaStream_t s) {
+  switch (prefill_gdn_scan_kernel(g)) {
+    case kGdnScanPlain: launch_scan_plain(g, s); break;
+    case kGdnScanPipe: launch_scan_pipe(g, s); break;
+    default: launch_scan_wide(g, s); break;
+  }
+  LILY_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+int parse_gdn_scan(const char* v) {
+  if (v && std::strcmp(v, "plain") == 0) return kGdnScanPlain;
+  if (v && std::strcmp(v, "pipe") == 0) return kGdnScanPipe;
+  if (v && std::strcmp(v, "wide") == 0) return kGdnScanWide;
+  throw Error(std::string("LILY_CUDA_GDN_SCAN: '") + (v ? v : "") + "' is not one of wide, pipe, plain");
+}
+
+const char* gdn_scan_name(int scan) {
+  return scan == kGdnScanWide ? "wide" : scan == kGdnScanPipe ? "pipe" : "plain";
+}
+
+int gdn_scan_from_env() {
+  static const int v = [] {
+    const char* sc = std::getenv("LILY_CUDA_GDN_SCAN");
+    if (sc && *sc) return parse_gdn_scan(sc);
+    const char* p = std::getenv("LILY_CUDA_GDN_PIPELINE");  // the older switch: 0 selects k_scan
+    return p && std::strcmp(p, "0") == 0 ? int(kGdnScanPlain) : int(kGdnScanPipe);
+  }();
+  return v;
+}
+
+int prefill_gdn_scan_kernel(const GdnChunkArgs& g) {
+  const int v = g.scan < 0 ? gdn_scan_from_env() : g.scan;
+  if (v > kGdnScanWide) throw Error("prefill_gdn: unknown GdnChunkArgs::scan " + std::to_string(v));
+  const int cd = 2 * g.Hk * g.Dk + g.Hv * g.Dv;  // cbuf row length; the cp.async kernels copy q, k by 16 bytes
+  const bool rows16 = cd % 4 == 0 && (reinterpret_cast<uintptr_t>(g.cbuf) & 15u) == 0;
+  return rows16 ? v : int(kGdnScanPlain);
+}
+
 void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s) {
   if (g.n <= 0) return;
   if (g.Dk % 32 || g.Dk > 128 || g.Dv > 1024 || g.Dk > 1024 || g.Hv % g.Hk || g.K < 1)
@@ -618,38 +861,8 @@ void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s) {
   LILY_CUDA_CHECK_LAUNCH();
   k_ring<<<(cd + 255) / 256, 256, 0, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
-  if (prefill_gdn_uses_chunked(g)) {
-    chunked_scan(g, s);
-  } else {
-    constexpr int RPW = 4, RB = kScanWarps * RPW;
-    const dim3 grid(g.Hv, (g.Dv + RB - 1) / RB);
-    static const bool pipe = [] {
-      const char* v = std::getenv("LILY_CUDA_GDN_PIPELINE");
-      return !(v && std::strcmp(v, "0") == 0);
-    }();
-    if (pipe) {
-      constexpr int R2 = 2, RB2 = kScanWarps * R2;  // 2 rows per warp: 256 blocks, 2 per SM (4 rows: 1.19 ms
-      const dim3 grid2(g.Hv, (g.Dv + RB2 - 1) / RB2);  // per layer-chunk on the H200, 2 rows: 1.00 ms)
-      auto run2 = [&](auto kern, size_t smem) {
-        allow_smem(kern, smem);
-        kern<<<grid2, kScanWarps * 32, smem, s>>>(g);
-      };
-      switch (g.Dk / 32) {
-        case 1: run2(k_scan_pipe<1, R2>, scan_pipe_smem<1>(RB2)); break;
-        case 2: run2(k_scan_pipe<2, R2>, scan_pipe_smem<2>(RB2)); break;
-        case 3: run2(k_scan_pipe<3, R2>, scan_pipe_smem<3>(RB2)); break;
-        default: run2(k_scan_pipe<4, R2>, scan_pipe_smem<4>(RB2)); break;
-      }
-    } else {
-      switch (g.Dk / 32) {
-        case 1: k_scan<1, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
-        case 2: k_scan<2, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
-        case 3: k_scan<3, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
-        default: k_scan<4, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); break;
-      }
-    }
-    LILY_CUDA_CHECK_LAUNCH();
-  }
+  if (prefill_gdn_uses_chunked(g)) chunked_scan(g, s);
+  else sequential_scan(g, s);
   const int64_t warps = int64_t(g.n) * g.Hv;
   k_norm<<<unsigned((warps + 7) / 8), 256, 0, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();

@@ -36,6 +36,7 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   cbuf_ = f32(N * cd);
   obuf_ = f32(N * vd);
   if (const char* v = std::getenv("LILY_CUDA_GDN_CHUNKED")) gdn_chunked_ = std::strcmp(v, "1") == 0;
+  gdn_scan_from_env();  // a bad LILY_CUDA_GDN_SCAN fails at load, not at the first prefill
   if (gdn_chunked_) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
   rl_ = f32(N * size_t(c.n_experts));
   sg_ = f32(N);
