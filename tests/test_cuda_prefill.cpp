@@ -122,17 +122,20 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
   std::vector<float> want2(want);
   for (size_t i = 0; i < want2.size(); ++i) want2[i] += c0[i];
   const double e2 = testmetrics::max_rel_err(down(g.C, c0.size()), want2);
-  // grouped: 3 experts, rows gathered from A, tile map built here
-  const int E = 3, I = 96;
+  // grouped: 4 experts, rows gathered from A, tile map built here (balanced tiles of <= tile_m rows, as
+  // prefill_route makes them), for both tile heights
+  const int E = 4, I = 96;
   Mat gt, upm;
   make(gt, dev, I, K, fmt, E, rng);
   make(upm, dev, I, K, fmt, E, rng);
-  const int cnt[E] = {70, 0, 45};
+  const int cnt[E] = {70, 0, 45, 300};
+  for (const int tile_m : {cuda::kGemmTileM, cuda::kGemmTileMBig}) {
   std::vector<int32_t> rows, tiles;
   int r = 0;
   for (int e = 0; e < E; ++e) {
     for (int i = 0; i < cnt[e]; ++i) rows.push_back(int32_t((i * 37 + e) % M));
-    for (int i = 0; i < cnt[e]; i += cuda::kGemmTileM) tiles.insert(tiles.end(), {e, r + i, r + std::min(cnt[e], i + cuda::kGemmTileM)});
+    const int nt = (cnt[e] + tile_m - 1) / tile_m;
+    for (int i = 0; i < nt; ++i) tiles.insert(tiles.end(), {e, r + i * cnt[e] / nt, r + (i + 1) * cnt[e] / nt});
     r += cnt[e];
   }
   const int ntiles = int(tiles.size() / 3), R = r;
@@ -148,6 +151,7 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
   q.tiles = dev.up(tiles);
   q.n_tiles = dev.up(nt);
   q.max_tiles = ntiles + 2;
+  q.tile_m = tile_m;
   q.Cb = dev.poisoned<uint16_t>(size_t(R) * I);
   q.ldc = I;
   cuda::prefill_gemm(q, cuda::kGemmSiluMul, nullptr, simple);
@@ -161,12 +165,13 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
       for (int j = 0; j < I; ++j) want3[size_t(r) * I + j] = ref::silu(gv[size_t(j)]) * uv[size_t(j)];
     }
   const double e3 = testmetrics::max_rel_err(from_bf(down(q.Cb, want3.size())), want3);
-  std::printf("[ prefill gemm fmt %d %s ] store %.2e add %.2e grouped silu*mul %.2e\n", fmt, simple ? "simple" : "mma",
-              e1, e2, e3);
+  std::printf("[ prefill gemm fmt %d %s tile %d ] store %.2e add %.2e grouped silu*mul %.2e\n", fmt,
+              simple ? "simple" : "mma", tile_m, e1, e2, e3);
   const double tol = (simple || fmt == cuda::kBF16) ? 1e-4 : 1e-2;  // mma path rounds dequantised weights to bf16
   EXPECT_LT(e1, tol);
   EXPECT_LT(e2, tol);
   EXPECT_LT(e3, 1e-2);  // bf16 output
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, PrefillGemm,
@@ -370,13 +375,17 @@ TEST(PrefillGemmSpeed, Q4LargeTiles) {
   }
 }
 
-TEST(PrefillRoute, TopkHistogramScanScatter) {
+class PrefillRoute : public ::testing::TestWithParam<int> {};
+
+// Routing + tile map at both tile heights; experts 0..3 favoured so that they get > 128 rows (several tiles each).
+TEST_P(PrefillRoute, TopkHistogramScanScatter) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int tile_m = GetParam();
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.f, 2.f);
   const int n = 301, E = 256, k = 8;
   std::vector<float> lg(size_t(n) * E);
-  for (auto& v : lg) v = nd(rng);
+  for (size_t i = 0; i < lg.size(); ++i) lg[i] = nd(rng) + (i % E < 4 ? 4.f : 0.f);
   Dev dev;
   cuda::RouteArgs ra;
   ra.logits = dev.up(lg);
@@ -386,6 +395,7 @@ TEST(PrefillRoute, TopkHistogramScanScatter) {
   ra.counts = dev.poisoned<int32_t>(E);
   ra.fill = dev.poisoned<int32_t>(E);
   ra.max_tiles = (n * k + cuda::kGemmTileM - 1) / cuda::kGemmTileM + E;
+  ra.tile_m = tile_m;
   ra.tiles = dev.poisoned<int32_t>(size_t(ra.max_tiles) * 3);
   ra.n_tiles = dev.poisoned<int32_t>(1);
   ra.row_token = dev.poisoned<int32_t>(size_t(n) * k);
@@ -409,12 +419,28 @@ TEST(PrefillRoute, TopkHistogramScanScatter) {
     }
   }
   EXPECT_EQ(bad, 0);
-  // tiles cover rows [0, n*k) in order, each within one expert whose rows they are
-  int covered = 0;
+  // tiles cover rows [0, n*k) in order, each within one expert whose rows they are; an expert's c rows make
+  // ceil(c / tile_m) tiles whose sizes differ by at most 1
+  int covered = 0, multi = 0;
+  std::vector<int> ntile(E, 0), tmin(E, 1 << 30), tmax(E, 0), rows_of(E, 0);
+  for (int i = 0; i < nt; ++i) {
+    const int e = tiles[size_t(3 * i)], sz = tiles[size_t(3 * i + 2)] - tiles[size_t(3 * i + 1)];
+    ++ntile[size_t(e)];
+    rows_of[size_t(e)] += sz;
+    tmin[size_t(e)] = std::min(tmin[size_t(e)], sz);
+    tmax[size_t(e)] = std::max(tmax[size_t(e)], sz);
+  }
+  for (int e = 0; e < E; ++e) {
+    if (!ntile[size_t(e)]) continue;
+    EXPECT_EQ(ntile[size_t(e)], (rows_of[size_t(e)] + tile_m - 1) / tile_m) << "expert " << e;
+    EXPECT_LE(tmax[size_t(e)] - tmin[size_t(e)], 1) << "expert " << e;
+    multi += ntile[size_t(e)] > 1;
+  }
+  EXPECT_GE(multi, 4);  // the favoured experts
   for (int i = 0; i < nt; ++i) {
     EXPECT_EQ(tiles[size_t(3 * i + 1)], covered);
     EXPECT_GT(tiles[size_t(3 * i + 2)], covered);
-    EXPECT_LE(tiles[size_t(3 * i + 2)] - covered, cuda::kGemmTileM);
+    EXPECT_LE(tiles[size_t(3 * i + 2)] - covered, tile_m);
     for (int r = tiles[size_t(3 * i + 1)]; r < tiles[size_t(3 * i + 2)]; ++r) {
       const int t = tok[size_t(r)];
       bool found = false;
@@ -425,6 +451,8 @@ TEST(PrefillRoute, TopkHistogramScanScatter) {
   }
   EXPECT_EQ(covered, n * k);
 }
+
+INSTANTIATE_TEST_SUITE_P(TileRows, PrefillRoute, ::testing::Values(cuda::kGemmTileM, cuda::kGemmTileMBig));
 
 }  // namespace
 

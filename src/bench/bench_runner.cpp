@@ -52,7 +52,7 @@ RunOut run_unfilled(Backend& be, int n, int32_t first_id, int steps) {
 
 std::vector<BenchLengthResult> run_bench(Backend& be, const BenchOptions& opt) {
   if (opt.reps < 1) throw Error("--reps must be at least 1");
-  if (opt.prefill_chunk < 1) throw Error("--prefill-chunk must be at least 1");
+  if (opt.prefill_chunk < 0) throw Error("--prefill-chunk must be at least 1 (0: the backend's default)");
   std::set<int> all(opt.prefill_lengths.begin(), opt.prefill_lengths.end());
   all.insert(opt.decode_contexts.begin(), opt.decode_contexts.end());
   const auto& cfg = be.config();

@@ -24,7 +24,7 @@ struct BenchOptions {
   int reps = 3;
   int decode_steps = 64;
   int warmup_decode = 4;
-  int prefill_chunk = 512;
+  int prefill_chunk = 0;  // 0: the backend's default
   bool unfilled_context = false;  // --decode-context unfilled (see above)
   // called at the start of each phase: ("prefill 4K rep 2/3", done phases, total phases)
   std::function<void(const std::string& what, int done, int total)> progress;

@@ -89,7 +89,7 @@ int run_bench_cmd(const Args& a) {
   opt.prefill_lengths = parse_length_list(a.get("prefill-lengths", kDefaultLengths));
   opt.decode_contexts = parse_length_list(a.get("decode-contexts", kDefaultLengths));
   opt.reps = int(a.get_int("reps", 3));
-  opt.prefill_chunk = int(a.get_int("prefill-chunk", 512));
+  opt.prefill_chunk = int(a.get_int("prefill-chunk", 0));  // 0: the backend's default (resolved below)
   {
     const std::string dc = a.get("decode-context", "prefilled");
     if (dc != "prefilled" && dc != "unfilled")
@@ -102,6 +102,7 @@ int run_bench_cmd(const Args& a) {
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   std::fprintf(stderr, "lily bench: model ready in %.1f s\n", load_s);
   auto be = make_backend(backend_kind, weights);
+  opt.prefill_chunk = be->prefill_chunk_or_default(opt.prefill_chunk);  // recorded in the report as used
 
   Progress bar("bench", 1);
   opt.progress = [&](const std::string& what, int done, int total) {

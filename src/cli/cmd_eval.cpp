@@ -37,7 +37,7 @@ int run_eval(const Args& a) {
     throw Error(a.get("ref") + " has logits over " + std::to_string(ref.vocab) + " ids, the model's vocab is " +
                 std::to_string(w->cfg.vocab));
   auto be = make_backend(a.get("backend", "auto"), w);
-  auto ours = teacher_forced_logits(*be, ref.ids, int(a.get_int("prefill-chunk", 512)));
+  auto ours = teacher_forced_logits(*be, ref.ids, int(a.get_int("prefill-chunk", 0)));
   std::vector<int32_t> next(ref.ids.begin() + (ref.ids.empty() ? 0 : 1), ref.ids.end());
   const int L = int(ref.ids.size());
   auto c = compare_logits(ref.logits.data(), ours.data(), L, ref.vocab, next);
@@ -111,7 +111,7 @@ int run_perplexity(const Args& a) {
   auto be = make_backend(a.get("backend", "auto"), w);
   int window = int(a.get_int("window", 2048));
   int stride = int(a.get_int("stride", window / 2));
-  auto r = windowed_perplexity(*be, ids, window, stride, int(a.get_int("prefill-chunk", 512)));
+  auto r = windowed_perplexity(*be, ids, window, stride, int(a.get_int("prefill-chunk", 0)));
   std::printf("perplexity %.6g over %lld tokens (%d windows of %d, stride %d)\n", r.ppl(), (long long)r.scored,
               r.windows, window, stride);
   if (a.has("json"))

@@ -40,7 +40,7 @@ int run(const Args& a) {
   auto be = make_backend(a.get("backend", "cpu"), w);
   const int L = static_cast<int>(ids.size()), V = w->cfg.vocab;
   ForwardOptions opt;
-  opt.prefill_chunk = static_cast<int>(a.get_int("prefill-chunk", 512));
+  opt.prefill_chunk = static_cast<int>(a.get_int("prefill-chunk", 0));  // 0: the backend's default
   auto st = be->new_state(L + n_dec + 1);
   std::vector<float> prompt(static_cast<size_t>(L) * V), glog(static_cast<size_t>(n_dec) * V);
   std::vector<int32_t> gids(n_dec);

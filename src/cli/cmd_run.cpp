@@ -53,7 +53,7 @@ int run(const Args& a) {
                 " exceed the context of " + std::to_string(ctx_len));
   const auto stops = stop_ids(w->cfg, *tok);
   ForwardOptions opt;
-  opt.prefill_chunk = static_cast<int>(a.get_int("prefill-chunk", 512));
+  opt.prefill_chunk = be->prefill_chunk_or_default(static_cast<int>(a.get_int("prefill-chunk", 0)));
   auto st = be->new_state(ctx_len);
   const int V = w->cfg.vocab;
   std::vector<float> logits(V);

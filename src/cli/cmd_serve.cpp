@@ -62,7 +62,7 @@ int serve(const Args& a) {
 
   Metrics metrics;
   Scheduler sched(*be, *tok, cfg.ctx, cfg.cache_mb << 20, cfg.queue, metrics,
-                  static_cast<int>(positive(a, "prefill-chunk", 512, 1, 1 << 20)));
+                  static_cast<int>(positive(a, "prefill-chunk", 0, 0, 1 << 20)));  // 0: the backend's default
   ServerContext c{cfg, tok, &tmpl, &sched, &metrics, w->cfg.vocab};
   HttpServer http(c);
   const int port = http.bind();

@@ -63,7 +63,7 @@ void CpuBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits,
   for (int i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= w_->cfg.vocab)
       throw Error("token id " + std::to_string(ids[i]) + " out of range [0, " + std::to_string(w_->cfg.vocab) + ")");
-  const int chunk = std::max(1, opt.prefill_chunk);
+  const int chunk = prefill_chunk_or_default(opt.prefill_chunk);
   const int first_logit = n - n_logits;
   const size_t V = static_cast<size_t>(w_->cfg.vocab);
   for (int s = 0; s < n; s += chunk) {

@@ -44,6 +44,12 @@ CudaOptions CudaOptions::from_env() {
   o.profile = env_on("LILY_CUDA_PROFILE", false);
   if (o.profile) o.graph = false;
   o.prefill = env_on("LILY_CUDA_PREFILL", true);
+  if (const char* mc = std::getenv("LILY_CUDA_PREFILL_MAX_CHUNK"); mc && *mc) {
+    char* end = nullptr;
+    const long v = std::strtol(mc, &end, 10);
+    if (*end || v < 16 || v > 16384) throw Error("LILY_CUDA_PREFILL_MAX_CHUNK: expected a number of tokens in 16..16384");
+    o.prefill_max_chunk = int(v);
+  }
   if (const char* smp = std::getenv("LILY_CUDA_SAMPLER"); smp && *smp) {
     if (std::strcmp(smp, "host") == 0) o.device_sampler = false;
     else if (std::strcmp(smp, "device") != 0) throw Error("LILY_CUDA_SAMPLER: expected host or device");
@@ -319,7 +325,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     pm.lm_head = lm_head_;
     pm.final_norm = final_norm_;
     pm.layers = &layers_;
-    prefill_ = std::make_unique<PrefillRunner>(pm, kMaxPrefillChunk, [this](size_t b) { return dev_alloc(b); },
+    prefill_ = std::make_unique<PrefillRunner>(pm, opt_.prefill_max_chunk, [this](size_t b) { return dev_alloc(b); },
                                                opt_.prefill_simple, opt_.prefill_prec,
                                                opt_.prefill_attn_precise);
   }
@@ -577,6 +583,8 @@ void CudaBackend::run_step(bool sample) {
   LILY_CUDA_CHECK(cudaGraphLaunch(graph, stream_));
 }
 
+int CudaBackend::default_prefill_chunk() const { return prefill_ ? prefill_->max_chunk() : kRing; }
+
 void CudaBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits, float* out,
                           const ForwardOptions& opt) {
   auto& st = dynamic_cast<CudaState&>(sst);
@@ -586,7 +594,7 @@ void CudaBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits
   for (int i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab) throw Error("cuda forward: token id out of range: " + std::to_string(ids[i]));
   if (n > 1 && prefill_) {  // batched prefill, chunk by chunk
-    const int chunk = std::clamp(opt.prefill_chunk, 1, prefill_->max_chunk());
+    const int chunk = std::min(prefill_chunk_or_default(opt.prefill_chunk), prefill_->max_chunk());
     const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
     for (int done = 0; done < n;) {
       if (opt.cancelled && opt.cancelled()) throw Cancelled();
@@ -601,7 +609,7 @@ void CudaBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits
     }
     return;
   }
-  const int chunk = std::max(1, std::min(kRing, opt.prefill_chunk > 0 ? opt.prefill_chunk : kRing));
+  const int chunk = std::min(kRing, opt.prefill_chunk > 0 ? opt.prefill_chunk : kRing);
   for (int done = 0; done < n;) {
     if (opt.cancelled && opt.cancelled()) throw Cancelled();
     const int m = std::min(chunk, n - done);

@@ -20,6 +20,7 @@ struct CudaOptions {
   bool profile = false;// LILY_CUDA_PROFILE=1: no graph, events between kernels, per-kernel times printed at exit
   bool device_sampler = true;  // LILY_CUDA_SAMPLER=host: decode_sample samples on the host
   bool prefill = true; // LILY_CUDA_PREFILL=0: prompts run through the decode step token by token
+  int prefill_max_chunk = 2048;  // LILY_CUDA_PREFILL_MAX_CHUNK: prompt tokens per chunk at most (scratch sized by it)
   bool prefill_simple = false;  // LILY_CUDA_PREFILL_SIMPLE=1: reference (non-tensor-core) prefill kernels
   int prefill_prec = 1;  // LILY_CUDA_PREFILL_PRECISION=bf16|fp16|split: GEMM operands (prefill.h PrefillPrec)
   bool prefill_attn_precise = true;  // LILY_CUDA_PREFILL_ATTN_PRECISE=0: bf16 flash attention in the fp16 modes
@@ -64,6 +65,7 @@ class CudaBackend : public Backend {
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override { return cfg_; }
+  int default_prefill_chunk() const override;
   std::unique_ptr<SeqState> new_state(int max_ctx) override;
   void fill_context_for_timing(SeqState& st, int n) override;
   void forward(SeqState& st, const int32_t* ids, int n, int n_logits, float* out,
@@ -92,8 +94,7 @@ class CudaBackend : public Backend {
     const char* what;
     cudaEvent_t ev;
   };
-  std::unique_ptr<PrefillRunner> prefill_;  // batched prefill (n > 1), scratch for kMaxPrefillChunk tokens
-  static constexpr int kMaxPrefillChunk = 2048;
+  std::unique_ptr<PrefillRunner> prefill_;  // batched prefill (n > 1), scratch for opt_.prefill_max_chunk tokens
   std::vector<Mark> marks_;
   std::vector<std::pair<std::string, double>> prof_ms_;  // accumulated per kernel kind
   int prof_steps_ = 0;

@@ -37,6 +37,8 @@ enum GemmMode : int {
                      // Cb (bf16) when set, else to C (f32)
 };
 
+constexpr int kGemmTileM = 64;      // rows per tile of the grouped GEMM at most (small expert groups)
+constexpr int kGemmTileMBig = 128;  // ... for large groups: each tile dequantises its expert's whole W once
 struct GemmArgs {
   const uint16_t* A = nullptr;   // operand rows (bf16, or fp16 hi parts), lda elements apart
   const uint16_t* A_lo = nullptr;   // kPrecSplit: fp16 low parts, same layout
@@ -51,12 +53,12 @@ struct GemmArgs {
   const int32_t* tiles = nullptr;
   const int32_t* n_tiles = nullptr;
   int max_tiles = 0;
+  int tile_m = kGemmTileM;       // grouped mode: rows per tile at most (kGemmTileM or kGemmTileMBig)
   int64_t w_stride = 0, sb_stride = 0;
   float* C = nullptr;            // f32 out (kGemmStore, kGemmAdd)
   uint16_t* Cb = nullptr;        // bf16 out (kGemmSiluMul; null: f32 to C)
   int ldc = 0;
 };
-constexpr int kGemmTileM = 64;   // rows per tile of the grouped GEMM (the MoE tile map is built for it)
 // simple = true: one thread per output, f32 dequantisation (the slow reference / fallback path).
 void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple = false);
 
@@ -80,9 +82,11 @@ struct RouteArgs {
   float* w = nullptr;            // [n*k] routing weights
   int32_t* counts = nullptr;     // [E] rows per expert (zeroed by prefill_route)
   int32_t* fill = nullptr;       // [E] scatter cursors
-  int32_t* tiles = nullptr;      // [max_tiles][3] {expert, r0, r1} (r1 - r0 <= kGemmTileM)
+  int32_t* tiles = nullptr;      // [max_tiles][3] {expert, r0, r1} (r1 - r0 <= tile_m)
   int32_t* n_tiles = nullptr;    // [1]
-  int max_tiles = 0;
+  int max_tiles = 0;             // >= ceil(n*k / kGemmTileM) + E
+  int tile_m = kGemmTileM;       // kGemmTileM or kGemmTileMBig: an expert's rows split into ceil(rows / tile_m)
+                                 // tiles of balanced size
   int32_t* row_token = nullptr;  // [n*k] token of each expert-sorted row
   int32_t* slot_row = nullptr;   // [n*k] expert-sorted row of (token t, choice j) at t*k + j
 };

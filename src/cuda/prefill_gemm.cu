@@ -366,7 +366,9 @@ void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
   }
   const int ny = (w.rows + ncols - 1) / ncols;
   if (grouped) {
-    run_mode<kGemmTileM>(g, mode, dim3(g.max_tiles, ny), s);
+    if (g.tile_m == kGemmTileMBig) run_mode<kGemmTileMBig>(g, mode, dim3(g.max_tiles, ny), s);
+    else if (g.tile_m == kGemmTileM) run_mode<kGemmTileM>(g, mode, dim3(g.max_tiles, ny), s);
+    else throw Error("prefill_gemm: grouped tile rows must be 64 or 128");
   } else if (g.M > 64) {
     run_mode<128>(g, mode, dim3((g.M + 127) / 128, ny), s);
   } else {

@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(512) k_scan(const RouteArgs a) {
   __shared__ int s_off[kMaxE + 1], s_toff[kMaxE + 1];
   const int e = threadIdx.x;
   const int cnt = e < a.E ? a.counts[e] : 0;
-  const int nt = (cnt + kGemmTileM - 1) / kGemmTileM;
+  const int nt = (cnt + a.tile_m - 1) / a.tile_m;
   // inclusive scans (Hillis-Steele, 512 entries)
   s_off[e + 1] = cnt;
   s_toff[e + 1] = nt;
@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(512) k_scan(const RouteArgs a) {
     for (int i = 0; i < nt; ++i) {
       int32_t* tt = a.tiles + 3 * (tb + i);
       tt[0] = e;
-      tt[1] = r + i * kGemmTileM;
-      tt[2] = min(r + cnt, r + (i + 1) * kGemmTileM);
+      tt[1] = r + int(int64_t(i) * cnt / nt);  // balanced: every tile of an expert has the same work +- 1 row
+      tt[2] = r + int(int64_t(i + 1) * cnt / nt);
     }
   }
   if (e == 0) *a.n_tiles = s_toff[a.E];
@@ -161,6 +161,7 @@ void prefill_rmsnorm_bf16(const float* x, int ldx, const float* w, int n, int H,
 
 void prefill_route(const RouteArgs& r, cudaStream_t s) {
   if (r.E > kMaxE || r.k > kMaxK || r.k > 32 || r.k < 1) throw Error("prefill_route: unsupported experts / top-k");
+  if (r.tile_m != kGemmTileM && r.tile_m != kGemmTileMBig) throw Error("prefill_route: tile rows must be 64 or 128");
   if (r.max_tiles < (r.n * r.k + kGemmTileM - 1) / kGemmTileM + r.E) throw Error("prefill_route: tile map too small");
   LILY_CUDA_CHECK(cudaMemsetAsync(r.counts, 0, size_t(r.E) * 4, s));
   k_topk<<<(r.n + 7) / 8, 256, 0, s>>>(r);

@@ -15,6 +15,14 @@
 
 namespace lily::cuda {
 
+// Grouped GEMM tile rows for a chunk of n tokens: 128-row tiles once the experts average >= 96 rows (one
+// dequantisation of an expert's W per 128 rows; fewer rows waste half a 128-row tile's MMAs), else 64.
+int PrefillRunner::tile_rows(int n) const {
+  if (moe_tile_) return moe_tile_;
+  const ModelConfig& c = *m_.cfg;
+  return int64_t(n) * c.top_k >= int64_t(96) * c.n_experts ? kGemmTileMBig : kGemmTileM;
+}
+
 PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc,
                              bool simple, int prec, bool attn_precise)
     : m_(m), max_chunk_(max_chunk), simple_(simple), prec_(prec), timer_([] {
@@ -37,6 +45,11 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   obuf_ = f32(N * vd);
   if (const char* v = std::getenv("LILY_CUDA_GDN_CHUNKED")) gdn_chunked_ = std::strcmp(v, "1") == 0;
   gdn_scan_from_env();  // a bad LILY_CUDA_GDN_SCAN fails at load, not at the first prefill
+  if (const char* v = std::getenv("LILY_CUDA_MOE_TILE"); v && *v && std::strcmp(v, "auto") != 0) {
+    if (std::strcmp(v, "64") == 0) moe_tile_ = kGemmTileM;
+    else if (std::strcmp(v, "128") == 0) moe_tile_ = kGemmTileMBig;
+    else throw Error("LILY_CUDA_MOE_TILE: expected auto, 64 or 128");
+  }
   if (gdn_chunked_) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
   rl_ = f32(N * size_t(c.n_experts));
   sg_ = f32(N);
@@ -196,6 +209,7 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   r.tiles = tiles_;
   r.n_tiles = ntiles_;
   r.max_tiles = max_tiles_;
+  r.tile_m = tile_rows(n);
   r.row_token = row_token_;
   r.slot_row = slot_row_;
   prefill_route(r, s);
@@ -212,6 +226,7 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   g.tiles = tiles_;
   g.n_tiles = ntiles_;
   g.max_tiles = max_tiles_;
+  g.tile_m = r.tile_m;
   if (prec_ == kPrecBF16) g.Cb = acta_.hi;
   else g.C = stage_;
   g.ldc = I;

@@ -23,7 +23,7 @@ struct SeqState {
 };
 
 struct ForwardOptions {
-  int prefill_chunk = 512;                 // tokens per chunk; scratch memory is bounded by this
+  int prefill_chunk = 0;                   // tokens per chunk (scratch is bounded by it); 0: the backend's default
   std::function<bool()> cancelled;         // checked between chunks; true -> throws lily::Cancelled
   std::function<void(int done, int total)> progress;  // called after each chunk
 };
@@ -39,6 +39,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual const ModelConfig& config() const = 0;
+  // Prompt tokens per forward() chunk when ForwardOptions::prefill_chunk is 0 (CPU 512; CUDA its largest chunk).
+  virtual int default_prefill_chunk() const { return 512; }
+  int prefill_chunk_or_default(int requested) const { return requested > 0 ? requested : default_prefill_chunk(); }
   virtual std::unique_ptr<SeqState> new_state(int max_ctx) = 0;
   // Consumes ids[0..n) at st.pos (st.pos += n). Writes the logits of the last n_logits positions to
   // out [n_logits, vocab] (n_logits in 0..n; out may be null when n_logits == 0).

@@ -62,7 +62,7 @@ struct GenResult {
 class Generator {
  public:
   // `cache` may be null (no reuse). `ctx`: capacity of every state this generator makes.
-  Generator(Backend& be, const Tokenizer& tok, SessionCache* cache, int ctx, int prefill_chunk = 512);
+  Generator(Backend& be, const Tokenizer& tok, SessionCache* cache, int ctx, int prefill_chunk = 0);
 
   // Runs `job`; emit() receives output as it is released. Throws Cancelled when cancelled() turns true
   // (checked between prefill chunks and decode steps).

@@ -37,7 +37,7 @@ struct Ticket {
 class Scheduler {
  public:
   Scheduler(Backend& be, const Tokenizer& tok, int ctx, size_t cache_bytes, size_t queue_cap, Metrics& metrics,
-            int prefill_chunk = 512);
+            int prefill_chunk = 0);
   ~Scheduler();
 
   // Queues a job; null when the queue is full or the scheduler is shutting down.
