@@ -87,13 +87,13 @@ void make_mat(TestMat& t, int rows, int cols, int fmt, std::mt19937& rng) {
 }
 
 
-class CudaGemv : public ::testing::TestWithParam<std::tuple<int, int, bool, bool>> {};
+class CudaGemv : public ::testing::TestWithParam<std::tuple<int, int, bool, bool, bool>> {};
 
 // Two segments sharing x (one plain, one accumulating into a random residual), with and without RMSNorm, with f32
-// activations and (4-bit only) the int8 hi+lo dp4a path.
+// activations and (4-bit only) the int8 hi+lo dp4a path; `big`: 9000 rows, enough for 4 rows per warp in flight.
 TEST_P(CudaGemv, MatchesReferenceMatvec) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const auto [fmt, cols, norm, int8x] = GetParam();
+  const auto [fmt, cols, norm, int8x, big] = GetParam();
   if (int8x && fmt != cuda::kQ4) GTEST_SKIP() << "int8 activations serve 4-bit weights only";
   struct Restore {
     bool v = cuda::decode_int8_x();
@@ -102,7 +102,7 @@ TEST_P(CudaGemv, MatchesReferenceMatvec) {
   cuda::set_decode_int8_x(int8x);
   std::mt19937 rng(1234 + fmt * 7 + cols + norm);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  const int rows0 = 300, rows1 = 77;
+  const int rows0 = big ? 9000 : 300, rows1 = 77;
   TestMat m0, m1;
   make_mat(m0, rows0, cols, fmt, rng);
   make_mat(m1, rows1, cols, fmt, rng);
@@ -158,7 +158,7 @@ TEST_P(CudaGemv, MatchesReferenceMatvec) {
 INSTANTIATE_TEST_SUITE_P(Formats, CudaGemv,
                          ::testing::Combine(::testing::Values(int(cuda::kQ4), int(cuda::kQ8), int(cuda::kBF16)),
                                             ::testing::Values(128, 2048, 4096), ::testing::Bool(),
-                                            ::testing::Bool()));
+                                            ::testing::Bool(), ::testing::Bool()));
 
 }  // namespace
 

@@ -342,6 +342,13 @@ CudaBackend::~CudaBackend() {
                                "router rows done (block 0)", "router last block starts top-k", "router top-k done",
                                "gate_up entry", "gate_up after pdl_wait", "gate_up x loaded", "gate_up rows done (block 0)",
                                "down entry", "down after pdl_wait", "down rows done (block 0)", 0, 0, 0};
+      if (opt_.fused_router) {  // moe_route_gate_up's stamps (slots 16-21, 25)
+        const char* fused[7] = {"router+gate_up entry", "  after pdl_wait", "  x loaded",
+                                "  router + shared rows done (b0)", "  grid barrier passed (b0)", "  top-k done (b0)",
+                                "  routed rows done (b0)"};
+        for (int i = 0; i < 6; ++i) names[16 + i] = fused[i];
+        names[25] = fused[6];
+      }
       std::fprintf(stderr, "cuda trace (first attention layer + its MoE, last step; us from attn entry):\n");
       for (int i = 0; i < 32; ++i)
         if (names[i] && t[i]) std::fprintf(stderr, "  %-34s %8.2f\n", names[i], double(int64_t(t[i] - t[0])) / 1e3);

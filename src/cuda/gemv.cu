@@ -1,6 +1,9 @@
 // Row-parallel fused GEMV for decode (batch 1): one warp per output row, 16-byte coalesced weight loads,
 // dequantisation in registers (s*Sum(xq) + b*Sum(x)), optional RMSNorm prologue, several matrices sharing one x
 // in one launch, optional residual accumulation. Also the embedding-row kernel.
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/device_util.cuh"
 
 namespace lily::cuda {
@@ -18,8 +21,43 @@ struct GemvParams {  // passed by value (kernel parameter space)
   int cols;
 };
 
+// R rows of one warp in flight: the 16-byte chunks [c0, c0 + 64) of each (row i of segment sg[i], local row
+// rr[i]; rr[i] < 0: none).
+template <int FMT, int R>
+struct RowSet {
+  uint4 raw[R][2];
+  uint32_t sb[R][2];
+  __device__ __forceinline__ void load(const GemvParams& p, const int (&sg)[R], const int (&rr)[R], int c0,
+                                       int lane) {
+    const int nch = p.cols / FmtInfo<FMT>::kElems;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int c = c0 + lane + 32 * u;
+      if (c < nch)
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          if (rr[i] >= 0) chunk_load<FMT>(p.seg[sg[i]].m, rr[i], c, raw[i][u], sb[i][u]);
+    }
+  }
+  template <class X>
+  __device__ __forceinline__ void dot(const GemvParams& p, const int (&rr)[R], const X& x, int c0, int lane,
+                                      float (&acc)[R]) const {
+    const int nch = p.cols / FmtInfo<FMT>::kElems;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int c = c0 + lane + 32 * u;
+      if (c < nch)
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          if (rr[i] >= 0) acc[i] += x.template dot<FMT>(raw[i][u], sb[i][u], c);
+    }
+  }
+};
+
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
-template <int FMT, class X>
+// R: rows per warp in flight (rows warp, warp + nwarps, ..., then the next R): 2, or 4 for matrices with >= 3
+// rows per warp (one DRAM round trip fewer per warp on the 12k-row DeltaNet in_proj).
+template <int FMT, class X, int R>
 __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
@@ -37,39 +75,42 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
     while (sgi + 1 < p.nseg && r >= p.seg[sgi].m.rows) r -= p.seg[sgi++].m.rows;
   };
   const int nch = p.cols / FmtInfo<FMT>::kElems;
-  // Weights do not depend on the previous kernel: load this warp's first row pair before waiting on it and
-  // before the x prologue, so their latency overlaps both.
-  RowPair<FMT> P;
-  int row = warp, s0, r0, s1, r1;
-  resolve(row, s0, r0);
-  resolve(row + nwarps, s1, r1);
-  if (r0 >= 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, 0, lane);
+  // Weights do not depend on the previous kernel: load this warp's first rows before waiting on it and before
+  // the x prologue, so their latency overlaps both.
+  RowSet<FMT, R> P;
+  int row = warp, sg[R], rr[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) resolve(row + i * nwarps, sg[i], rr[i]);
+  if (rr[0] >= 0) P.load(p, sg, rr, 0, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   pdl_wait();
   load_x(p.x, nw, p.eps, p.cols, xv, red);
   pdl_trigger();
 
-  while (r0 >= 0) {  // two rows per warp in flight, next pair loaded before this pair's reductions
-    float a0 = 0.f, a1 = 0.f;
+  while (rr[0] >= 0) {  // R rows per warp in flight, the next R loaded before this set's reductions
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 64) {
-      if (c0 > 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, c0, lane);
-      P.dot(p.seg[s0].m, r1, xv, c0, lane, a0, a1);
+      if (c0 > 0) P.load(p, sg, rr, c0, lane);
+      P.dot(p, rr, xv, c0, lane, acc);
     }
-    const int cs0 = s0, cr0 = r0, cs1 = s1, cr1 = r1;
-    row += 2 * nwarps;
-    resolve(row, s0, r0);
-    resolve(row + nwarps, s1, r1);
-    if (r0 >= 0) P.load(p.seg[s0].m, r0, p.seg[s1].m, r1, 0, lane);
-    a0 = warp_sum(a0);
-    a1 = warp_sum(a1);
-    if (lane == 0) {
-      const GemvSeg& g0 = p.seg[cs0];
-      g0.y[cr0] = g0.accumulate ? g0.y[cr0] + a0 : a0;
-      if (cr1 >= 0) {
-        const GemvSeg& g1 = p.seg[cs1];
-        g1.y[cr1] = g1.accumulate ? g1.y[cr1] + a1 : a1;
-      }
-    }
+    int cs[R], cr[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) { cs[i] = sg[i]; cr[i] = rr[i]; }
+    row += R * nwarps;
+#pragma unroll
+    for (int i = 0; i < R; ++i) resolve(row + i * nwarps, sg[i], rr[i]);
+    if (rr[0] >= 0) P.load(p, sg, rr, 0, lane);
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = warp_sum(acc[i]);
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if (cr[i] >= 0) {
+          const GemvSeg& g = p.seg[cs[i]];
+          g.y[cr[i]] = g.accumulate ? g.y[cr[i]] + acc[i] : acc[i];
+        }
   }
 }
 
@@ -94,6 +135,15 @@ __global__ void __launch_bounds__(kThreads) k_embed(const DMat E, const int32_t*
 }
 
 bool g_int8_x = true;
+bool gemv_rows4() {  // LILY_CUDA_GEMV_ROWS=2 keeps 2 rows per warp in flight everywhere
+  static const bool on = [] {
+    const char* v = std::getenv("LILY_CUDA_GEMV_ROWS");
+    if (!v || !*v || std::strcmp(v, "4") == 0) return true;
+    if (std::strcmp(v, "2") == 0) return false;
+    throw Error("LILY_CUDA_GEMV_ROWS: expected 2 or 4");
+  }();
+  return on;
+}
 
 }  // namespace
 
@@ -121,18 +171,26 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   if (p.cols % 32 != 0) throw Error("gemv: cols must be a multiple of 32");
   const int wpb = kThreads / 32;
   const size_t smem = gemv_smem_bytes(p.cols);
-  auto run = [&](auto kern) {
+  auto grid = [&](auto kern) {
     allow_smem(kern, smem);
-    const int blocks = std::min((p.total_rows + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
-    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, p);
+    return std::min((p.total_rows + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
+  };
+  auto run = [&](auto k2, auto k4) {  // 4 rows per warp in flight once each warp has >= 3 rows
+    const int b2 = grid(k2);
+    if (gemv_rows4() && p.total_rows >= 3 * b2 * wpb) {
+      const int b4 = grid(k4);
+      launch(k4, dim3(b4), dim3(kThreads), smem, s, pdl, p);
+    } else {
+      launch(k2, dim3(b2), dim3(kThreads), smem, s, pdl, p);
+    }
   };
   switch (segs[0].m.fmt) {
     case kQ4:
-      if (use_int8_x(kQ4, p.cols)) run(k_gemv<kQ4, XQ>);
-      else run(k_gemv<kQ4, XF>);
+      if (use_int8_x(kQ4, p.cols)) run(k_gemv<kQ4, XQ, 2>, k_gemv<kQ4, XQ, 4>);
+      else run(k_gemv<kQ4, XF, 2>, k_gemv<kQ4, XF, 4>);
       break;
-    case kQ8: run(k_gemv<kQ8, XF>); break;
-    case kBF16: run(k_gemv<kBF16, XF>); break;
+    case kQ8: run(k_gemv<kQ8, XF, 2>, k_gemv<kQ8, XF, 4>); break;
+    case kBF16: run(k_gemv<kBF16, XF, 2>, k_gemv<kBF16, XF, 4>); break;
     default: throw Error("gemv: unknown format");
   }
 }

@@ -273,6 +273,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const int nwarps = gridDim.x * (kThreads / 32);
   const int nr = a.E + 1;  // router rows: E logits, then the shared-expert gate
   const bool rblock = blockIdx.x * (kThreads / 32) < nr;  // uniform over the block
+  const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
+  if (tr) trace_at(a.trace, 0);
 
   // this warp's router row in registers before the wait (weights do not depend on the previous kernel)
   const bool rrow = warp < nr, sh = warp == a.E;
@@ -288,9 +290,11 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   }
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
+  if (tr) trace_at(a.trace, 1);
   load_x(a.x, nw, a.eps, H, xv, red);
   if (rblock) load_x(a.x, nw, a.eps, H, xr, red);
   pdl_trigger();
+  if (tr) trace_at(a.trace, 2);
   if (rrow) {
     float v = 0.f;
 #pragma unroll
@@ -332,15 +336,19 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   };
   // the shared expert's rows go to the warps after the router's (wrapping around on small grids)
   for (int r = ((warp - nr) % nwarps + nwarps) % nwarps; r < Is; r += nwarps) act_row(a.k * I + r);
+  if (tr) trace_at(a.trace, 3);
   grid_barrier(a.route_done);
+  if (tr) trace_at(a.trace, 4);
   for (int e = threadIdx.x; e < a.E; e += blockDim.x) s_logits[e] = __ldcg(a.logits + e);
   __syncthreads();
   route_block(s_logits, a.E, a.k, s_idx, s_w, s_wmin);
+  if (tr) trace_at(a.trace, 5);
   if (blockIdx.x == 0 && threadIdx.x < a.k) {  // for the down kernel
     a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
     a.route_w[threadIdx.x] = s_w[threadIdx.x];
   }
   for (int row = warp; row < a.k * I; row += nwarps) act_row(row);
+  if (tr) trace_at(a.trace, 9);
 }
 
 template <int FMT, class X>
