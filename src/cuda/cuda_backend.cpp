@@ -325,7 +325,15 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     pm.lm_head = lm_head_;
     pm.final_norm = final_norm_;
     pm.layers = &layers_;
-    prefill_ = std::make_unique<PrefillRunner>(pm, opt_.prefill_max_chunk, [this](size_t b) { return dev_alloc(b); },
+    // Default chunk: 4096 tokens where the device has >= 40 GiB (H200, 4K prompt: 16.6k tok/s vs 14.8k at 2048;
+    // ~1 GB of scratch), else 2048 (~0.5 GB, so that 24 GB cards keep room for the KV cache).
+    int max_chunk = opt_.prefill_max_chunk;
+    if (max_chunk <= 0) {
+      size_t free_b = 0, total_b = 0;
+      LILY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+      max_chunk = total_b >= (size_t(40) << 30) ? 4096 : 2048;
+    }
+    prefill_ = std::make_unique<PrefillRunner>(pm, max_chunk, [this](size_t b) { return dev_alloc(b); },
                                                opt_.prefill_simple, opt_.prefill_prec,
                                                opt_.prefill_attn_precise);
   }

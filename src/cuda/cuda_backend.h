@@ -20,7 +20,9 @@ struct CudaOptions {
   bool profile = false;// LILY_CUDA_PROFILE=1: no graph, events between kernels, per-kernel times printed at exit
   bool device_sampler = true;  // LILY_CUDA_SAMPLER=host: decode_sample samples on the host
   bool prefill = true; // LILY_CUDA_PREFILL=0: prompts run through the decode step token by token
-  int prefill_max_chunk = 2048;  // LILY_CUDA_PREFILL_MAX_CHUNK: prompt tokens per chunk at most (scratch sized by it)
+  // LILY_CUDA_PREFILL_MAX_CHUNK: prompt tokens per chunk at most (scratch sized by it); 0: 4096 on devices with
+  // >= 40 GiB, else 2048
+  int prefill_max_chunk = 0;
   bool prefill_simple = false;  // LILY_CUDA_PREFILL_SIMPLE=1: reference (non-tensor-core) prefill kernels
   int prefill_prec = 1;  // LILY_CUDA_PREFILL_PRECISION=bf16|fp16|split: GEMM operands (prefill.h PrefillPrec)
   bool prefill_attn_precise = true;  // LILY_CUDA_PREFILL_ATTN_PRECISE=0: bf16 flash attention in the fp16 modes

@@ -252,9 +252,10 @@ struct XQ {
 // red: 32 floats of scratch. Ends with __syncthreads(). Each thread owns whole 16-element groups; its x loads
 // (float4) are all issued before any is used. Requires n % 32 == 0; XQ also n <= 32 * blockDim.x (host-checked).
 // norm_w may point to global or (staged by stage_vec) shared memory.
+// out2 (optional, f32 form): the same values also written there, from the same loads and norm.
 template <class X>
 __device__ __forceinline__ void load_x(const float* __restrict__ x, const float* __restrict__ norm_w, float eps,
-                                       int n, X& out, float* red) {
+                                       int n, X& out, float* red, XF* out2 = nullptr) {
   constexpr int kMaxG = 2;  // groups of x held in registers per thread (longer x: plain loop below)
   const int ng = n / 16;
   float4 v[kMaxG][4];
@@ -302,6 +303,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       for (int i = 0; i < 4; ++i) a[i] = scale(v[k][i], w[i]);
     }
     out.put(g, valid, a);
+    if (out2) out2->put(g, valid, a);
   }
   if constexpr (!X::kPairs) {
     for (int g = threadIdx.x + kMaxG * blockDim.x; g < ng; g += blockDim.x) {
@@ -310,6 +312,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       float4 a[4];
       for (int i = 0; i < 4; ++i) a[i] = norm_w ? scale(xp[i], wp[i]) : xp[i];
       out.put(g, true, a);
+      if (out2) out2->put(g, true, a);
     }
   }
   __syncthreads();

@@ -101,6 +101,43 @@ __device__ void route_block(const float* sl, int E, int k, int* idx, float* w, f
   __syncthreads();
 }
 
+// The same top-k by one warp straight from global logits[E] (L2): each lane holds E/32 keys, k rounds of a warp
+// argmax (ties -> lower index), then the softmax over the k selected by lanes 0..k-1. Results in idx[k], w[k]
+// (shared); the caller syncs the block before reading them. Used where every block routes for itself.
+__device__ void route_warp(const float* logits, int E, int k, int* idx, float* w) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kPer = kMaxE / 32;
+  unsigned long long key[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = lane + 32 * i;
+    key[i] = e < E ? route_key(__ldcg(logits + e), e) : 0ull;
+  }
+  int my_e = 0;
+  for (int j = 0; j < k; ++j) {
+    unsigned long long b = 0ull;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) b = key[i] > b ? key[i] : b;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const unsigned long long ob = __shfl_xor_sync(0xffffffffu, b, o);
+      b = ob > b ? ob : b;
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (key[i] == b) key[i] = 0ull;  // keys are unique (index in the low bits)
+    if (lane == j) my_e = int(~static_cast<uint32_t>(b));
+  }
+  const float v = lane < k ? __ldcg(logits + my_e) : 0.f;
+  const float top = __shfl_sync(0xffffffffu, v, 0);  // the largest
+  const float ex = lane < k ? __expf(v - top) : 0.f;
+  const float sum = warp_sum(ex);
+  if (lane < k) {
+    idx[lane] = my_e;
+    w[lane] = ex / sum;
+  }
+}
+
 __device__ __forceinline__ DMat expert(const DStack& st, int e) {
   DMat m = st.m;
   m.w += e * st.w_stride;
@@ -266,8 +303,6 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   __shared__ float red[32];
   __shared__ int s_idx[kMaxK];
   __shared__ float s_w[kMaxK];
-  __shared__ __align__(16) float s_logits[kMaxE];
-  __shared__ __align__(8) float s_wmin[2 * (kThreads / 32)];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
   const int nwarps = gridDim.x * (kThreads / 32);
@@ -291,8 +326,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
-  load_x(a.x, nw, a.eps, H, xv, red);
-  if (rblock) load_x(a.x, nw, a.eps, H, xr, red);
+  load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr);  // one pass: both representations
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
   if (rrow) {
@@ -339,9 +373,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (tr) trace_at(a.trace, 3);
   grid_barrier(a.route_done);
   if (tr) trace_at(a.trace, 4);
-  for (int e = threadIdx.x; e < a.E; e += blockDim.x) s_logits[e] = __ldcg(a.logits + e);
+  if (threadIdx.x < 32) route_warp(a.logits, a.E, a.k, s_idx, s_w);
   __syncthreads();
-  route_block(s_logits, a.E, a.k, s_idx, s_w, s_wmin);
   if (tr) trace_at(a.trace, 5);
   if (blockIdx.x == 0 && threadIdx.x < a.k) {  // for the down kernel
     a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
