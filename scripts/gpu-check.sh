@@ -36,5 +36,5 @@ curl -s localhost:$port/v1/chat/completions -H 'Content-Type: application/json' 
   -d '{"model":"tiny-model","messages":[{"role":"user","content":"Hi"}],"max_tokens":8}' | head -c 600; echo
 kill $spid; wait $spid 2>/dev/null
 echo "== bench"
-timeout "${BENCH_TIMEOUT:-330}" "$B/lily" bench --backend cuda --synthetic qwen3.6-35b-a3b --limits --prefill-chunk 2048 \
+timeout "${BENCH_TIMEOUT:-330}" "$B/lily" bench --backend cuda --synthetic qwen3.6-35b-a3b --limits \
   --reps "${BENCH_REPS:-2}" --json "$OUT/bench-cuda.json" --plot "$OUT/bench-cuda.svg" 2>&1 | tee "$OUT/bench.txt" | tail -30

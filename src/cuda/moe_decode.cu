@@ -148,6 +148,55 @@ __device__ __forceinline__ DMat expert(const DStack& st, int e) {
 constexpr int kRouterThreads = 128;
 constexpr int kRouterChunks = 4;  // 16-byte chunks per lane held at once: a 2048-col 8-bit row
 
+// One router row (the first kRouterChunks chunks per lane already in raw/sb, loaded before the PDL wait) dotted with
+// x in f32 form; lane 0 writes the logit (or the shared-expert gate for row E).
+template <int FMT>
+__device__ __forceinline__ void router_row(const MoeArgs& a, const DMat& m, int mrow, bool sh, int row,
+                                           const uint4 (&raw)[kRouterChunks], const uint32_t (&sb)[kRouterChunks],
+                                           const XF& x, int lane) {
+  const int nch = m.cols / FmtInfo<FMT>::kElems;
+  float v = 0.f;
+#pragma unroll
+  for (int u = 0; u < kRouterChunks; ++u) {
+    const int c = lane + 32 * u;
+    if (c < nch) v += x.template dot<FMT>(raw[u], sb[u], c);
+  }
+  for (int c = lane + 32 * kRouterChunks; c < nch; c += 32) {  // longer rows
+    uint4 rw;
+    uint32_t sbw;
+    chunk_load<FMT>(m, mrow, c, rw, sbw);
+    v += x.template dot<FMT>(rw, sbw, c);
+  }
+  v = warp_sum(v);
+  if (lane == 0) {
+    if (sh) a.shg[0] = v;
+    else a.logits[row] = v;
+  }
+}
+
+// Row `row` of the act layout [k*I routed (expert s_idx[row / I]) | Is shared]: act[row] = silu(gate . x) * (up . x).
+template <int FMT, class X>
+__device__ __forceinline__ void gate_up_row(const MoeArgs& a, const int* s_idx, int row, const X& x, int lane) {
+  const int I = a.gate.m.rows;
+  DMat g, u;
+  int r;
+  if (row < a.k * I) {
+    const int e = s_idx[row / I];
+    r = row % I;
+    g = expert(a.gate, e);
+    u = expert(a.up, e);
+  } else {
+    r = row - a.k * I;
+    g = a.sh_gate;
+    u = a.sh_up;
+  }
+  float gv, uv;
+  row_dot2_lane<FMT>(g, r, u, r, x, lane, gv, uv);
+  gv = warp_sum(gv);
+  uv = warp_sum(uv);
+  if (lane == 0) a.act[row] = silu_f(gv) * uv;
+}
+
 template <int FMT>
 __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) {
   extern __shared__ float4 smem4[];
@@ -185,25 +234,7 @@ __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) 
   load_x(a.x, nw, a.eps, H, xs, xsum16, red);
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
-  if (row < rows) {
-    float v = 0.f;
-#pragma unroll
-    for (int u = 0; u < kRouterChunks; ++u) {
-      const int c = lane + 32 * u;
-      if (c < nch) v += chunk_dot<FMT>(raw[u], sb[u], xs, xsum16, c);
-    }
-    for (int c = lane + 32 * kRouterChunks; c < nch; c += 32) {  // longer rows
-      uint4 rw;
-      uint32_t sbw;
-      chunk_load<FMT>(m, mrow, c, rw, sbw);
-      v += chunk_dot<FMT>(rw, sbw, xs, xsum16, c);
-    }
-    v = warp_sum(v);
-    if (lane == 0) {
-      if (sh) a.shg[0] = v;
-      else a.logits[row] = v;
-    }
-  }
+  if (row < rows) router_row<FMT>(a, m, mrow, sh, row, raw, sb, XF(xs, xsum16), lane);
   if (tr) trace_at(a.trace, 3);
   __threadfence();
   __syncthreads();
@@ -245,25 +276,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_gate_up(const MoeArgs a) {
   load_x(a.x, nw, a.eps, H, xv, red);  // ends with __syncthreads (s_idx visible)
   pdl_trigger();
   if (tr) trace_at(a.trace, 8);
-  for (int row = warp; row < rows; row += nwarps) {
-    DMat g, u;
-    int r;
-    if (row < a.k * I) {
-      const int e = s_idx[row / I];
-      r = row % I;
-      g = expert(a.gate, e);
-      u = expert(a.up, e);
-    } else {
-      r = row - a.k * I;
-      g = a.sh_gate;
-      u = a.sh_up;
-    }
-    float gv, uv;
-    row_dot2_lane<FMT>(g, r, u, r, xv, lane, gv, uv);
-    gv = warp_sum(gv);
-    uv = warp_sum(uv);
-    if (lane == 0) a.act[row] = silu_f(gv) * uv;
-  }
+  for (int row = warp; row < rows; row += nwarps) gate_up_row<FMT>(a, s_idx, row, xv, lane);
   if (tr) trace_at(a.trace, 9);
 }
 
@@ -329,45 +342,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr);  // one pass: both representations
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
-  if (rrow) {
-    float v = 0.f;
-#pragma unroll
-    for (int u = 0; u < kRouterChunks; ++u) {
-      const int c = lane + 32 * u;
-      if (c < rnch) v += xr.template dot<RFMT>(raw[u], sb[u], c);
-    }
-    for (int c = lane + 32 * kRouterChunks; c < rnch; c += 32) {  // longer rows
-      uint4 rw;
-      uint32_t sbw;
-      chunk_load<RFMT>(m, mrow, c, rw, sbw);
-      v += xr.template dot<RFMT>(rw, sbw, c);
-    }
-    v = warp_sum(v);
-    if (lane == 0) {
-      if (sh) a.shg[0] = v;
-      else a.logits[warp] = v;
-    }
-  }
-  // gate/up row `row` of the act layout [k*I routed | Is shared] -> act[row] = silu(g) * u
-  auto act_row = [&](int row) {
-    DMat g, u;
-    int r;
-    if (row < a.k * I) {
-      const int e = s_idx[row / I];
-      r = row % I;
-      g = expert(a.gate, e);
-      u = expert(a.up, e);
-    } else {
-      r = row - a.k * I;
-      g = a.sh_gate;
-      u = a.sh_up;
-    }
-    float gv, uv;
-    row_dot2_lane<FMT>(g, r, u, r, xv, lane, gv, uv);
-    gv = warp_sum(gv);
-    uv = warp_sum(uv);
-    if (lane == 0) a.act[row] = silu_f(gv) * uv;
-  };
+  if (rrow) router_row<RFMT>(a, m, mrow, sh, warp, raw, sb, xr, lane);
+  auto act_row = [&](int row) { gate_up_row<FMT>(a, s_idx, row, xv, lane); };
   // the shared expert's rows go to the warps after the router's (wrapping around on small grids)
   for (int r = ((warp - nr) % nwarps + nwarps) % nwarps; r < Is; r += nwarps) act_row(a.k * I + r);
   if (tr) trace_at(a.trace, 3);
