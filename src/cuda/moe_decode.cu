@@ -28,6 +28,24 @@ __device__ __forceinline__ unsigned long long route_key(float v, int e) {
   u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // monotone float -> uint
   return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(e));
 }
+// The largest of the warp's keys (0 when all are taken), removed from its lane's set (keys are unique: index in
+// the low bits).
+template <int N>
+__device__ __forceinline__ unsigned long long warp_take_max(unsigned long long (&key)[N]) {
+  unsigned long long b = 0ull;
+#pragma unroll
+  for (int i = 0; i < N; ++i) b = key[i] > b ? key[i] : b;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned long long ob = __shfl_xor_sync(0xffffffffu, b, o);
+    b = ob > b ? ob : b;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (key[i] == b) key[i] = 0ull;
+  return b;
+}
+
 __device__ void route_block(const float* sl, int E, int k, int* idx, float* w, float* wmin) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int per = (E + nw - 1) / nw, r = (k + nw - 1) / nw;
@@ -40,17 +58,7 @@ __device__ void route_block(const float* sl, int E, int k, int* idx, float* w, f
   }
   unsigned long long best = ~0ull;
   for (int round = 0; round < r; ++round) {
-    unsigned long long b = 0ull;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) b = key[i] > b ? key[i] : b;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const unsigned long long ob = __shfl_xor_sync(0xffffffffu, b, o);
-      b = ob > b ? ob : b;
-    }
-#pragma unroll
-    for (int i = 0; i < kPer; ++i)
-      if (key[i] == b) key[i] = 0ull;  // keys are unique (index in the low bits)
+    const unsigned long long b = warp_take_max(key);
     if (b != 0ull) best = b;  // the warp's r-th largest so far (0: slice exhausted)
   }
   if (lane == 0) reinterpret_cast<unsigned long long*>(wmin)[warp] = best;
@@ -115,17 +123,7 @@ __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w
   }
   int my_e = 0;
   for (int j = 0; j < k; ++j) {
-    unsigned long long b = 0ull;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) b = key[i] > b ? key[i] : b;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const unsigned long long ob = __shfl_xor_sync(0xffffffffu, b, o);
-      b = ob > b ? ob : b;
-    }
-#pragma unroll
-    for (int i = 0; i < kPer; ++i)
-      if (key[i] == b) key[i] = 0ull;  // keys are unique (index in the low bits)
+    const unsigned long long b = warp_take_max(key);
     if (lane == j) my_e = int(~static_cast<uint32_t>(b));
   }
   const float v = lane < k ? __ldcg(logits + my_e) : 0.f;
