@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_test_buffers.h"
@@ -89,11 +91,18 @@ void make(Mat& m, Dev& dev, int rows, int cols, int fmt, int E, std::mt19937& rn
   }
 }
 
-class PrefillGemm : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+// GEMM path under test: the simple reference kernel or one of the tensor-core kernels (cuda::GemmKernel).
+constexpr int kPathSimple = 0;
+const char* fmt_name(int fmt) { return fmt == cuda::kQ4 ? "q4" : fmt == cuda::kQ8 ? "q8" : "bf16"; }
+const char* path_name(int path) { return path == kPathSimple ? "simple" : cuda::gemm_kernel_name(path); }
+const auto kPaths = ::testing::Values(kPathSimple, int(cuda::kGemmKernelV1), int(cuda::kGemmKernelV2));
+
+class PrefillGemm : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const auto [fmt, simple] = GetParam();
+  const auto [fmt, path] = GetParam();
+  const bool simple = path == kPathSimple;
   std::mt19937 rng(7 + fmt + simple);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   Dev dev;
@@ -113,6 +122,7 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
   g.W0 = w.d;
   g.C = dev.poisoned<float>(c0.size());
   g.ldc = N;
+  g.kernel = simple ? 0 : path;
   cuda::prefill_gemm(g, cuda::kGemmStore, nullptr, simple);
   CK(cudaDeviceSynchronize());
   const double e1 = testmetrics::max_rel_err(down(g.C, c0.size()), want);
@@ -154,6 +164,7 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
   q.tile_m = tile_m;
   q.Cb = dev.poisoned<uint16_t>(size_t(R) * I);
   q.ldc = I;
+  q.kernel = g.kernel;
   cuda::prefill_gemm(q, cuda::kGemmSiluMul, nullptr, simple);
   CK(cudaDeviceSynchronize());
   std::vector<float> want3(size_t(R) * I), gv(I), uv(I);
@@ -166,7 +177,7 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
     }
   const double e3 = testmetrics::max_rel_err(from_bf(down(q.Cb, want3.size())), want3);
   std::printf("[ prefill gemm fmt %d %s tile %d ] store %.2e add %.2e grouped silu*mul %.2e\n", fmt,
-              simple ? "simple" : "mma", tile_m, e1, e2, e3);
+              path_name(path), tile_m, e1, e2, e3);
   const double tol = (simple || fmt == cuda::kBF16) ? 1e-4 : 1e-2;  // mma path rounds dequantised weights to bf16
   EXPECT_LT(e1, tol);
   EXPECT_LT(e2, tol);
@@ -176,7 +187,11 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, PrefillGemm,
                          ::testing::Combine(::testing::Values(int(cuda::kQ4), int(cuda::kQ8), int(cuda::kBF16)),
-                                            ::testing::Bool()));
+                                            kPaths),
+                         [](const auto& info) {
+                           return std::string(fmt_name(std::get<0>(info.param))) + "_" +
+                                  path_name(std::get<1>(info.param));
+                         });
 
 // fp16 / split operand paths (prefill.h PrefillPrec). A rows span 1e-6 .. 1e6 (beyond fp16 range: the row scale
 // must keep them finite and precise), one row is zero. Checks:
@@ -210,11 +225,12 @@ double row_err(const std::vector<float>& got, const std::vector<double>& want, i
   return worst;
 }
 
-class PrefillGemmPrec : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
+class PrefillGemmPrec : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 
 TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const auto [fmt, prec, simple] = GetParam();
+  const auto [fmt, prec, path] = GetParam();
+  const bool simple = path == kPathSimple;
   std::mt19937 rng(11 + fmt + 3 * prec + simple);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   Dev dev;
@@ -278,6 +294,7 @@ TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
   g.W0 = w.d;
   g.C = dev.poisoned<float>(size_t(M) * N);
   g.ldc = N;
+  g.kernel = simple ? 0 : path;
   cuda::prefill_gemm(g, cuda::kGemmStore, nullptr, simple);
   CK(cudaDeviceSynchronize());
   const std::vector<float> got = down(g.C, size_t(M) * N);
@@ -312,7 +329,7 @@ TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
   }
   const double e3 = row_err(down(q.C, want3.size()), want3, R, I);
   std::printf("[ prefill gemm %s fmt %d %s ] vs rounded-input ref %.2e, vs exact %.2e (tol %.0e), silu*mul %.2e\n",
-              cuda::prefill_prec_name(prec), fmt, simple ? "simple" : "mma", e_round, e_exact, tol, e3);
+              cuda::prefill_prec_name(prec), fmt, path_name(path), e_round, e_exact, tol, e3);
   EXPECT_LT(e_round, 2e-4);
   EXPECT_LT(e_exact, tol);
   EXPECT_LT(e3, 2 * tol + 1e-5);  // + f32 silu (expf) vs the reference's
@@ -321,7 +338,12 @@ TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Formats, PrefillGemmPrec,
                          ::testing::Combine(::testing::Values(int(cuda::kQ4), int(cuda::kQ8), int(cuda::kBF16)),
                                             ::testing::Values(int(cuda::kPrecFP16), int(cuda::kPrecSplit)),
-                                            ::testing::Bool()));
+                                            kPaths),
+                         [](const auto& info) {
+                           return std::string(fmt_name(std::get<0>(info.param))) + "_" +
+                                  cuda::prefill_prec_name(std::get<1>(info.param)) + "_" +
+                                  path_name(std::get<2>(info.param));
+                         });
 
 TEST(PrefillPrec, ParsesEnvValues) {
   EXPECT_EQ(cuda::parse_prefill_prec("bf16"), cuda::kPrecBF16);
@@ -331,8 +353,153 @@ TEST(PrefillPrec, ParsesEnvValues) {
   EXPECT_THROW(cuda::parse_prefill_prec(""), Error);
 }
 
-// Rate of the tensor-core GEMM on a big Q4 tile grid, per operand precision (printed; the bench reports the
-// end-to-end rate).
+// k_gemm_v2 against k_gemm, bit for bit (the same operand rounding and, per accumulator, the same mma sequence):
+// every format x operand precision; dense store and add at both tile heights (M 150 -> BM 128, M 50 -> BM 64),
+// grouped SiLU*mul with bf16 and f32 output at tile 64 and 128; K = 64 .. 320 (1 .. 5 k-tiles: the v2 pipeline's
+// prologue and tail). N = 200 and I = 96 leave partial column tiles. Outputs are NaN-poisoned and must be finite.
+class PrefillGemmV2 : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(PrefillGemmV2, BitIdenticalToV1) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const auto [fmt, prec] = GetParam();
+  std::mt19937 rng(23 + fmt + 5 * prec);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Dev dev;
+  int mismatched = 0, nonfinite = 0, compared = 0;
+  // runs g in `mode` with both kernels (outputs start from init, or NaN when empty) and compares the bytes
+  auto both = [&](cuda::GemmArgs g, int mode, size_t n, bool bf16_out, const std::vector<float>& init,
+                  const char* what) {
+    std::vector<uint8_t> out[2];
+    for (int k = 0; k < 2; ++k) {
+      g.kernel = k == 0 ? cuda::kGemmKernelV1 : cuda::kGemmKernelV2;
+      if (bf16_out) g.Cb = dev.poisoned<uint16_t>(n);
+      else g.C = init.empty() ? dev.poisoned<float>(n) : dev.up(init);
+      cuda::prefill_gemm(g, mode, nullptr);
+      CK(cudaDeviceSynchronize());
+      if (bf16_out) {
+        const auto v = down(g.Cb, n);
+        out[k].assign(reinterpret_cast<const uint8_t*>(v.data()), reinterpret_cast<const uint8_t*>(v.data() + n));
+        if (k == 1)
+          for (uint16_t x : v) nonfinite += !std::isfinite(bf16_to_f32(x));
+      } else {
+        const auto v = down(g.C, n);
+        out[k].assign(reinterpret_cast<const uint8_t*>(v.data()), reinterpret_cast<const uint8_t*>(v.data() + n));
+        if (k == 1)
+          for (float x : v) nonfinite += !std::isfinite(x);
+      }
+    }
+    ++compared;
+    if (out[0] != out[1]) {
+      ++mismatched;
+      ADD_FAILURE() << what << ": v2 differs from v1";
+    }
+  };
+  for (const int K : {64, 128, 192, 256, 320}) {
+    const int M = 150, N = 200;
+    Mat w;
+    make(w, dev, N, K, fmt, 1, rng);
+    std::vector<float> a(size_t(M) * K), c0(size_t(M) * N);
+    for (auto& v : a) v = u(rng);
+    for (auto& v : c0) v = u(rng);
+    cuda::ActRows ar;
+    ar.hi = dev.poisoned<uint16_t>(a.size());
+    if (prec != cuda::kPrecBF16) ar.scale = dev.poisoned<float>(size_t(M));
+    if (prec == cuda::kPrecSplit) ar.lo = dev.poisoned<uint16_t>(a.size());
+    cuda::prefill_quant_rows(dev.up(a), K, M, K, prec, ar, nullptr);
+    cuda::GemmArgs g;
+    g.A = ar.hi;
+    g.A_lo = ar.lo;
+    g.a_scale = ar.scale;
+    g.prec = prec;
+    g.lda = K;
+    g.W0 = w.d;
+    g.ldc = N;
+    const std::string k_name = "K " + std::to_string(K);
+    for (const int m : {M, 50}) {
+      g.M = m;
+      both(g, cuda::kGemmStore, size_t(m) * N, false, {}, (k_name + " store M " + std::to_string(m)).c_str());
+      both(g, cuda::kGemmAdd, size_t(m) * N, false, std::vector<float>(c0.begin(), c0.begin() + size_t(m) * N),
+           (k_name + " add M " + std::to_string(m)).c_str());
+    }
+    const int E = 3, I = 96, cnt[E] = {70, 0, 200};
+    Mat gt, upm;
+    make(gt, dev, I, K, fmt, E, rng);
+    make(upm, dev, I, K, fmt, E, rng);
+    for (const int tile_m : {cuda::kGemmTileM, cuda::kGemmTileMBig}) {
+      std::vector<int32_t> rows, tiles;
+      int r = 0;
+      for (int e = 0; e < E; ++e) {
+        for (int i = 0; i < cnt[e]; ++i) rows.push_back(int32_t((i * 37 + e) % M));
+        const int nt = (cnt[e] + tile_m - 1) / tile_m;
+        for (int i = 0; i < nt; ++i) tiles.insert(tiles.end(), {e, r + i * cnt[e] / nt, r + (i + 1) * cnt[e] / nt});
+        r += cnt[e];
+      }
+      const std::vector<int32_t> nt = {int32_t(tiles.size() / 3)};
+      cuda::GemmArgs q = g;
+      q.M = 0;
+      q.a_rows = dev.up(rows);
+      q.W0 = gt.d;
+      q.W1 = upm.d;
+      q.w_stride = gt.w_stride;
+      q.sb_stride = gt.sb_stride;
+      q.tiles = dev.up(tiles);
+      q.n_tiles = dev.up(nt);
+      q.max_tiles = nt[0] + 2;
+      q.tile_m = tile_m;
+      q.ldc = I;
+      const std::string t_name = k_name + " silu*mul tile " + std::to_string(tile_m);
+      both(q, cuda::kGemmSiluMul, size_t(r) * I, true, {}, (t_name + " bf16 out").c_str());
+      q.Cb = nullptr;
+      both(q, cuda::kGemmSiluMul, size_t(r) * I, false, {}, (t_name + " f32 out").c_str());
+    }
+  }
+  std::printf("[ prefill gemm v2 vs v1 %s %s ] %d of %d outputs differ, %d non-finite values\n", fmt_name(fmt),
+              cuda::prefill_prec_name(prec), mismatched, compared, nonfinite);
+  EXPECT_EQ(nonfinite, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, PrefillGemmV2,
+                         ::testing::Combine(::testing::Values(int(cuda::kQ4), int(cuda::kQ8), int(cuda::kBF16)),
+                                            ::testing::Values(int(cuda::kPrecBF16), int(cuda::kPrecFP16),
+                                                              int(cuda::kPrecSplit))),
+                         [](const auto& info) {
+                           return std::string(fmt_name(std::get<0>(info.param))) + "_" +
+                                  cuda::prefill_prec_name(std::get<1>(info.param));
+                         });
+
+TEST(PrefillGemmKernel, ParsesEnvValues) {
+  EXPECT_EQ(cuda::parse_gemm_kernel("v1"), cuda::kGemmKernelV1);
+  EXPECT_EQ(cuda::parse_gemm_kernel("v2"), cuda::kGemmKernelV2);
+  EXPECT_THROW(cuda::parse_gemm_kernel("v3"), Error);
+  EXPECT_THROW(cuda::parse_gemm_kernel("V2"), Error);
+  EXPECT_THROW(cuda::parse_gemm_kernel(""), Error);
+  try {
+    cuda::parse_gemm_kernel("x");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("LILY_CUDA_GEMM"), std::string::npos);
+  }
+}
+
+// Mean time of `reps` launches of g (after one warm-up), in ms.
+double time_gemm(const cuda::GemmArgs& g, int mode, int reps) {
+  cuda::prefill_gemm(g, mode, nullptr);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0);
+  for (int i = 0; i < reps; ++i) cuda::prefill_gemm(g, mode, nullptr);
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms / reps;
+}
+
+// Rate of the tensor-core GEMMs, v1 and v2, per operand precision (printed; the bench reports the end-to-end
+// rate): a 4096 x 8192 x 2048 Q4 dense store, and the MoE gate+up of a 4096-token chunk (256 experts x ~128 rows,
+// I = 512 gate + 512 up rows, K = 2048, rows gathered, 128-row tiles, bf16 output; FLOPs counted once).
 TEST(PrefillGemmSpeed, Q4LargeTiles) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(9);
@@ -344,6 +511,24 @@ TEST(PrefillGemmSpeed, Q4LargeTiles) {
   const uint16_t* a_h = dev.up(std::vector<uint16_t>(size_t(M) * K, uint16_t(0x211F)));  // fp16 0.01
   const uint16_t* a_lo = dev.up(std::vector<uint16_t>(size_t(M) * K, uint16_t(0)));
   const float* sc = dev.up(std::vector<float>(size_t(M), 1.f));
+  // MoE: expert e gets 128 + ((37 e) % 65) - 32 rows (96 .. 160, ~32768 in all), rows gathered from the M tokens
+  const int E = 256, I = 512;
+  Mat gt, upm;
+  make(gt, dev, I, K, cuda::kQ4, E, rng);
+  make(upm, dev, I, K, cuda::kQ4, E, rng);
+  std::vector<int32_t> rows, tiles;
+  for (int e = 0, r = 0; e < E; ++e) {
+    const int c = 128 + (37 * e) % 65 - 32, nt = (c + cuda::kGemmTileMBig - 1) / cuda::kGemmTileMBig;
+    for (int i = 0; i < c; ++i) rows.push_back(int32_t((int64_t(i) * 977 + e * 131) % M));
+    for (int i = 0; i < nt; ++i) tiles.insert(tiles.end(), {e, r + i * c / nt, r + (i + 1) * c / nt});
+    r += c;
+  }
+  const int R = int(rows.size());
+  const std::vector<int32_t> ntv = {int32_t(tiles.size() / 3)};
+  const int32_t* d_rows = dev.up(rows);
+  const int32_t* d_tiles = dev.up(tiles);
+  const int32_t* d_nt = dev.up(ntv);
+  uint16_t* moe_out = dev.poisoned<uint16_t>(size_t(R) * I);
   for (int prec : {int(cuda::kPrecBF16), int(cuda::kPrecFP16), int(cuda::kPrecSplit)}) {
     cuda::GemmArgs g;
     g.A = prec == cuda::kPrecBF16 ? a_bf : a_h;
@@ -355,23 +540,32 @@ TEST(PrefillGemmSpeed, Q4LargeTiles) {
     g.W0 = w.d;
     g.C = dev.poisoned<float>(size_t(M) * N);
     g.ldc = N;
-    cuda::prefill_gemm(g, cuda::kGemmStore, nullptr);
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaEventRecord(e0));
-    for (int i = 0; i < 10; ++i) cuda::prefill_gemm(g, cuda::kGemmStore, nullptr);
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    const double tf = 2.0 * M * N * K * 10 / (ms * 1e-3) / 1e12;
-    std::printf("[ prefill gemm speed %s ] %dx%dx%d Q4: %.3f ms, %.1f TFLOP/s\n", cuda::prefill_prec_name(prec), M, N,
-                K, ms / 10, tf);
-    auto c = down(g.C, 1000);
-    for (float v : c) EXPECT_TRUE(std::isfinite(v));
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    cuda::GemmArgs q = g;
+    q.M = 0;
+    q.C = nullptr;
+    q.Cb = moe_out;
+    q.ldc = I;
+    q.a_rows = d_rows;
+    q.W0 = gt.d;
+    q.W1 = upm.d;
+    q.w_stride = gt.w_stride;
+    q.sb_stride = gt.sb_stride;
+    q.tiles = d_tiles;
+    q.n_tiles = d_nt;
+    q.max_tiles = ntv[0];
+    q.tile_m = cuda::kGemmTileMBig;
+    for (int kernel : {int(cuda::kGemmKernelV1), int(cuda::kGemmKernelV2)}) {
+      g.kernel = q.kernel = kernel;
+      const double ms = time_gemm(g, cuda::kGemmStore, 10);
+      const double ms_moe = time_gemm(q, cuda::kGemmSiluMul, 10);
+      CK(cudaDeviceSynchronize());
+      std::printf("[ prefill gemm speed %s %s ] %dx%dx%d Q4: %.3f ms, %.1f TFLOP/s | MoE gate+up %d rows x %d x %d "
+                  "(x2): %.3f ms, %.1f TFLOP/s\n",
+                  cuda::prefill_prec_name(prec), cuda::gemm_kernel_name(kernel), M, N, K, ms,
+                  2.0 * M * N * K / (ms * 1e-3) / 1e12, R, I, K, ms_moe, 4.0 * R * I * K / (ms_moe * 1e-3) / 1e12);
+      for (float v : down(g.C, 1000)) EXPECT_TRUE(std::isfinite(v));
+      for (uint16_t v : down(moe_out, 1000)) EXPECT_TRUE(std::isfinite(bf16_to_f32(v)));
+    }
   }
 }
 

@@ -58,7 +58,17 @@ struct GemmArgs {
   float* C = nullptr;            // f32 out (kGemmStore, kGemmAdd)
   uint16_t* Cb = nullptr;        // bf16 out (kGemmSiluMul; null: f32 to C)
   int ldc = 0;
+  int kernel = 0;                // tensor-core kernel, a GemmKernel (0: the environment's, gemm_kernel_from_env)
 };
+// The tensor-core GEMM kernels (prefill_gemm.cu; both give bit-identical results): kGemmKernelV1 = k_gemm (two
+// barriers per k-tile, W one k-tile ahead, split mode reloads the W fragments for the low pass), kGemmKernelV2 =
+// k_gemm_v2 (one barrier per k-tile, quantised W two k-tiles ahead, W fragments loaded once per k-step).
+enum GemmKernel : int { kGemmKernelEnv = 0, kGemmKernelV1 = 1, kGemmKernelV2 = 2 };
+// "v1" | "v2" (case-sensitive) -> GemmKernel; throws lily::Error naming LILY_CUDA_GEMM otherwise.
+int parse_gemm_kernel(const char* s);
+const char* gemm_kernel_name(int kernel);
+// Read once: LILY_CUDA_GEMM when set and non-empty (parse_gemm_kernel), else kGemmKernelV2.
+int gemm_kernel_from_env();
 // simple = true: one thread per output, f32 dequantisation (the slow reference / fallback path).
 void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple = false);
 

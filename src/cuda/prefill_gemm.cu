@@ -8,6 +8,14 @@
 // f32 accumulator in the epilogue. Dense mode tiles rows [0, M); grouped mode reads a device tile map
 // {expert, r0, r1} (the MoE expert groups). kGemmSiluMul computes gate and up of the same 64 output columns in one
 // tile (each warp: 16 gate + 16 up columns) and writes silu(gate) * up (bf16 to Cb, or f32 to C).
+// Two kernels (GemmArgs::kernel / LILY_CUDA_GEMM): k_gemm (v1, as above) and k_gemm_v2 (one barrier per k-tile,
+// quantised W two k-tiles ahead, W fragments loaded once per k-step for both split passes); same tiles, shared
+// memory, dequantisation and per-accumulator mma order, so their results are bit-identical.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
 #include "cuda/prefill.h"
 #include "cuda/prefill_util.cuh"
 
@@ -103,6 +111,87 @@ struct BTile {
   }
 };
 
+// Binds bt to this thread's W row: tile row t/2 of the block's 128 (kGemmSiluMul: rows 32j..32j+15 are gate
+// rows 16j.., 32j+16..32j+31 the up rows of the same columns); w stays null past the matrix.
+template <int MODE, int FMT, int PREC>
+__device__ __forceinline__ void bind_w_row(BTile<FMT, PREC>& bt, const GemmArgs& g, int64_t e) {
+  const int r = threadIdx.x >> 1;
+  const DMat* m = &g.W0;
+  int row;
+  if constexpr (MODE == kGemmSiluMul) {
+    if (r & 16) m = &g.W1;
+    row = blockIdx.y * 64 + (r >> 5) * 16 + (r & 15);
+  } else {
+    row = blockIdx.y * kBN + r;
+  }
+  if (row < m->rows) {
+    bt.w = mat_w(*m, e, g.w_stride) + int64_t(row) * m->row_bytes;
+    if constexpr (FMT != kBF16) bt.sbr = m->sb + e * g.sb_stride + int64_t(row) * m->sb_row;
+    bt.group = m->group;
+  }
+}
+
+// A tile [BM][64] (k0..k0+63) of rows r0.. (clamped to r1 - 1, gathered through a_rows) into as (kSplit: the low
+// parts into al) by cp.async: BM * 8 16-byte pieces, one commit group.
+template <int BM, bool kSplit>
+__device__ __forceinline__ void load_a_tile(const GemmArgs& g, uint16_t* as, uint16_t* al, int r0, int r1, int k0) {
+#pragma unroll
+  for (int i = threadIdx.x; i < BM * 8; i += kThreads) {
+    const int r = i >> 3, c = (i & 7) * 8;
+    int gr = min(r0 + r, r1 - 1);
+    if (g.a_rows) gr = g.a_rows[gr];
+    cp_async16(as + r * kSK + c, g.A + int64_t(gr) * g.lda + k0 + c);
+    if constexpr (kSplit) cp_async16(al + r * kSK + c, g.A_lo + int64_t(gr) * g.lda + k0 + c);
+  }
+  cp_commit();
+}
+
+// Epilogue: warp (wm, wn)'s accumulators acc[mi][ni] (rows wm * BM/2 + 16 mi.., n8 column block ni) times the
+// row scale to C / Cb per MODE (kGemmSiluMul: ni 0,1 gate and ni 2,3 up of the warp's 16 columns).
+template <int BM, int MODE, int PREC>
+__device__ __forceinline__ void store_tile(const GemmArgs& g, const float (&acc)[BM / 32][4][4], int r0, int r1,
+                                           int wm, int wn, int lane) {
+  constexpr int WM = BM / 2, MI = WM / 16;
+  const int gq = lane >> 2, cq = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = r0 + wm * WM + mi * 16 + gq + 8 * hh;
+      if (r >= r1) continue;
+      float rs = 1.f;
+      if constexpr (PREC != kPrecBF16) rs = g.a_scale[g.a_rows ? g.a_rows[r] : r];
+      if constexpr (MODE == kGemmSiluMul) {
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int c = blockIdx.y * 64 + wn * 16 + ni * 8 + 2 * cq + q;
+            if (c < g.W0.rows) {
+              const float gv = acc[mi][ni][2 * hh + q] * rs, uv = acc[mi][ni + 2][2 * hh + q] * rs;
+              if (g.Cb) g.Cb[int64_t(r) * g.ldc + c] = f2bf(silu_f(gv) * uv);
+              else g.C[int64_t(r) * g.ldc + c] = silu_f(gv) * uv;
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int c = blockIdx.y * kBN + wn * 32 + ni * 8 + 2 * cq + q;
+            if (c < g.W0.rows) {
+              float* p = g.C + int64_t(r) * g.ldc + c;
+              if constexpr (MODE == kGemmAdd) *p += acc[mi][ni][2 * hh + q] * rs;
+              else *p = acc[mi][ni][2 * hh + q] * rs;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 template <int BM, int MODE, int FMT, int PREC>
 __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
   constexpr int WM = BM / 2, MI = WM / 16;
@@ -119,36 +208,10 @@ __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
   if (!block_rows(g, BM, e, r0, r1)) return;
   const int K = g.W0.cols;
 
-  // this thread's W row
   BTile<FMT, PREC> bt;
-  {
-    const int r = tid >> 1;
-    const DMat* m = &g.W0;
-    int row;
-    if constexpr (MODE == kGemmSiluMul) {
-      if (r & 16) m = &g.W1;
-      row = blockIdx.y * 64 + (r >> 5) * 16 + (r & 15);
-    } else {
-      row = blockIdx.y * kBN + r;
-    }
-    if (row < m->rows) {
-      bt.w = mat_w(*m, e, g.w_stride) + int64_t(row) * m->row_bytes;
-      if constexpr (FMT != kBF16) bt.sbr = m->sb + e * g.sb_stride + int64_t(row) * m->sb_row;
-      bt.group = m->group;
-    }
-  }
-  // A rows: BM rows x 64 bf16 = BM * 8 16-byte pieces
+  bind_w_row<MODE>(bt, g, e);
   auto load_a = [&](int buf, int k0) {
-    uint16_t* dst = As + buf * BM * kSK;
-#pragma unroll
-    for (int i = tid; i < BM * 8; i += kThreads) {
-      const int r = i >> 3, c = (i & 7) * 8;
-      int gr = min(r0 + r, r1 - 1);
-      if (g.a_rows) gr = g.a_rows[gr];
-      cp_async16(dst + r * kSK + c, g.A + int64_t(gr) * g.lda + k0 + c);
-      if constexpr (kSplit) cp_async16(Al + buf * BM * kSK + r * kSK + c, g.A_lo + int64_t(gr) * g.lda + k0 + c);
-    }
-    cp_commit();
+    load_a_tile<BM, kSplit>(g, As + buf * BM * kSK, Al + buf * BM * kSK, r0, r1, k0);
   };
 
   float acc[MI][4][4];
@@ -213,45 +276,113 @@ __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
     __syncthreads();
   }
 
-  // epilogue
-  const int gq = lane >> 2, cq = lane & 3;
+  store_tile<BM, MODE, PREC>(g, acc, r0, r1, wm, wn, lane);
+}
+
+// ---- v2: one barrier per k-tile, quantised W two k-tiles ahead, W fragments loaded once per k-step ----
+
+// acc[0..3] += a (16x16) x the 16x32 W slice b[nj] (n8 blocks 2 nj, 2 nj + 1)
+template <int PREC>
+__device__ __forceinline__ void mma_a_x4(float (&acc)[4][4], const uint32_t (&a)[4], const uint32_t (&b)[2][4]) {
 #pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
+  for (int nj = 0; nj < 2; ++nj) {
+    mma_op<PREC>(acc[2 * nj], a, b[nj][0], b[nj][1]);
+    mma_op<PREC>(acc[2 * nj + 1], a, b[nj][2], b[nj][3]);
+  }
+}
+
+// One 64-deep k-tile of a warp's (16 MI) x 32 output: as / al = the warp's first A row (hi / split lo parts),
+// bs = its first W row, all [.][kSK]. Per 16-k step the four W fragments are loaded once and serve the hi and the
+// lo pass; each accumulator sees hi(kk) then lo(kk), kk ascending (v1's order, so results are bit-identical).
+template <int MI, int PREC>
+__device__ __forceinline__ void warp_mma_ktile(float (&acc)[MI][4][4], const uint16_t* as, const uint16_t* al,
+                                               const uint16_t* bs, int lane) {
+  // this lane's ldmatrix row addresses (bytes, shared state space)
+  const uint32_t a_s = smem_addr(as + (lane & 15) * kSK + (lane >> 4) * 8);
+  const uint32_t l_s = smem_addr(al + (lane & 15) * kSK + (lane >> 4) * 8);
+  const uint32_t b_s = smem_addr(bs + ((lane & 7) + (lane >> 4) * 8) * kSK + ((lane >> 3) & 1) * 8);
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = r0 + wm * WM + mi * 16 + gq + 8 * hh;
-      if (r >= r1) continue;
-      float rs = 1.f;
-      if constexpr (PREC != kPrecBF16) rs = g.a_scale[g.a_rows ? g.a_rows[r] : r];
-      if constexpr (MODE == kGemmSiluMul) {
+  for (int kk = 0; kk < kBK / 16; ++kk) {
+    uint32_t b[2][4], a[MI][4];
 #pragma unroll
-        for (int ni = 0; ni < 2; ++ni) {
+    for (int nj = 0; nj < 2; ++nj) ldsm_x4_s(b[nj], b_s + 2 * (nj * 16 * kSK + kk * 16));
 #pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const int c = blockIdx.y * 64 + wn * 16 + ni * 8 + 2 * cq + q;
-            if (c < g.W0.rows) {
-              const float gv = acc[mi][ni][2 * hh + q] * rs, uv = acc[mi][ni + 2][2 * hh + q] * rs;
-              if (g.Cb) g.Cb[int64_t(r) * g.ldc + c] = f2bf(silu_f(gv) * uv);
-              else g.C[int64_t(r) * g.ldc + c] = silu_f(gv) * uv;
-            }
-          }
-        }
-      } else {
+    for (int mi = 0; mi < MI; ++mi) ldsm_x4_s(a[mi], a_s + 2 * (mi * 16 * kSK + kk * 16));
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
+    for (int mi = 0; mi < MI; ++mi) mma_a_x4<PREC>(acc[mi], a[mi], b);
+    if constexpr (PREC == kPrecSplit) {
 #pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const int c = blockIdx.y * kBN + wn * 32 + ni * 8 + 2 * cq + q;
-            if (c < g.W0.rows) {
-              float* p = g.C + int64_t(r) * g.ldc + c;
-              if constexpr (MODE == kGemmAdd) *p += acc[mi][ni][2 * hh + q] * rs;
-              else *p = acc[mi][ni][2 * hh + q] * rs;
-            }
-          }
-        }
-      }
+      for (int mi = 0; mi < MI; ++mi) ldsm_x4_s(a[mi], l_s + 2 * (mi * 16 * kSK + kk * 16));
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) mma_a_x4<PREC>(acc[mi], a[mi], b);
     }
   }
+}
+
+// Same tiles, warps, shared memory layout and epilogue as k_gemm; the pipeline differs. Step kt (P = kt & 1):
+//   wait for A(kt), barrier        -> A(kt) and B(kt) (buffers P) visible; every warp is done with step kt-1, so
+//                                     buffers P^1 are free
+//   cp.async A(kt+1) -> buffers P^1
+//   MMA on buffers P
+//   dequantise W(kt+1) from registers -> B buffer P^1; load W(kt+1+kWSets) into the freed register set
+// W k-tile t lives in register set t % kWSets: with two sets (quantised W: 5 / 9 words per thread each) its global
+// load is in flight across two steps of MMA; bf16 W (16 words a set) keeps one set (registers).
+template <int BM, int MODE, int FMT, int PREC>
+__global__ void __launch_bounds__(kThreads, 2) k_gemm_v2(const GemmArgs g) {
+  constexpr int WM = BM / 2, MI = WM / 16;
+  constexpr bool kSplit = PREC == kPrecSplit;
+  constexpr int kWSets = FMT == kBF16 ? 1 : 2;
+  extern __shared__ uint4 smem_u4[];
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem_u4);  // [2][BM][kSK]
+  uint16_t* Bs = As + 2 * BM * kSK;                     // [2][kBN][kSK]
+  uint16_t* Al = Bs + 2 * kBN * kSK;                    // kPrecSplit: [2][BM][kSK] low parts
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wm = warp >> 2, wn = warp & 3;
+
+  int64_t e;
+  int r0, r1;
+  if (!block_rows(g, BM, e, r0, r1)) return;
+  const int KT = g.W0.cols / kBK;
+
+  BTile<FMT, PREC> wt[kWSets];
+#pragma unroll
+  for (int i = 0; i < kWSets; ++i) bind_w_row<MODE>(wt[i], g, e);
+
+  float acc[MI][4][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+
+  // prologue: A(0) in flight, B(0) in shared memory, W(1 .. kWSets) in registers
+  load_a_tile<BM, kSplit>(g, As, Al, r0, r1, 0);
+  wt[0].load(0);
+  wt[0].store(Bs);
+#pragma unroll
+  for (int t = 1; t <= kWSets; ++t)
+    if (t < KT) wt[t % kWSets].load(t * kBK);
+
+  auto step = [&](auto parity, int kt) {
+    constexpr int P = decltype(parity)::value, Q = P ^ 1;
+    constexpr int S = (P + 1) % kWSets;  // the register set of W(kt+1)
+    cp_wait<0>();
+    __syncthreads();
+    const bool more = kt + 1 < KT;
+    if (more) load_a_tile<BM, kSplit>(g, As + Q * BM * kSK, Al + Q * BM * kSK, r0, r1, (kt + 1) * kBK);
+    warp_mma_ktile<MI, PREC>(acc, As + (P * BM + wm * WM) * kSK, Al + (P * BM + wm * WM) * kSK,
+                             Bs + (P * kBN + wn * 32) * kSK, lane);
+    if (more) {
+      wt[S].store(Bs + Q * kBN * kSK);
+      if (kt + 1 + kWSets < KT) wt[S].load((kt + 1 + kWSets) * kBK);
+    }
+  };
+  for (int kt = 0; kt < KT; kt += 2) {
+    step(std::integral_constant<int, 0>(), kt);
+    if (kt + 1 < KT) step(std::integral_constant<int, 1>(), kt + 1);
+  }
+  store_tile<BM, MODE, PREC>(g, acc, r0, r1, wm, wn, lane);
 }
 
 // ---- simple reference path: one thread per output column, f32 dequantisation ----
@@ -302,43 +433,67 @@ __global__ void __launch_bounds__(128) k_gemm_simple(const GemmArgs g) {
   }
 }
 
-template <int BM, int MODE, int FMT, int PREC>
-void run_fast(const GemmArgs& g, dim3 grid, cudaStream_t s) {
+// Launches k_gemm (kV2 false) or k_gemm_v2 (the same dynamic shared memory), setting its limit on first use.
+template <int BM, int MODE, int FMT, int PREC, bool kV2>
+void launch_tc(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   constexpr size_t smem = size_t(2) * (BM * (PREC == kPrecSplit ? 2 : 1) + kBN) * kSK * 2;
-  static bool once = [] {
-    LILY_CUDA_CHECK(cudaFuncSetAttribute(k_gemm<BM, MODE, FMT, PREC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(smem)));
+  void (*kern)(GemmArgs) = k_gemm<BM, MODE, FMT, PREC>;
+  if constexpr (kV2) kern = k_gemm_v2<BM, MODE, FMT, PREC>;
+  static bool once = [kern] {
+    LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)once;
-  k_gemm<BM, MODE, FMT, PREC><<<grid, kThreads, smem, s>>>(g);
+  kern<<<grid, kThreads, smem, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
 }
 
+template <int BM, int MODE, int FMT, int PREC>
+void run_fast(const GemmArgs& g, int kernel, dim3 grid, cudaStream_t s) {
+  if (kernel == kGemmKernelV1) launch_tc<BM, MODE, FMT, PREC, false>(g, grid, s);
+  else launch_tc<BM, MODE, FMT, PREC, true>(g, grid, s);
+}
+
 template <int BM, int MODE, int PREC>
-void run_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
+void run_fmt(const GemmArgs& g, int kernel, dim3 grid, cudaStream_t s) {
   switch (g.W0.fmt) {
-    case kQ4: run_fast<BM, MODE, kQ4, PREC>(g, grid, s); break;
-    case kQ8: run_fast<BM, MODE, kQ8, PREC>(g, grid, s); break;
-    default: run_fast<BM, MODE, kBF16, PREC>(g, grid, s); break;
+    case kQ4: run_fast<BM, MODE, kQ4, PREC>(g, kernel, grid, s); break;
+    case kQ8: run_fast<BM, MODE, kQ8, PREC>(g, kernel, grid, s); break;
+    default: run_fast<BM, MODE, kBF16, PREC>(g, kernel, grid, s); break;
   }
 }
 
 template <int BM, int MODE>
-void run_prec(const GemmArgs& g, dim3 grid, cudaStream_t s) {
-  if (g.prec == kPrecSplit) run_fmt<BM, MODE, kPrecSplit>(g, grid, s);
-  else if (g.prec == kPrecFP16) run_fmt<BM, MODE, kPrecFP16>(g, grid, s);
-  else run_fmt<BM, MODE, kPrecBF16>(g, grid, s);
+void run_prec(const GemmArgs& g, int kernel, dim3 grid, cudaStream_t s) {
+  if (g.prec == kPrecSplit) run_fmt<BM, MODE, kPrecSplit>(g, kernel, grid, s);
+  else if (g.prec == kPrecFP16) run_fmt<BM, MODE, kPrecFP16>(g, kernel, grid, s);
+  else run_fmt<BM, MODE, kPrecBF16>(g, kernel, grid, s);
 }
 
 template <int BM>
-void run_mode(const GemmArgs& g, int mode, dim3 grid, cudaStream_t s) {
-  if (mode == kGemmStore) run_prec<BM, kGemmStore>(g, grid, s);
-  else if (mode == kGemmAdd) run_prec<BM, kGemmAdd>(g, grid, s);
-  else run_prec<BM, kGemmSiluMul>(g, grid, s);
+void run_mode(const GemmArgs& g, int mode, int kernel, dim3 grid, cudaStream_t s) {
+  if (mode == kGemmStore) run_prec<BM, kGemmStore>(g, kernel, grid, s);
+  else if (mode == kGemmAdd) run_prec<BM, kGemmAdd>(g, kernel, grid, s);
+  else run_prec<BM, kGemmSiluMul>(g, kernel, grid, s);
 }
 
 }  // namespace
+
+int parse_gemm_kernel(const char* v) {
+  if (v && std::strcmp(v, "v1") == 0) return kGemmKernelV1;
+  if (v && std::strcmp(v, "v2") == 0) return kGemmKernelV2;
+  throw Error(std::string("LILY_CUDA_GEMM: '") + (v ? v : "") + "' is not one of v2, v1");
+}
+
+const char* gemm_kernel_name(int kernel) { return kernel == kGemmKernelV1 ? "v1" : "v2"; }
+
+int gemm_kernel_from_env() {
+  static const int v = [] {
+    const char* k = std::getenv("LILY_CUDA_GEMM");
+    return k && *k ? parse_gemm_kernel(k) : int(kGemmKernelV2);
+  }();
+  return v;
+}
 
 void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
   const DMat& w = g.W0;
@@ -364,15 +519,18 @@ void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
     LILY_CUDA_CHECK_LAUNCH();
     return;
   }
+  const int kernel = g.kernel == kGemmKernelEnv ? gemm_kernel_from_env() : g.kernel;
+  if (kernel != kGemmKernelV1 && kernel != kGemmKernelV2)
+    throw Error("prefill_gemm: unknown GemmArgs::kernel " + std::to_string(g.kernel));
   const int ny = (w.rows + ncols - 1) / ncols;
   if (grouped) {
-    if (g.tile_m == kGemmTileMBig) run_mode<kGemmTileMBig>(g, mode, dim3(g.max_tiles, ny), s);
-    else if (g.tile_m == kGemmTileM) run_mode<kGemmTileM>(g, mode, dim3(g.max_tiles, ny), s);
+    if (g.tile_m == kGemmTileMBig) run_mode<kGemmTileMBig>(g, mode, kernel, dim3(g.max_tiles, ny), s);
+    else if (g.tile_m == kGemmTileM) run_mode<kGemmTileM>(g, mode, kernel, dim3(g.max_tiles, ny), s);
     else throw Error("prefill_gemm: grouped tile rows must be 64 or 128");
   } else if (g.M > 64) {
-    run_mode<128>(g, mode, dim3((g.M + 127) / 128, ny), s);
+    run_mode<128>(g, mode, kernel, dim3((g.M + 127) / 128, ny), s);
   } else {
-    run_mode<64>(g, mode, dim3((g.M + 63) / 64, ny), s);
+    run_mode<64>(g, mode, kernel, dim3((g.M + 63) / 64, ny), s);
   }
 }
 
