@@ -112,19 +112,32 @@ __device__ void route_block(const float* sl, int E, int k, int* idx, float* w, f
 // The same top-k by one warp straight from global logits[E] (L2): each lane holds E/32 keys, k rounds of a warp
 // argmax (ties -> lower index), then the softmax over the k selected by lanes 0..k-1. Results in idx[k], w[k]
 // (shared); the caller syncs the block before reading them. Used where every block routes for itself.
+// Each round is two single-instruction warp reductions (redux.sync, sm_80+) on 32-bit keys: the largest ordered
+// logit, then the lowest index holding it (a 64-bit shuffle argmax took ~3.3 us for the 8 rounds).
 __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w) {
   const int lane = threadIdx.x & 31;
   constexpr int kPer = kMaxE / 32;
-  unsigned long long key[kPer];
+  uint32_t key[kPer];  // element e = lane + 32 i: its ordered logit bits (route_key's high word); 0 = taken / none
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = lane + 32 * i;
-    key[i] = e < E ? route_key(__ldcg(logits + e), e) : 0ull;
+    key[i] = e < E ? uint32_t(route_key(__ldcg(logits + e), e) >> 32) : 0u;
   }
   int my_e = 0;
   for (int j = 0; j < k; ++j) {
-    const unsigned long long b = warp_take_max(key);
-    if (lane == j) my_e = int(~static_cast<uint32_t>(b));
+    uint32_t m = 0u;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) m = key[i] > m ? key[i] : m;
+    const uint32_t top = __reduce_max_sync(0xffffffffu, m);
+    uint32_t cand = 0xffffffffu;  // this lane's lowest index holding the maximum
+#pragma unroll
+    for (int i = kPer - 1; i >= 0; --i)
+      if (key[i] == top) cand = uint32_t(lane + 32 * i);
+    const uint32_t e = __reduce_min_sync(0xffffffffu, cand);  // ties -> lower index
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (uint32_t(lane + 32 * i) == e) key[i] = 0u;
+    if (lane == j) my_e = int(e);
   }
   const float v = lane < k ? __ldcg(logits + my_e) : 0.f;
   const float top = __shfl_sync(0xffffffffu, v, 0);  // the largest
