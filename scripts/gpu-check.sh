@@ -19,6 +19,9 @@ if timeout 240 python3 tools/fixtures/make_fixtures.py /tmp/lily-small small > "
       "$B/lily" eval --model /tmp/lily-small/model-$layout --ref /tmp/lily-small/reference-$layout.safetensors \
         --backend $be 2>&1 | tail -6
     done
+    echo "-- $layout cuda, split-precision prefill (LILY_CUDA_PREFILL_PRECISION=split)"
+    LILY_CUDA_PREFILL_PRECISION=split "$B/lily" eval --model /tmp/lily-small/model-$layout \
+      --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
     echo "-- $layout cuda, decode path (LILY_CUDA_PREFILL=0)"
     LILY_CUDA_PREFILL=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
