@@ -502,38 +502,34 @@ __device__ __forceinline__ void row_dot2_lane(const DMat& m0, int64_t r0, const 
   }
 }
 
-// Software-pipelined pair of rows: the 16-byte chunks [c0, c0 + 64) of two rows held in registers.
-template <int FMT>
-struct RowPair {
-  uint4 raw0[2], raw1[2];
-  uint32_t sb0[2], sb1[2];
-  __device__ __forceinline__ void load(const DMat& m0, int64_t r0, const DMat& m1, int64_t r1, int c0, int lane) {
-    const int nch = m0.cols / FmtInfo<FMT>::kElems;
+// R rows of one warp in flight: the 16-byte chunks [c0, c0 + 64) of row rr[i] of matrix *m[i] (rr[i] < 0: none),
+// all loads issued before any math (the GEMVs and the lm_head keep the next set's loads in flight during the
+// current set's reductions). nch: chunks per row.
+template <int FMT, int R>
+struct RowSet {
+  uint4 raw[R][2];
+  uint32_t sb[R][2];
+  __device__ __forceinline__ void load(const DMat* const (&m)[R], const int (&rr)[R], int nch, int c0, int lane) {
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int c = c0 + lane + 32 * u;
-      if (c < nch) {
-        chunk_load<FMT>(m0, r0, c, raw0[u], sb0[u]);
-        if (r1 >= 0) chunk_load<FMT>(m1, r1, c, raw1[u], sb1[u]);
-      }
+      if (c < nch)
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          if (rr[i] >= 0) chunk_load<FMT>(*m[i], rr[i], c, raw[i][u], sb[i][u]);
     }
   }
   template <class X>
-  __device__ __forceinline__ void dot(const DMat& m0, int64_t r1, const X& x, int c0, int lane, float& a0,
-                                      float& a1) const {
-    const int nch = m0.cols / FmtInfo<FMT>::kElems;
+  __device__ __forceinline__ void dot(const int (&rr)[R], const X& x, int nch, int c0, int lane,
+                                      float (&acc)[R]) const {
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int c = c0 + lane + 32 * u;
-      if (c < nch) {
-        a0 += x.template dot<FMT>(raw0[u], sb0[u], c);
-        if (r1 >= 0) a1 += x.template dot<FMT>(raw1[u], sb1[u], c);
-      }
+      if (c < nch)
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          if (rr[i] >= 0) acc[i] += x.template dot<FMT>(raw[i][u], sb[i][u], c);
     }
-  }
-  __device__ __forceinline__ void dot(const DMat& m0, int64_t r1, const float* xs, const float* xsum16, int c0,
-                                      int lane, float& a0, float& a1) const {
-    dot(m0, r1, XF(const_cast<float*>(xs), const_cast<float*>(xsum16)), c0, lane, a0, a1);
   }
 };
 

@@ -21,39 +21,6 @@ struct GemvParams {  // passed by value (kernel parameter space)
   int cols;
 };
 
-// R rows of one warp in flight: the 16-byte chunks [c0, c0 + 64) of each (row i of segment sg[i], local row
-// rr[i]; rr[i] < 0: none).
-template <int FMT, int R>
-struct RowSet {
-  uint4 raw[R][2];
-  uint32_t sb[R][2];
-  __device__ __forceinline__ void load(const GemvParams& p, const int (&sg)[R], const int (&rr)[R], int c0,
-                                       int lane) {
-    const int nch = p.cols / FmtInfo<FMT>::kElems;
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int c = c0 + lane + 32 * u;
-      if (c < nch)
-#pragma unroll
-        for (int i = 0; i < R; ++i)
-          if (rr[i] >= 0) chunk_load<FMT>(p.seg[sg[i]].m, rr[i], c, raw[i][u], sb[i][u]);
-    }
-  }
-  template <class X>
-  __device__ __forceinline__ void dot(const GemvParams& p, const int (&rr)[R], const X& x, int c0, int lane,
-                                      float (&acc)[R]) const {
-    const int nch = p.cols / FmtInfo<FMT>::kElems;
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int c = c0 + lane + 32 * u;
-      if (c < nch)
-#pragma unroll
-        for (int i = 0; i < R; ++i)
-          if (rr[i] >= 0) acc[i] += x.template dot<FMT>(raw[i][u], sb[i][u], c);
-    }
-  }
-};
-
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
 // R: rows per warp in flight (rows warp, warp + nwarps, ..., then the next R): 2, or 4 for matrices with >= 3
 // rows per warp (one DRAM round trip fewer per warp on the 12k-row DeltaNet in_proj).
@@ -79,9 +46,16 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   // the x prologue, so their latency overlaps both.
   RowSet<FMT, R> P;
   int row = warp, sg[R], rr[R];
+  const DMat* mp[R];
+  auto resolve_set = [&] {
 #pragma unroll
-  for (int i = 0; i < R; ++i) resolve(row + i * nwarps, sg[i], rr[i]);
-  if (rr[0] >= 0) P.load(p, sg, rr, 0, lane);
+    for (int i = 0; i < R; ++i) {
+      resolve(row + i * nwarps, sg[i], rr[i]);
+      mp[i] = &p.seg[sg[i]].m;
+    }
+  };
+  resolve_set();
+  if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   pdl_wait();
   load_x(p.x, nw, p.eps, p.cols, xv, red);
@@ -92,16 +66,15 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i] = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 64) {
-      if (c0 > 0) P.load(p, sg, rr, c0, lane);
-      P.dot(p, rr, xv, c0, lane, acc);
+      if (c0 > 0) P.load(mp, rr, nch, c0, lane);
+      P.dot(rr, xv, nch, c0, lane, acc);
     }
     int cs[R], cr[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) { cs[i] = sg[i]; cr[i] = rr[i]; }
     row += R * nwarps;
-#pragma unroll
-    for (int i = 0; i < R; ++i) resolve(row + i * nwarps, sg[i], rr[i]);
-    if (rr[0] >= 0) P.load(p, sg, rr, 0, lane);
+    resolve_set();
+    if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i] = warp_sum(acc[i]);
     if (lane == 0)

@@ -3,6 +3,8 @@
 // The last block to finish writes the id to out_ids[cursor], feeds it to the next step's input, advances the
 // step (cursor, pos) and resets the accumulators: the whole step can be replayed from a CUDA graph.
 #include <cfloat>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "cuda/device_util.cuh"
@@ -19,7 +21,8 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int id) {
   return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(id));
 }
 
-template <int FMT>
+// kRows: rows per warp in flight (4 by default; ~117 rows per warp at V = 248k; LILY_CUDA_LM_ROWS=2 for comparison)
+template <int FMT, int kRows>
 __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const float* x, const float* norm_w, float eps,
                                                       float* logits, int32_t* in_ids, int32_t* out_ids,
                                                       StepCtl* ctl) {
@@ -34,34 +37,50 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
   const int warp = blockIdx.x * (kThreads / 32) + wib;
   const int nwarps = gridDim.x * (kThreads / 32);
   const int nch = W.cols / FmtInfo<FMT>::kElems;
-  RowPair<FMT> P;
+  // kRows rows per warp in flight (row, row + nwarps, ...), the next set loaded before this set's reductions;
+  // rows ascend per warp
+  RowSet<FMT, kRows> P;
+  const DMat* mp[kRows];
+  int rr[kRows];
   int row = warp;
-  int row1 = row + nwarps < W.rows ? row + nwarps : -1;
-  if (row < W.rows) P.load(W, row, W, row1, 0, lane);
+  auto set_rows = [&] {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int r = row + i * nwarps;
+      rr[i] = r < W.rows ? r : -1;
+      mp[i] = &W;
+    }
+  };
+  set_rows();
+  if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
   const float* nw = stage_vec(norm_w, W.cols, nws);
   pdl_wait();
+  const XF xf(xs, xsum16);
   load_x(x, nw, eps, W.cols, xs, xsum16, red);
   pdl_trigger();
   float bv = -FLT_MAX;
   int bi = 0;
-  while (row < W.rows) {  // two rows in flight, next pair loaded before the reductions; rows ascend per warp
-    float v0 = 0.f, v1 = 0.f;
+  while (rr[0] >= 0) {
+    float acc[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) acc[i] = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 64) {
-      if (c0 > 0) P.load(W, row, W, row1, c0, lane);
-      P.dot(W, row1, xs, xsum16, c0, lane, v0, v1);
+      if (c0 > 0) P.load(mp, rr, nch, c0, lane);
+      P.dot(rr, xf, nch, c0, lane, acc);
     }
-    const int cr0 = row, cr1 = row1;
-    row += 2 * nwarps;
-    row1 = row + nwarps < W.rows ? row + nwarps : -1;
-    if (row < W.rows) P.load(W, row, W, row1, 0, lane);
-    v0 = warp_sum(v0);
-    v1 = warp_sum(v1);
-    if (lane == 0) {
-      logits[cr0] = v0;
-      if (cr1 >= 0) logits[cr1] = v1;
+    int cr[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) cr[i] = rr[i];
+    row += kRows * nwarps;
+    set_rows();
+    if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      if (cr[i] < 0) continue;  // warp-uniform
+      const float v = warp_sum(acc[i]);
+      if (lane == 0) logits[cr[i]] = v;
+      if (v > bv) { bv = v; bi = cr[i]; }  // strict > keeps the lowest id on ties (rows ascend)
     }
-    if (v0 > bv) { bv = v0; bi = cr0; }  // strict > keeps the lowest id on ties
-    if (cr1 >= 0 && v1 > bv) { bv = v1; bi = cr1; }
   }
   if (lane == 0) wbest[wib] = pack_best(bv, bi);
   __syncthreads();
@@ -91,6 +110,18 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
 
 }  // namespace
 
+namespace {
+bool lm_rows4() {
+  static const bool on = [] {
+    const char* v = std::getenv("LILY_CUDA_LM_ROWS");
+    if (!v || !*v || std::strcmp(v, "4") == 0) return true;
+    if (std::strcmp(v, "2") == 0) return false;
+    throw Error("LILY_CUDA_LM_ROWS: expected 2 or 4");
+  }();
+  return on;
+}
+}  // namespace
+
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
                     int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl) {
   const size_t smem = size_t(W.cols) * 8 + size_t(W.cols / 16) * 4;
@@ -100,9 +131,9 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, W, x, norm_w, eps, logits, in_ids, out_ids, ctl);
   };
   switch (W.fmt) {
-    case kQ4: run(k_lm_head<kQ4>); break;
-    case kQ8: run(k_lm_head<kQ8>); break;
-    default: run(k_lm_head<kBF16>); break;
+    case kQ4: lm_rows4() ? run(k_lm_head<kQ4, 4>) : run(k_lm_head<kQ4, 2>); break;
+    case kQ8: lm_rows4() ? run(k_lm_head<kQ8, 4>) : run(k_lm_head<kQ8, 2>); break;
+    default: lm_rows4() ? run(k_lm_head<kBF16, 4>) : run(k_lm_head<kBF16, 2>); break;
   }
 }
 
