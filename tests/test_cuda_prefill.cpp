@@ -97,6 +97,20 @@ const char* fmt_name(int fmt) { return fmt == cuda::kQ4 ? "q4" : fmt == cuda::kQ
 const char* path_name(int path) { return path == kPathSimple ? "simple" : cuda::gemm_kernel_name(path); }
 const auto kPaths = ::testing::Values(kPathSimple, int(cuda::kGemmKernelV1), int(cuda::kGemmKernelV2));
 
+// Expert-sorted gathered rows (expert e's i-th row reads A row (37 i + e) % M) and the tile map prefill_route would
+// build: ceil(cnt / tile_m) balanced tiles per expert. Returns the row count.
+int grouped_rows_and_tiles(const int* cnt, int E, int M, int tile_m, std::vector<int32_t>& rows,
+                           std::vector<int32_t>& tiles) {
+  int r = 0;
+  for (int e = 0; e < E; ++e) {
+    for (int i = 0; i < cnt[e]; ++i) rows.push_back(int32_t((i * 37 + e) % M));
+    const int nt = (cnt[e] + tile_m - 1) / tile_m;
+    for (int i = 0; i < nt; ++i) tiles.insert(tiles.end(), {e, r + i * cnt[e] / nt, r + (i + 1) * cnt[e] / nt});
+    r += cnt[e];
+  }
+  return r;
+}
+
 class PrefillGemm : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
@@ -140,48 +154,42 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
   make(upm, dev, I, K, fmt, E, rng);
   const int cnt[E] = {70, 0, 45, 300};
   for (const int tile_m : {cuda::kGemmTileM, cuda::kGemmTileMBig}) {
-  std::vector<int32_t> rows, tiles;
-  int r = 0;
-  for (int e = 0; e < E; ++e) {
-    for (int i = 0; i < cnt[e]; ++i) rows.push_back(int32_t((i * 37 + e) % M));
-    const int nt = (cnt[e] + tile_m - 1) / tile_m;
-    for (int i = 0; i < nt; ++i) tiles.insert(tiles.end(), {e, r + i * cnt[e] / nt, r + (i + 1) * cnt[e] / nt});
-    r += cnt[e];
-  }
-  const int ntiles = int(tiles.size() / 3), R = r;
-  std::vector<int32_t> nt = {ntiles};
-  cuda::GemmArgs q;
-  q.A = g.A;
-  q.lda = K;
-  q.a_rows = dev.up(rows);
-  q.W0 = gt.d;
-  q.W1 = upm.d;
-  q.w_stride = gt.w_stride;
-  q.sb_stride = gt.sb_stride;
-  q.tiles = dev.up(tiles);
-  q.n_tiles = dev.up(nt);
-  q.max_tiles = ntiles + 2;
-  q.tile_m = tile_m;
-  q.Cb = dev.poisoned<uint16_t>(size_t(R) * I);
-  q.ldc = I;
-  q.kernel = g.kernel;
-  cuda::prefill_gemm(q, cuda::kGemmSiluMul, nullptr, simple);
-  CK(cudaDeviceSynchronize());
-  std::vector<float> want3(size_t(R) * I), gv(I), uv(I);
-  r = 0;
-  for (int e = 0; e < E; ++e)
-    for (int i = 0; i < cnt[e]; ++i, ++r) {
-      ref::matvec(gt.q[size_t(e)], &a[size_t(rows[size_t(r)]) * K], gv.data());
-      ref::matvec(upm.q[size_t(e)], &a[size_t(rows[size_t(r)]) * K], uv.data());
-      for (int j = 0; j < I; ++j) want3[size_t(r) * I + j] = ref::silu(gv[size_t(j)]) * uv[size_t(j)];
-    }
-  const double e3 = testmetrics::max_rel_err(from_bf(down(q.Cb, want3.size())), want3);
-  std::printf("[ prefill gemm fmt %d %s tile %d ] store %.2e add %.2e grouped silu*mul %.2e\n", fmt,
-              path_name(path), tile_m, e1, e2, e3);
-  const double tol = (simple || fmt == cuda::kBF16) ? 1e-4 : 1e-2;  // mma path rounds dequantised weights to bf16
-  EXPECT_LT(e1, tol);
-  EXPECT_LT(e2, tol);
-  EXPECT_LT(e3, 1e-2);  // bf16 output
+    std::vector<int32_t> rows, tiles;
+    const int R = grouped_rows_and_tiles(cnt, E, M, tile_m, rows, tiles);
+    const int ntiles = int(tiles.size() / 3);
+    std::vector<int32_t> nt = {ntiles};
+    cuda::GemmArgs q;
+    q.A = g.A;
+    q.lda = K;
+    q.a_rows = dev.up(rows);
+    q.W0 = gt.d;
+    q.W1 = upm.d;
+    q.w_stride = gt.w_stride;
+    q.sb_stride = gt.sb_stride;
+    q.tiles = dev.up(tiles);
+    q.n_tiles = dev.up(nt);
+    q.max_tiles = ntiles + 2;
+    q.tile_m = tile_m;
+    q.Cb = dev.poisoned<uint16_t>(size_t(R) * I);
+    q.ldc = I;
+    q.kernel = g.kernel;
+    cuda::prefill_gemm(q, cuda::kGemmSiluMul, nullptr, simple);
+    CK(cudaDeviceSynchronize());
+    std::vector<float> want3(size_t(R) * I), gv(I), uv(I);
+    int r = 0;
+    for (int e = 0; e < E; ++e)
+      for (int i = 0; i < cnt[e]; ++i, ++r) {
+        ref::matvec(gt.q[size_t(e)], &a[size_t(rows[size_t(r)]) * K], gv.data());
+        ref::matvec(upm.q[size_t(e)], &a[size_t(rows[size_t(r)]) * K], uv.data());
+        for (int j = 0; j < I; ++j) want3[size_t(r) * I + j] = ref::silu(gv[size_t(j)]) * uv[size_t(j)];
+      }
+    const double e3 = testmetrics::max_rel_err(from_bf(down(q.Cb, want3.size())), want3);
+    std::printf("[ prefill gemm fmt %d %s tile %d ] store %.2e add %.2e grouped silu*mul %.2e\n", fmt,
+                path_name(path), tile_m, e1, e2, e3);
+    const double tol = (simple || fmt == cuda::kBF16) ? 1e-4 : 1e-2;  // mma path rounds dequantised weights to bf16
+    EXPECT_LT(e1, tol);
+    EXPECT_LT(e2, tol);
+    EXPECT_LT(e3, 1e-2);  // bf16 output
   }
 }
 
@@ -427,13 +435,7 @@ TEST_P(PrefillGemmV2, BitIdenticalToV1) {
     make(upm, dev, I, K, fmt, E, rng);
     for (const int tile_m : {cuda::kGemmTileM, cuda::kGemmTileMBig}) {
       std::vector<int32_t> rows, tiles;
-      int r = 0;
-      for (int e = 0; e < E; ++e) {
-        for (int i = 0; i < cnt[e]; ++i) rows.push_back(int32_t((i * 37 + e) % M));
-        const int nt = (cnt[e] + tile_m - 1) / tile_m;
-        for (int i = 0; i < nt; ++i) tiles.insert(tiles.end(), {e, r + i * cnt[e] / nt, r + (i + 1) * cnt[e] / nt});
-        r += cnt[e];
-      }
+      const int r = grouped_rows_and_tiles(cnt, E, M, tile_m, rows, tiles);
       const std::vector<int32_t> nt = {int32_t(tiles.size() / 3)};
       cuda::GemmArgs q = g;
       q.M = 0;

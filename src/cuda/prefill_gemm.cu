@@ -192,6 +192,16 @@ __device__ __forceinline__ void store_tile(const GemmArgs& g, const float (&acc)
   }
 }
 
+template <int MI>
+__device__ __forceinline__ void zero_acc(float (&acc)[MI][4][4]) {
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+}
+
 template <int BM, int MODE, int FMT, int PREC>
 __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
   constexpr int WM = BM / 2, MI = WM / 16;
@@ -215,12 +225,7 @@ __global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
   };
 
   float acc[MI][4][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+  zero_acc(acc);
 
   const int KT = K / kBK;
   load_a(0, 0);
@@ -349,12 +354,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemm_v2(const GemmArgs g) {
   for (int i = 0; i < kWSets; ++i) bind_w_row<MODE>(wt[i], g, e);
 
   float acc[MI][4][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+  zero_acc(acc);
 
   // prologue: A(0) in flight, B(0) in shared memory, W(1 .. kWSets) in registers
   load_a_tile<BM, kSplit>(g, As, Al, r0, r1, 0);
