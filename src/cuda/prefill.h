@@ -122,7 +122,7 @@ struct GdnChunkArgs {
   uint16_t* y = nullptr;         // [n][Hv*Dv] bf16 gated-RMSNorm output
   float* y_f = nullptr;          // when set: f32 output there instead of y
   // chunked = true and ws set: the delta rule in chunks of kGdnChunk tokens (WY / UT-transform form, see
-  // prefill_gdn.cu) instead of the sequential scan; ws = scratch of prefill_gdn_ws_floats(n, Hv, Dk, Dv) floats.
+  // prefill_gdn_chunked.cu) instead of the sequential scan; ws = scratch of prefill_gdn_ws_floats(n, Hv, Dk, Dv) floats.
   bool chunked = false;
   float* ws = nullptr;
   int chunked_min_n = 32;  // shorter chunks take the sequential scan
@@ -145,6 +145,9 @@ size_t prefill_gdn_ws_floats(int n, int Hv, int Dk, int Dv);
 // whether prefill_gdn takes the chunked path for these args (chunked and ws set, n >= chunked_min_n, head
 // sizes and shared memory supported)
 bool prefill_gdn_uses_chunked(const GdnChunkArgs& g);
+// The chunked delta rule alone (k_prep + k_cscan over g's chunk; prefill_gdn calls it where
+// prefill_gdn_uses_chunked(g), after the conv).
+void prefill_gdn_chunked_scan(const GdnChunkArgs& g, cudaStream_t s);
 void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s);
 
 // ---- gated attention over a chunk ----
