@@ -36,50 +36,21 @@ void empty_half(int8_t* hi, int8_t* lo, float* dxl, int half) {
   for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = 0.0f;
 }
 
-void rows_scalar(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
-  for (int i = i0; i < i1; ++i) {
-    for (int p = 0; p < q.P; ++p) {
-      int8_t* hi = &q.hi[(static_cast<size_t>(i) * q.P + p) * 128];
-      int8_t* lo = precise ? &q.lo[(static_cast<size_t>(i) * q.P + p) * 128] : nullptr;
-      float* dxl = &q.dx[(static_cast<size_t>(i) * q.P + p) * 16];
-      for (int half = 0; half < 2; ++half) {
-        const int g = 2 * p + half;
-        if (g >= q.G) {  // odd group count: the pair's second half is empty
-          empty_half(hi, lo, dxl, half);
-          continue;
-        }
-        const float* x = X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64;
-        float amax = 0.0f, s = 0.0f;
-        for (int k = 0; k < 64; ++k) {
-          amax = std::max(amax, std::fabs(x[k]));
-          s += x[k];
-        }
-        q.sum[static_cast<size_t>(i) * q.G + g] = s;
-        const float d = amax > 0.0f ? amax / 127.0f : 0.0f;
-        const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-        for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = d;
-        q.dxg[static_cast<size_t>(i) * q.G + g] = d;
-        for (int k = 0; k < 64; ++k) {
-          const float v = x[k] * inv;
-          const float h = std::nearbyint(v);
-          // element k sits in nibble (k & 1) of byte k/2: even elements first, then odd ones
-          const int slot = (k & 1) * 64 + half * 32 + (k >> 1);
-          hi[slot] = static_cast<int8_t>(h);
-          if (lo) lo[slot] = static_cast<int8_t>(std::nearbyint((v - h) * 254.0f));
-        }
-      }
-    }
-  }
-}
+// Where group g (64 elements) of row i goes: its x, its pair's hi/lo bytes (128 each; half 0 or 1 of the pair),
+// the pair's 16 dx words.
+struct GroupOut {
+  const float* x;
+  int8_t* hi;
+  int8_t* lo;  // null unless precise
+  float* dxl;
+  int half, i, g;
+};
 
-#if defined(__x86_64__)
-#define LILY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-// One group of 64 per step: amax and Σx in registers, then the even and odd elements split by a two-source
-// permute and narrowed to int8 with saturation (values are within [-127, 127] already).
-LILY_AVX512 void rows_avx512(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
-  const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
-  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+// Walks the groups of rows [i0, i1), two per 128-byte pair, calling f(GroupOut) for each; the second half of a pair
+// past the last group (odd group count) is zeroed. Inlined into each ISA's caller (the callee is a subset target).
+template <class F>
+__attribute__((always_inline)) inline void for_each_group(const float* X, int i0, int i1, int cols, bool precise,
+                                                          QuantX& q, F&& f) {
   for (int i = i0; i < i1; ++i)
     for (int p = 0; p < q.P; ++p) {
       const size_t pi = static_cast<size_t>(i) * q.P + p;
@@ -92,35 +63,74 @@ LILY_AVX512 void rows_avx512(const float* X, int i0, int i1, int cols, bool prec
           empty_half(hi, lo, dxl, half);
           continue;
         }
-        const float* x = X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64;
-        __m512 v[4];
-        for (int c = 0; c < 4; ++c) v[c] = _mm512_loadu_ps(x + 16 * c);
-        const __m512 am = _mm512_max_ps(_mm512_max_ps(_mm512_and_ps(v[0], absmask), _mm512_and_ps(v[1], absmask)),
-                                        _mm512_max_ps(_mm512_and_ps(v[2], absmask), _mm512_and_ps(v[3], absmask)));
-        const float amax = _mm512_reduce_max_ps(am);
-        q.sum[static_cast<size_t>(i) * q.G + g] =
-            _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3])));
-        const float d = amax > 0.0f ? amax / 127.0f : 0.0f;
-        const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-        for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = d;
-        q.dxg[static_cast<size_t>(i) * q.G + g] = d;
-        const __m512 vi = _mm512_set1_ps(inv);
-        // [even 0..31 of the group | odd 0..31] as 4 x 16 floats
-        const __m512 part[4] = {_mm512_permutex2var_ps(v[0], ev, v[1]), _mm512_permutex2var_ps(v[2], ev, v[3]),
-                                _mm512_permutex2var_ps(v[0], od, v[1]), _mm512_permutex2var_ps(v[2], od, v[3])};
-        for (int c = 0; c < 4; ++c) {
-          const __m512 s = _mm512_mul_ps(part[c], vi);
-          const __m512 h = _mm512_roundscale_ps(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-          const int slot = (c >> 1) * 64 + half * 32 + (c & 1) * 16;
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(hi + slot), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(h)));
-          if (lo) {
-            const __m512 l = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(s, h), _mm512_set1_ps(254.0f)),
-                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + slot), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(l)));
-          }
-        }
+        f(GroupOut{X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64, hi, lo, dxl, half, i, g});
       }
     }
+}
+
+// Stores the group's Σx and its scale d = amax / 127 (dx words and dxg); returns 1 / d (0 for an all-zero group).
+inline float set_group_scale(QuantX& q, const GroupOut& o, float amax, float sum) {
+  q.sum[static_cast<size_t>(o.i) * q.G + o.g] = sum;
+  const float d = amax > 0.0f ? amax / 127.0f : 0.0f;
+  for (int k = 0; k < 8; ++k) o.dxl[o.half * 8 + k] = d;
+  q.dxg[static_cast<size_t>(o.i) * q.G + o.g] = d;
+  return d > 0.0f ? 1.0f / d : 0.0f;
+}
+
+void rows_scalar(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
+  for_each_group(X, i0, i1, cols, precise, q, [&](const GroupOut& o) {
+    float amax = 0.0f, s = 0.0f;
+    for (int k = 0; k < 64; ++k) {
+      amax = std::max(amax, std::fabs(o.x[k]));
+      s += o.x[k];
+    }
+    const float inv = set_group_scale(q, o, amax, s);
+    for (int k = 0; k < 64; ++k) {
+      const float v = o.x[k] * inv;
+      const float h = std::nearbyint(v);
+      // element k sits in nibble (k & 1) of byte k/2: even elements first, then odd ones
+      const int slot = (k & 1) * 64 + o.half * 32 + (k >> 1);
+      o.hi[slot] = static_cast<int8_t>(h);
+      if (o.lo) o.lo[slot] = static_cast<int8_t>(std::nearbyint((v - h) * 254.0f));
+    }
+  });
+}
+
+#if defined(__x86_64__)
+#define LILY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+// One group of 64 per step: amax and Σx in registers, then the even and odd elements split by a two-source
+// permute and narrowed to int8 with saturation (values are within [-127, 127] already).
+LILY_AVX512 void rows_avx512(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
+  const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  for_each_group(X, i0, i1, cols, precise, q, [&](const GroupOut& o) LILY_AVX512 {
+    int8_t* hi = o.hi;
+    int8_t* lo = o.lo;
+    const int half = o.half;
+    __m512 v[4];
+    for (int c = 0; c < 4; ++c) v[c] = _mm512_loadu_ps(o.x + 16 * c);
+    const __m512 am = _mm512_max_ps(_mm512_max_ps(_mm512_and_ps(v[0], absmask), _mm512_and_ps(v[1], absmask)),
+                                    _mm512_max_ps(_mm512_and_ps(v[2], absmask), _mm512_and_ps(v[3], absmask)));
+    const float inv = set_group_scale(
+        q, o, _mm512_reduce_max_ps(am),
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3]))));
+    const __m512 vi = _mm512_set1_ps(inv);
+    // [even 0..31 of the group | odd 0..31] as 4 x 16 floats
+    const __m512 part[4] = {_mm512_permutex2var_ps(v[0], ev, v[1]), _mm512_permutex2var_ps(v[2], ev, v[3]),
+                            _mm512_permutex2var_ps(v[0], od, v[1]), _mm512_permutex2var_ps(v[2], od, v[3])};
+    for (int c = 0; c < 4; ++c) {
+      const __m512 s = _mm512_mul_ps(part[c], vi);
+      const __m512 h = _mm512_roundscale_ps(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const int slot = (c >> 1) * 64 + half * 32 + (c & 1) * 16;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(hi + slot), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(h)));
+      if (lo) {
+        const __m512 l = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(s, h), _mm512_set1_ps(254.0f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + slot), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(l)));
+      }
+    }
+  });
 }
 
 // AVX2 + FMA: the same steps as rows_avx512 on 8-lane registers; Σx summed in rows_avx512's order (its lane l
@@ -134,55 +144,42 @@ LILY_AVX2 void rows_avx2(const float* X, int i0, int i1, int cols, bool precise,
     const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
     return _mm256_permutevar8x32_epi32(w, dword_order);
   };
-  for (int i = i0; i < i1; ++i)
-    for (int p = 0; p < q.P; ++p) {
-      const size_t pi = static_cast<size_t>(i) * q.P + p;
-      int8_t* hi = &q.hi[pi * 128];
-      int8_t* lo = precise ? &q.lo[pi * 128] : nullptr;
-      float* dxl = &q.dx[pi * 16];
-      for (int half = 0; half < 2; ++half) {
-        const int g = 2 * p + half;
-        if (g >= q.G) {
-          empty_half(hi, lo, dxl, half);
-          continue;
-        }
-        const float* x = X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64;
-        __m256 v[8];
-        for (int c = 0; c < 8; ++c) v[c] = _mm256_loadu_ps(x + 8 * c);
-        __m256 am = _mm256_and_ps(v[0], absmask);
-        for (int c = 1; c < 8; ++c) am = _mm256_max_ps(am, _mm256_and_ps(v[c], absmask));
-        alignas(32) float m8[8];
-        _mm256_store_ps(m8, am);
-        float amax = m8[0];
-        for (int k = 1; k < 8; ++k) amax = std::max(amax, m8[k]);
-        q.sum[static_cast<size_t>(i) * q.G + g] =
-            reduce_add16_avx2(_mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[4], v[6])),
-                              _mm256_add_ps(_mm256_add_ps(v[1], v[3]), _mm256_add_ps(v[5], v[7])));
-        const float d = amax > 0.0f ? amax / 127.0f : 0.0f;
-        const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-        for (int k = 0; k < 8; ++k) dxl[half * 8 + k] = d;
-        q.dxg[static_cast<size_t>(i) * q.G + g] = d;
-        const __m256 vi = _mm256_set1_ps(inv);
-        for (int odd = 0; odd < 2; ++odd) {
-          __m256i hq[4], lq[4];
-          for (int m = 0; m < 4; ++m) {
-            // elements 16m + {0, 2, ..., 14} (even) or 16m + {1, 3, ..., 15} (odd), in order
-            const __m256 e = odd ? _mm256_shuffle_ps(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1))
-                                 : _mm256_shuffle_ps(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0));
-            const __m256 sc = _mm256_mul_ps(
-                _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))), vi);
-            const __m256 h = _mm256_round_ps(sc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            hq[m] = _mm256_cvtps_epi32(h);
-            if (lo)
-              lq[m] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(sc, h), _mm256_set1_ps(254.0f)),
-                                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-          }
-          const int slot = odd * 64 + half * 32;
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + slot), narrow(hq));
-          if (lo) _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + slot), narrow(lq));
-        }
+  for_each_group(X, i0, i1, cols, precise, q, [&](const GroupOut& o) LILY_AVX2 {
+    int8_t* hi = o.hi;
+    int8_t* lo = o.lo;
+    const int half = o.half;
+    __m256 v[8];
+    for (int c = 0; c < 8; ++c) v[c] = _mm256_loadu_ps(o.x + 8 * c);
+    __m256 am = _mm256_and_ps(v[0], absmask);
+    for (int c = 1; c < 8; ++c) am = _mm256_max_ps(am, _mm256_and_ps(v[c], absmask));
+    alignas(32) float m8[8];
+    _mm256_store_ps(m8, am);
+    float amax = m8[0];
+    for (int k = 1; k < 8; ++k) amax = std::max(amax, m8[k]);
+    const float inv = set_group_scale(
+        q, o, amax,
+        reduce_add16_avx2(_mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[4], v[6])),
+                          _mm256_add_ps(_mm256_add_ps(v[1], v[3]), _mm256_add_ps(v[5], v[7]))));
+    const __m256 vi = _mm256_set1_ps(inv);
+    for (int odd = 0; odd < 2; ++odd) {
+      __m256i hq[4], lq[4];
+      for (int m = 0; m < 4; ++m) {
+        // elements 16m + {0, 2, ..., 14} (even) or 16m + {1, 3, ..., 15} (odd), in order
+        const __m256 e = odd ? _mm256_shuffle_ps(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1))
+                             : _mm256_shuffle_ps(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256 sc = _mm256_mul_ps(
+            _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))), vi);
+        const __m256 h = _mm256_round_ps(sc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        hq[m] = _mm256_cvtps_epi32(h);
+        if (lo)
+          lq[m] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(sc, h), _mm256_set1_ps(254.0f)),
+                                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       }
+      const int slot = odd * 64 + half * 32;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + slot), narrow(hq));
+      if (lo) _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + slot), narrow(lq));
     }
+  });
 }
 #endif
 
