@@ -1,9 +1,13 @@
 // Device buffers for the CUDA tests: uploads, NaN-poisoned outputs (0xFF bytes), downloads; freed at scope exit.
+// CK(call): the CUDA runtime call must succeed (gtest assertion).
 #pragma once
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
+
+#define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
 
 namespace lily::testcuda {
 

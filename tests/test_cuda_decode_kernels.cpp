@@ -24,8 +24,6 @@ using namespace lily;
 
 namespace {
 
-#define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
-
 using testcuda::Dev;
 using testcuda::down;
 

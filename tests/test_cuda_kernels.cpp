@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda_test_buffers.h"
 #include "test_metrics.h"
 #include "core/dtype.h"
 #include "cpu/ref_ops.h"
@@ -19,8 +20,6 @@
 using namespace lily;
 
 namespace {
-
-#define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
 
 // A random matrix in host memory (QMatrix view) plus its device copy (DMat).
 struct TestMat {

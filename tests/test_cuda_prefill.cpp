@@ -25,8 +25,6 @@ using namespace lily;
 
 namespace {
 
-#define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
-
 using testcuda::Dev;
 using testcuda::down;
 std::vector<float> from_bf(const std::vector<uint16_t>& v) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_test_buffers.h"
+#include "gdn_token_reference.h"
 #include "test_metrics.h"
 #include "core/error.h"
 #include "cpu/ref_ops.h"
@@ -26,8 +27,6 @@
 using namespace lily;
 
 namespace {
-
-#define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
 
 using testcuda::Dev;
 using testcuda::down;
@@ -62,29 +61,8 @@ Problem make_problem(const Case& cs, unsigned seed) {
 
 // token-by-token CPU reference: f32 y [n][vd] and the final state
 void reference(const Problem& p, std::vector<float>& want, std::vector<float>& S) {
-  const int Hk = p.Hk, Hv = p.Hv, Dk = p.Dk, Dv = p.Dv, K = p.K, kd = p.kd, vd = p.vd, cd = p.cd;
-  std::vector<float> cst(size_t(K - 1) * cd, 0.f), co(static_cast<size_t>(cd)), o(static_cast<size_t>(vd));
-  std::vector<float> g(static_cast<size_t>(Hv)), be(static_cast<size_t>(Hv));
-  S.assign(size_t(Hv) * Dv * Dk, 0.f);
-  want.assign(size_t(p.n) * vd, 0.f);
-  for (int t = 0; t < p.n; ++t) {
-    const float* pr = &p.proj[size_t(t) * p.P];
-    ref::conv_step(cst.data(), p.cw.data(), pr, cd, K, co.data());
-    for (int h = 0; h < 2 * Hk; ++h) {
-      float* x = &co[size_t(h) * Dk];
-      double ss = 0;
-      for (int i = 0; i < Dk; ++i) ss += double(x[i]) * x[i];
-      const float sc = float(1.0 / std::sqrt(ss + 1e-6)) * (h < Hk ? 1.f / std::sqrt(float(Dk)) : 1.f);
-      for (int i = 0; i < Dk; ++i) x[i] *= sc;
-    }
-    for (int j = 0; j < Hv; ++j) {
-      be[size_t(j)] = ref::sigmoid(pr[cd + vd + j]);
-      g[size_t(j)] = p.an[size_t(j)] * ref::softplus(pr[cd + vd + Hv + j] + p.dtb[size_t(j)]);
-    }
-    ref::gdn_step(S.data(), co.data(), co.data() + kd, co.data() + 2 * kd, g.data(), be.data(), Hk, Hv, Dk, Dv,
-                  o.data());
-    ref::gated_rmsnorm(o.data(), pr + cd, p.nw.data(), Hv, Dv, 1e-6f, &want[size_t(t) * vd]);
-  }
+  testgdn::token_reference(p.proj.data(), p.P, p.n, p.cw.data(), p.dtb.data(), p.an.data(), p.nw.data(), p.Hk, p.Hv,
+                           p.Dk, p.Dv, p.K, want, S);
 }
 
 // runs prefill_gdn over the problem in two calls (n1, n2); returns f32 y and the final state. took: both calls

@@ -18,6 +18,7 @@
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/prefill.h"
+#include "gdn_token_reference.h"
 
 using namespace lily;
 
@@ -50,26 +51,8 @@ TEST_P(PrefillGdn, TwoChunksMatchTokenByTokenReference) {
   for (auto& v : an) v = -std::fabs(u(rng));
   for (auto& v : nw) v = 1.f + 0.3f * u(rng);
   // reference
-  std::vector<float> cst(size_t(K - 1) * cd, 0.f), S(size_t(Hv) * Dv * Dk, 0.f), co(cd), o(vd), g(Hv), be(Hv);
-  std::vector<float> want(size_t(n) * vd);
-  for (int t = 0; t < n; ++t) {
-    const float* pr = &proj[size_t(t) * P];
-    ref::conv_step(cst.data(), cw.data(), pr, cd, K, co.data());
-    for (int h = 0; h < 2 * Hk; ++h) {
-      float* x = &co[size_t(h) * Dk];
-      double ss = 0;
-      for (int i = 0; i < Dk; ++i) ss += double(x[i]) * x[i];
-      const float sc = float(1.0 / std::sqrt(ss + 1e-6)) * (h < Hk ? 1.f / std::sqrt(float(Dk)) : 1.f);
-      for (int i = 0; i < Dk; ++i) x[i] *= sc;
-    }
-    for (int j = 0; j < Hv; ++j) {
-      be[size_t(j)] = ref::sigmoid(pr[cd + vd + j]);
-      g[size_t(j)] = an[size_t(j)] * ref::softplus(pr[cd + vd + Hv + j] + dtb[size_t(j)]);
-    }
-    ref::gdn_step(S.data(), co.data(), co.data() + kd, co.data() + 2 * kd, g.data(), be.data(), Hk, Hv, Dk, Dv,
-                  o.data());
-    ref::gated_rmsnorm(o.data(), pr + cd, nw.data(), Hv, Dv, 1e-6f, &want[size_t(t) * vd]);
-  }
+  std::vector<float> want, S;
+  testgdn::token_reference(proj.data(), P, n, cw.data(), dtb.data(), an.data(), nw.data(), Hk, Hv, Dk, Dv, K, want, S);
   // device, two chunks
   float* dproj = dnew(proj);
   cuda::GdnChunkArgs a;

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda_test_buffers.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/kernels.h"
 #include "engine/backend.h"
@@ -22,8 +23,6 @@
 using namespace lily;
 
 namespace {
-
-#define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
 
 template <typename T>
 cudaError_t dmalloc(T*& p, size_t bytes) {
