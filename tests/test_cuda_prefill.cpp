@@ -93,7 +93,10 @@ void make(Mat& m, Dev& dev, int rows, int cols, int fmt, int E, std::mt19937& rn
 constexpr int kPathSimple = 0;
 const char* fmt_name(int fmt) { return fmt == cuda::kQ4 ? "q4" : fmt == cuda::kQ8 ? "q8" : "bf16"; }
 const char* path_name(int path) { return path == kPathSimple ? "simple" : cuda::gemm_kernel_name(path); }
-const auto kPaths = ::testing::Values(kPathSimple, int(cuda::kGemmKernelV1), int(cuda::kGemmKernelV2));
+const auto kPaths = ::testing::Values(kPathSimple, int(cuda::kGemmKernelV1), int(cuda::kGemmKernelV2),
+                                      int(cuda::kGemmKernelWG));
+// the wgmma kernel runs only on Hopper with an sm_90a build
+bool path_unavailable(int path) { return path == cuda::kGemmKernelWG && !cuda::prefill_gemm_wg_available(); }
 
 // Expert-sorted gathered rows (expert e's i-th row reads A row (37 i + e) % M) and the tile map prefill_route would
 // build: ceil(cnt / tile_m) balanced tiles per expert. Returns the row count.
@@ -114,11 +117,12 @@ class PrefillGemm : public ::testing::TestWithParam<std::tuple<int, int>> {};
 TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const auto [fmt, path] = GetParam();
+  if (path_unavailable(path)) GTEST_SKIP() << "wgmma kernel not available here";
   const bool simple = path == kPathSimple;
   std::mt19937 rng(7 + fmt + simple);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   Dev dev;
-  const int M = 150, N = 200, K = 256;
+  const int M = 150, N = 200, K = 320;  // 5 k-tiles: the pipelines' prologue and odd tail
   Mat w;
   make(w, dev, N, K, fmt, 1, rng);
   std::vector<float> a(size_t(M) * K), c0(size_t(M) * N);
@@ -144,6 +148,14 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
   std::vector<float> want2(want);
   for (size_t i = 0; i < want2.size(); ++i) want2[i] += c0[i];
   const double e2 = testmetrics::max_rel_err(down(g.C, c0.size()), want2);
+  // a short dense block (M <= 64: the 64-row tile)
+  g.M = 40;
+  g.C = dev.poisoned<float>(c0.size());
+  cuda::prefill_gemm(g, cuda::kGemmStore, nullptr, simple);
+  CK(cudaDeviceSynchronize());
+  const double e1s = testmetrics::max_rel_err(down(g.C, size_t(40) * N),
+                                              std::vector<float>(want.begin(), want.begin() + 40 * N));
+  EXPECT_LT(e1s, (simple || fmt == cuda::kBF16) ? 1e-4 : 1e-2);
   // grouped: 4 experts, rows gathered from A, tile map built here (balanced tiles of <= tile_m rows, as
   // prefill_route makes them), for both tile heights
   const int E = 4, I = 96;
@@ -182,8 +194,8 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
         for (int j = 0; j < I; ++j) want3[size_t(r) * I + j] = ref::silu(gv[size_t(j)]) * uv[size_t(j)];
       }
     const double e3 = testmetrics::max_rel_err(from_bf(down(q.Cb, want3.size())), want3);
-    std::printf("[ prefill gemm fmt %d %s tile %d ] store %.2e add %.2e grouped silu*mul %.2e\n", fmt,
-                path_name(path), tile_m, e1, e2, e3);
+    std::printf("[ prefill gemm fmt %d %s tile %d ] store %.2e add %.2e short %.2e grouped silu*mul %.2e\n", fmt,
+                path_name(path), tile_m, e1, e2, e1s, e3);
     const double tol = (simple || fmt == cuda::kBF16) ? 1e-4 : 1e-2;  // mma path rounds dequantised weights to bf16
     EXPECT_LT(e1, tol);
     EXPECT_LT(e2, tol);
@@ -236,6 +248,7 @@ class PrefillGemmPrec : public ::testing::TestWithParam<std::tuple<int, int, int
 TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const auto [fmt, prec, path] = GetParam();
+  if (path_unavailable(path)) GTEST_SKIP() << "wgmma kernel not available here";
   const bool simple = path == kPathSimple;
   std::mt19937 rng(11 + fmt + 3 * prec + simple);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -470,6 +483,9 @@ INSTANTIATE_TEST_SUITE_P(Formats, PrefillGemmV2,
 TEST(PrefillGemmKernel, ParsesEnvValues) {
   EXPECT_EQ(cuda::parse_gemm_kernel("v1"), cuda::kGemmKernelV1);
   EXPECT_EQ(cuda::parse_gemm_kernel("v2"), cuda::kGemmKernelV2);
+  EXPECT_EQ(cuda::parse_gemm_kernel("wg"), cuda::kGemmKernelWG);
+  EXPECT_EQ(cuda::parse_gemm_kernel("auto"), cuda::kGemmKernelAuto);
+  EXPECT_THROW(cuda::parse_gemm_kernel("WG"), Error);
   EXPECT_THROW(cuda::parse_gemm_kernel("v3"), Error);
   EXPECT_THROW(cuda::parse_gemm_kernel("V2"), Error);
   EXPECT_THROW(cuda::parse_gemm_kernel(""), Error);
@@ -497,7 +513,7 @@ double time_gemm(const cuda::GemmArgs& g, int mode, int reps) {
   return ms / reps;
 }
 
-// Rate of the tensor-core GEMMs, v1 and v2, per operand precision (printed; the bench reports the end-to-end
+// Rate of the tensor-core GEMMs, v1, v2 and wg (where available), per operand precision (printed; the bench reports the end-to-end
 // rate): a 4096 x 8192 x 2048 Q4 dense store, and the MoE gate+up of a 4096-token chunk (256 experts x ~128 rows,
 // I = 512 gate + 512 up rows, K = 2048, rows gathered, 128-row tiles, bf16 output; FLOPs counted once).
 TEST(PrefillGemmSpeed, Q4LargeTiles) {
@@ -554,7 +570,8 @@ TEST(PrefillGemmSpeed, Q4LargeTiles) {
     q.n_tiles = d_nt;
     q.max_tiles = ntv[0];
     q.tile_m = cuda::kGemmTileMBig;
-    for (int kernel : {int(cuda::kGemmKernelV1), int(cuda::kGemmKernelV2)}) {
+    for (int kernel : {int(cuda::kGemmKernelV1), int(cuda::kGemmKernelV2), int(cuda::kGemmKernelWG)}) {
+      if (path_unavailable(kernel) || (kernel == cuda::kGemmKernelWG && prec == cuda::kPrecSplit)) continue;
       g.kernel = q.kernel = kernel;
       const double ms = time_gemm(g, cuda::kGemmStore, 10);
       const double ms_moe = time_gemm(q, cuda::kGemmSiluMul, 10);

@@ -60,15 +60,24 @@ struct GemmArgs {
   int ldc = 0;
   int kernel = 0;                // tensor-core kernel, a GemmKernel (0: the environment's, gemm_kernel_from_env)
 };
-// The tensor-core GEMM kernels (prefill_gemm.cu; both give bit-identical results): kGemmKernelV1 = k_gemm (two
-// barriers per k-tile, W one k-tile ahead, split mode reloads the W fragments for the low pass), kGemmKernelV2 =
-// k_gemm_v2 (one barrier per k-tile, quantised W two k-tiles ahead, W fragments loaded once per k-step).
-enum GemmKernel : int { kGemmKernelEnv = 0, kGemmKernelV1 = 1, kGemmKernelV2 = 2 };
-// "v1" | "v2" (case-sensitive) -> GemmKernel; throws lily::Error naming LILY_CUDA_GEMM otherwise.
+// The tensor-core GEMM kernels: kGemmKernelV1 = k_gemm (prefill_gemm.cu: two barriers per k-tile, W one k-tile
+// ahead, split mode reloads the W fragments for the low pass), kGemmKernelV2 = k_gemm_v2 (one barrier per k-tile,
+// quantised W two k-tiles ahead, W fragments loaded once per k-step; bit-identical to v1), kGemmKernelWG = k_gemm_wg
+// (prefill_gemm_wg.cu, Hopper wgmma, sm_90a builds only; bf16 / fp16 operands: split precision runs v2),
+// kGemmKernelAuto = wg where prefill_gemm_wg_available(), else v2.
+enum GemmKernel : int { kGemmKernelEnv = 0, kGemmKernelV1 = 1, kGemmKernelV2 = 2, kGemmKernelWG = 3, kGemmKernelAuto = 4 };
+// "v1" | "v2" | "wg" | "auto" (case-sensitive) -> GemmKernel; throws lily::Error naming LILY_CUDA_GEMM otherwise.
 int parse_gemm_kernel(const char* s);
 const char* gemm_kernel_name(int kernel);
-// Read once: LILY_CUDA_GEMM when set and non-empty (parse_gemm_kernel), else kGemmKernelV2.
+// Read once: LILY_CUDA_GEMM when set and non-empty (parse_gemm_kernel), else kGemmKernelAuto.
 int gemm_kernel_from_env();
+// The kernel a call with this GemmArgs::kernel and precision runs (resolves env and auto; never Env or Auto).
+// Throws when wg is asked for where it is not available.
+int gemm_kernel_resolved(int kernel, int prec);
+// Whether this build carries k_gemm_wg for the current device (an sm_90a image that runs; probed once).
+bool prefill_gemm_wg_available();
+// Launches k_gemm_wg (prefill_gemm calls it; preconditions as the fast path there), bm = 64 or 128 tile rows.
+void prefill_gemm_wg(const GemmArgs& g, int mode, int bm, dim3 grid, cudaStream_t s);
 // simple = true: one thread per output, f32 dequantisation (the slow reference / fallback path).
 void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple = false);
 
@@ -124,6 +133,9 @@ struct GdnChunkArgs {
   // chunked = true and ws set: the delta rule in chunks of kGdnChunk tokens (WY / UT-transform form, see
   // prefill_gdn_chunked.cu) instead of the sequential scan; ws = scratch of prefill_gdn_ws_floats(n, Hv, Dk, Dv) floats.
   bool chunked = false;
+  // with chunked: the tensor-core kernels (k_prep_tc + k_cscan_tc, prefill_gdn_chunked_tc.cu: tf32 mma.sync)
+  // instead of the f32 SIMT k_prep + k_cscan (the slow reference)
+  bool chunked_tc = false;
   float* ws = nullptr;
   int chunked_min_n = 32;  // shorter chunks take the sequential scan
   int scan = -1;  // sequential scan kernel, a GdnScan; -1: from the environment (gdn_scan_from_env)
@@ -141,7 +153,21 @@ int gdn_scan_from_env();
 // The scan kernel prefill_gdn runs for g when it takes the sequential path: g.scan (or the environment's choice
 // when g.scan < 0), or plain where the cp.async kernels cannot stage the inputs (q/k rows not 16-byte aligned).
 int prefill_gdn_scan_kernel(const GdnChunkArgs& g);
+// LILY_CUDA_GDN_CHUNKED: which delta-rule form prefill runs (GdnChunkArgs::chunked / chunked_tc).
+enum GdnChunked : int { kGdnChunkedOff = 0, kGdnChunkedSimt = 1, kGdnChunkedTc = 2 };
+// "0" | "1" | "tc" (case-sensitive) -> GdnChunked; throws lily::Error naming LILY_CUDA_GDN_CHUNKED otherwise.
+int parse_gdn_chunked(const char* s);
+const char* gdn_chunked_name(int mode);
+// Read once: LILY_CUDA_GDN_CHUNKED when set and non-empty (parse_gdn_chunked), else kGdnChunkedOff.
+int gdn_chunked_from_env();
+// scratch floats for either chunked form (the larger of the two layouts)
 size_t prefill_gdn_ws_floats(int n, int Hv, int Dk, int Dv);
+// The tensor-core form's parts (prefill_gdn_chunked_tc.cu; prefill_gdn_uses_chunked / prefill_gdn_chunked_scan
+// dispatch to them when g.chunked_tc): its scratch floats, whether it supports g (Dk in 32..128 step 32,
+// Dv % 8 == 0 and Dv <= 128, 16-byte aligned cbuf / ws, shared memory), and the two launches.
+size_t prefill_gdn_tc_ws_floats(int n, int Hv, int Dk, int Dv);
+bool prefill_gdn_tc_supported(const GdnChunkArgs& g);
+void prefill_gdn_chunked_scan_tc(const GdnChunkArgs& g, cudaStream_t s);
 // whether prefill_gdn takes the chunked path for these args (chunked and ws set, n >= chunked_min_n, head
 // sizes and shared memory supported)
 bool prefill_gdn_uses_chunked(const GdnChunkArgs& g);

@@ -17,119 +17,11 @@
 #include <type_traits>
 
 #include "cuda/prefill.h"
+#include "cuda/prefill_gemm_tiles.cuh"
 #include "cuda/prefill_util.cuh"
 
 namespace lily::cuda {
 namespace {
-
-constexpr int kBN = 128, kBK = 64, kSK = kBK + 8;  // smem row stride in bf16 (144 bytes: ldmatrix conflict-free)
-constexpr int kThreads = 256;
-
-// The rows this block multiplies: grouped mode reads (expert, first row, end row) from the device tile map
-// (false: past the tiles the routing produced), dense mode takes rows [blockIdx.x * tile_m, +tile_m) of [0, M).
-__device__ __forceinline__ bool block_rows(const GemmArgs& g, int tile_m, int64_t& e, int& r0, int& r1) {
-  e = 0;
-  if (g.tiles) {
-    if (int(blockIdx.x) >= *g.n_tiles) return false;
-    const int* t = g.tiles + 3 * blockIdx.x;
-    e = t[0];
-    r0 = t[1];
-    r1 = t[2];
-  } else {
-    r0 = blockIdx.x * tile_m;
-    r1 = min(g.M, r0 + tile_m);
-  }
-  return true;
-}
-
-__device__ __forceinline__ const uint8_t* mat_w(const DMat& m, int64_t e, int64_t ws) { return m.w + e * ws; }
-
-// Per-thread share of a W tile: 32 consecutive k of one tile row (thread t: row t/2, half t%2).
-template <int PREC>
-__device__ __forceinline__ uint32_t pack_w(float lo, float hi) {
-  if constexpr (PREC == kPrecBF16) return pack_bf2(lo, hi);
-  else return pack_h2(lo, hi);
-}
-
-template <int FMT, int PREC>
-struct BTile {
-  static constexpr int kU4 = FMT == kQ4 ? 1 : FMT == kQ8 ? 2 : 4;  // 16-byte words per 32 elements
-  uint4 raw[kU4];
-  uint32_t sb = 0;
-  const uint8_t* w = nullptr;      // row start (null: row out of range)
-  const uint32_t* sbr = nullptr;   // row's (scale, bias) words
-  int group = 64;
-
-  __device__ __forceinline__ void load(int k0) {
-    if (!w) return;
-    const int k = k0 + (threadIdx.x & 1) * 32;
-#pragma unroll
-    for (int u = 0; u < kU4; ++u) raw[u] = ldg_stream(w + (int64_t(k) * (FMT == kQ4 ? 4 : FMT == kQ8 ? 8 : 16)) / 8 + u * 16);
-    if constexpr (FMT != kBF16) sb = __ldg(sbr + k / group);
-  }
-  __device__ __forceinline__ void store(uint16_t* Bs) const {
-    uint4* dst = reinterpret_cast<uint4*>(Bs + (threadIdx.x >> 1) * kSK + (threadIdx.x & 1) * 32);
-    if (!w) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) dst[i] = make_uint4(0, 0, 0, 0);
-      return;
-    }
-    if constexpr (FMT == kBF16 && PREC == kPrecBF16) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) dst[i] = raw[i];
-    } else if constexpr (FMT == kBF16) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        dst[i] = make_uint4(bf2_to_h2(raw[i].x), bf2_to_h2(raw[i].y), bf2_to_h2(raw[i].z), bf2_to_h2(raw[i].w));
-    } else if constexpr (FMT == kQ4) {
-      const float s16 = 16.f * bf_lo(sb), b = bf_hi(sb) - s16;
-      const uint32_t wv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t x = wv[i];
-        dst[i] = make_uint4(pack_w<PREC>(fmaf(s16, q4f<0>(x), b), fmaf(s16, q4f<1>(x), b)),
-                            pack_w<PREC>(fmaf(s16, q4f<2>(x), b), fmaf(s16, q4f<3>(x), b)),
-                            pack_w<PREC>(fmaf(s16, q4f<4>(x), b), fmaf(s16, q4f<5>(x), b)),
-                            pack_w<PREC>(fmaf(s16, q4f<6>(x), b), fmaf(s16, q4f<7>(x), b)));
-      }
-    } else {
-      const float s256 = 256.f * bf_lo(sb), b = bf_hi(sb) - s256;
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const uint32_t wv[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          dst[u * 2 + i] = make_uint4(pack_w<PREC>(fmaf(s256, q8f<0>(wv[2 * i]), b), fmaf(s256, q8f<1>(wv[2 * i]), b)),
-                                      pack_w<PREC>(fmaf(s256, q8f<2>(wv[2 * i]), b), fmaf(s256, q8f<3>(wv[2 * i]), b)),
-                                      pack_w<PREC>(fmaf(s256, q8f<0>(wv[2 * i + 1]), b),
-                                               fmaf(s256, q8f<1>(wv[2 * i + 1]), b)),
-                                      pack_w<PREC>(fmaf(s256, q8f<2>(wv[2 * i + 1]), b),
-                                               fmaf(s256, q8f<3>(wv[2 * i + 1]), b)));
-        }
-      }
-    }
-  }
-};
-
-// Binds bt to this thread's W row: tile row t/2 of the block's 128 (kGemmSiluMul: rows 32j..32j+15 are gate
-// rows 16j.., 32j+16..32j+31 the up rows of the same columns); w stays null past the matrix.
-template <int MODE, int FMT, int PREC>
-__device__ __forceinline__ void bind_w_row(BTile<FMT, PREC>& bt, const GemmArgs& g, int64_t e) {
-  const int r = threadIdx.x >> 1;
-  const DMat* m = &g.W0;
-  int row;
-  if constexpr (MODE == kGemmSiluMul) {
-    if (r & 16) m = &g.W1;
-    row = blockIdx.y * 64 + (r >> 5) * 16 + (r & 15);
-  } else {
-    row = blockIdx.y * kBN + r;
-  }
-  if (row < m->rows) {
-    bt.w = mat_w(*m, e, g.w_stride) + int64_t(row) * m->row_bytes;
-    if constexpr (FMT != kBF16) bt.sbr = m->sb + e * g.sb_stride + int64_t(row) * m->sb_row;
-    bt.group = m->group;
-  }
-}
 
 // A tile [BM][64] (k0..k0+63) of rows r0.. (clamped to r1 - 1, gathered through a_rows) into as (kSplit: the low
 // parts into al) by cp.async: BM * 8 16-byte pieces, one commit group.
@@ -480,19 +372,39 @@ void run_mode(const GemmArgs& g, int mode, int kernel, dim3 grid, cudaStream_t s
 }  // namespace
 
 int parse_gemm_kernel(const char* v) {
-  if (v && std::strcmp(v, "v1") == 0) return kGemmKernelV1;
-  if (v && std::strcmp(v, "v2") == 0) return kGemmKernelV2;
-  throw Error(std::string("LILY_CUDA_GEMM: '") + (v ? v : "") + "' is not one of v2, v1");
+  static constexpr const char* kNames[] = {"v1", "v2", "wg", "auto"};
+  for (int i = 0; i < 4; ++i)
+    if (v && std::strcmp(v, kNames[i]) == 0) return i + 1;
+  throw Error(std::string("LILY_CUDA_GEMM: '") + (v ? v : "") + "' is not one of auto, wg, v2, v1");
 }
 
-const char* gemm_kernel_name(int kernel) { return kernel == kGemmKernelV1 ? "v1" : "v2"; }
+const char* gemm_kernel_name(int kernel) {
+  switch (kernel) {
+    case kGemmKernelV1: return "v1";
+    case kGemmKernelV2: return "v2";
+    case kGemmKernelWG: return "wg";
+    case kGemmKernelAuto: return "auto";
+    default: return "env";
+  }
+}
 
 int gemm_kernel_from_env() {
   static const int v = [] {
     const char* k = std::getenv("LILY_CUDA_GEMM");
-    return k && *k ? parse_gemm_kernel(k) : int(kGemmKernelV2);
+    return k && *k ? parse_gemm_kernel(k) : int(kGemmKernelAuto);
   }();
   return v;
+}
+
+int gemm_kernel_resolved(int kernel, int prec) {
+  if (kernel == kGemmKernelEnv) kernel = gemm_kernel_from_env();
+  if (kernel == kGemmKernelAuto) kernel = prefill_gemm_wg_available() ? int(kGemmKernelWG) : int(kGemmKernelV2);
+  if (kernel == kGemmKernelWG && !prefill_gemm_wg_available())
+    throw Error("prefill_gemm: the wg kernel (LILY_CUDA_GEMM=wg) needs a Hopper GPU and a build with sm_90a");
+  if (kernel == kGemmKernelWG && prec == kPrecSplit) kernel = kGemmKernelV2;
+  if (kernel < kGemmKernelV1 || kernel > kGemmKernelWG)
+    throw Error("prefill_gemm: unknown GemmArgs::kernel " + std::to_string(kernel));
+  return kernel;
 }
 
 void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
@@ -519,11 +431,14 @@ void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
     LILY_CUDA_CHECK_LAUNCH();
     return;
   }
-  const int kernel = g.kernel == kGemmKernelEnv ? gemm_kernel_from_env() : g.kernel;
-  if (kernel != kGemmKernelV1 && kernel != kGemmKernelV2)
-    throw Error("prefill_gemm: unknown GemmArgs::kernel " + std::to_string(g.kernel));
+  const int kernel = gemm_kernel_resolved(g.kernel, g.prec);
   const int ny = (w.rows + ncols - 1) / ncols;
-  if (grouped) {
+  if (kernel == kGemmKernelWG) {
+    if (grouped && g.tile_m != kGemmTileMBig && g.tile_m != kGemmTileM)
+      throw Error("prefill_gemm: grouped tile rows must be 64 or 128");
+    const int bm = grouped ? g.tile_m : g.M > 64 ? 128 : 64;
+    prefill_gemm_wg(g, mode, bm, dim3(grouped ? g.max_tiles : (g.M + bm - 1) / bm, ny), s);
+  } else if (grouped) {
     if (g.tile_m == kGemmTileMBig) run_mode<kGemmTileMBig>(g, mode, kernel, dim3(g.max_tiles, ny), s);
     else if (g.tile_m == kGemmTileM) run_mode<kGemmTileM>(g, mode, kernel, dim3(g.max_tiles, ny), s);
     else throw Error("prefill_gemm: grouped tile rows must be 64 or 128");

@@ -1,5 +1,5 @@
-// Device helpers of the prefill kernels: cp.async, ldmatrix, bf16 / fp16 mma.sync m16n8k16 (sm_80+), bf16 and
-// saturating fp16 packing.
+// Device helpers of the prefill kernels: cp.async, ldmatrix, bf16 / fp16 mma.sync m16n8k16 and tf32 m16n8k8
+// (sm_80+), bf16 and saturating fp16 packing.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -60,6 +60,23 @@ template <int PREC>
 __device__ __forceinline__ void mma_op(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (PREC == 0) mma16816(d, a, b0, b1);
   else mma16816_f16(d, a, b0, b1);
+}
+
+// f32 -> tf32 (10-bit mantissa, round to nearest, ties away: cvt.rna), as the .b32 operand of the tf32 mma.
+__device__ __forceinline__ uint32_t f2tf32(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+  return r;
+}
+// d += a * b, tf32 m16n8k8 (sm_80+), f32 accumulate. Fragments (PTX ISA "Matrix Fragments for mma.m16n8k8",
+// .tf32; g = lane >> 2, c = lane & 3): a0 (row g, k c), a1 (g + 8, c), a2 (g, c + 4), a3 (g + 8, c + 4);
+// b0 (k c, col g), b1 (k c + 4, col g); d0 (g, 2c), d1 (g, 2c + 1), d2 (g + 8, 2c), d3 (g + 8, 2c + 1).
+__device__ __forceinline__ void mma1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Two floats -> fp16x2, round to nearest, saturating to +-65504 (never inf; NaN stays NaN).

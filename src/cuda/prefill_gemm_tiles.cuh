@@ -1,0 +1,133 @@
+// Tile pieces shared by the prefill GEMM kernels (prefill_gemm.cu: k_gemm / k_gemm_v2 with mma.sync,
+// prefill_gemm_wg.cu: k_gemm_wg with wgmma): the block's rows (dense or the grouped tile map), and a thread's
+// share of a W tile (32 consecutive k of tile row threadIdx.x / 2) loaded as packed words one or two k-tiles ahead
+// and dequantised in registers to 16-bit operands. Included by .cu files only (device code, internal linkage).
+#pragma once
+#include <cstdint>
+
+#include "cuda/prefill.h"
+#include "cuda/prefill_util.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kBN = 128, kBK = 64, kSK = kBK + 8;  // smem row stride in bf16 (144 bytes: ldmatrix conflict-free)
+constexpr int kThreads = 256;
+
+// The rows this block multiplies: grouped mode reads (expert, first row, end row) from the device tile map
+// (false: past the tiles the routing produced), dense mode takes rows [blockIdx.x * tile_m, +tile_m) of [0, M).
+__device__ __forceinline__ bool block_rows(const GemmArgs& g, int tile_m, int64_t& e, int& r0, int& r1) {
+  e = 0;
+  if (g.tiles) {
+    if (int(blockIdx.x) >= *g.n_tiles) return false;
+    const int* t = g.tiles + 3 * blockIdx.x;
+    e = t[0];
+    r0 = t[1];
+    r1 = t[2];
+  } else {
+    r0 = blockIdx.x * tile_m;
+    r1 = min(g.M, r0 + tile_m);
+  }
+  return true;
+}
+
+__device__ __forceinline__ const uint8_t* mat_w(const DMat& m, int64_t e, int64_t ws) { return m.w + e * ws; }
+
+// Per-thread share of a W tile: 32 consecutive k of one tile row (thread t: row t/2, half t%2).
+template <int PREC>
+__device__ __forceinline__ uint32_t pack_w(float lo, float hi) {
+  if constexpr (PREC == kPrecBF16) return pack_bf2(lo, hi);
+  else return pack_h2(lo, hi);
+}
+
+template <int FMT, int PREC>
+struct BTile {
+  static constexpr int kU4 = FMT == kQ4 ? 1 : FMT == kQ8 ? 2 : 4;  // 16-byte words per 32 elements
+  uint4 raw[kU4];
+  uint32_t sb = 0;
+  const uint8_t* w = nullptr;      // row start (null: row out of range)
+  const uint32_t* sbr = nullptr;   // row's (scale, bias) words
+  int group = 64;
+
+  __device__ __forceinline__ void load(int k0) {
+    if (!w) return;
+    const int k = k0 + (threadIdx.x & 1) * 32;
+#pragma unroll
+    for (int u = 0; u < kU4; ++u) raw[u] = ldg_stream(w + (int64_t(k) * (FMT == kQ4 ? 4 : FMT == kQ8 ? 8 : 16)) / 8 + u * 16);
+    if constexpr (FMT != kBF16) sb = __ldg(sbr + k / group);
+  }
+  // This thread's 32 weights of the tile (k0 of the last load .. +31) as 16-bit operands, 4 x 8 (zeros past the
+  // matrix).
+  __device__ __forceinline__ void dequant(uint4 (&dst)[4]) const {
+    if (!w) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dst[i] = make_uint4(0, 0, 0, 0);
+      return;
+    }
+    if constexpr (FMT == kBF16 && PREC == kPrecBF16) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dst[i] = raw[i];
+    } else if constexpr (FMT == kBF16) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        dst[i] = make_uint4(bf2_to_h2(raw[i].x), bf2_to_h2(raw[i].y), bf2_to_h2(raw[i].z), bf2_to_h2(raw[i].w));
+    } else if constexpr (FMT == kQ4) {
+      const float s16 = 16.f * bf_lo(sb), b = bf_hi(sb) - s16;
+      const uint32_t wv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t x = wv[i];
+        dst[i] = make_uint4(pack_w<PREC>(fmaf(s16, q4f<0>(x), b), fmaf(s16, q4f<1>(x), b)),
+                            pack_w<PREC>(fmaf(s16, q4f<2>(x), b), fmaf(s16, q4f<3>(x), b)),
+                            pack_w<PREC>(fmaf(s16, q4f<4>(x), b), fmaf(s16, q4f<5>(x), b)),
+                            pack_w<PREC>(fmaf(s16, q4f<6>(x), b), fmaf(s16, q4f<7>(x), b)));
+      }
+    } else {
+      const float s256 = 256.f * bf_lo(sb), b = bf_hi(sb) - s256;
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const uint32_t wv[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          dst[u * 2 + i] = make_uint4(pack_w<PREC>(fmaf(s256, q8f<0>(wv[2 * i]), b), fmaf(s256, q8f<1>(wv[2 * i]), b)),
+                                      pack_w<PREC>(fmaf(s256, q8f<2>(wv[2 * i]), b), fmaf(s256, q8f<3>(wv[2 * i]), b)),
+                                      pack_w<PREC>(fmaf(s256, q8f<0>(wv[2 * i + 1]), b),
+                                               fmaf(s256, q8f<1>(wv[2 * i + 1]), b)),
+                                      pack_w<PREC>(fmaf(s256, q8f<2>(wv[2 * i + 1]), b),
+                                               fmaf(s256, q8f<3>(wv[2 * i + 1]), b)));
+        }
+      }
+    }
+  }
+  // ... stored to row threadIdx.x / 2 of the padded [kBN][kSK] tile Bs (k half threadIdx.x % 2)
+  __device__ __forceinline__ void store(uint16_t* Bs) const {
+    uint4 v[4];
+    dequant(v);
+    uint4* dst = reinterpret_cast<uint4*>(Bs + (threadIdx.x >> 1) * kSK + (threadIdx.x & 1) * 32);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[i] = v[i];
+  }
+};
+
+// Binds bt to this thread's W row: tile row t/2 of the block's 128 (kGemmSiluMul: rows 32j..32j+15 are gate
+// rows 16j.., 32j+16..32j+31 the up rows of the same columns); w stays null past the matrix.
+template <int MODE, int FMT, int PREC>
+__device__ __forceinline__ void bind_w_row(BTile<FMT, PREC>& bt, const GemmArgs& g, int64_t e) {
+  const int r = threadIdx.x >> 1;
+  const DMat* m = &g.W0;
+  int row;
+  if constexpr (MODE == kGemmSiluMul) {
+    if (r & 16) m = &g.W1;
+    row = blockIdx.y * 64 + (r >> 5) * 16 + (r & 15);
+  } else {
+    row = blockIdx.y * kBN + r;
+  }
+  if (row < m->rows) {
+    bt.w = mat_w(*m, e, g.w_stride) + int64_t(row) * m->row_bytes;
+    if constexpr (FMT != kBF16) bt.sbr = m->sb + e * g.sb_stride + int64_t(row) * m->sb_row;
+    bt.group = m->group;
+  }
+}
+
+}  // namespace
+}  // namespace lily::cuda
