@@ -2,8 +2,9 @@
 // and against the sequential GPU scan on random inputs: two calls (state and conv ring carried), partial chunks,
 // Dv not a multiple of the 32-row slice, weak and strong decay. Outputs (f32 y, obuf, cbuf) are poisoned with NaN
 // first; NaN never passes. The sequential scan kernels (plain, pipe, wide: GdnChunkArgs::scan) against the same
-// reference at more shapes (Dk 32..128, Dv not a multiple of 16, one-token chunks). Plus a timing print of the
-// paths and scan kernels at the full model's head sizes. Skipped without a device.
+// reference at more shapes (Dk 32..128, Dv not a multiple of 16, one-token chunks). The tensor-core chunked kernels
+// (GdnChunkArgs::chunked_tc) against the reference with a tf32 bound. Plus a timing print of the paths and scan
+// kernels at the full model's head sizes (n up to 4096). Skipped without a device.
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
@@ -68,7 +69,7 @@ void reference(const Problem& p, std::vector<float>& want, std::vector<float>& S
 // runs prefill_gdn over the problem in two calls (n1, n2); returns f32 y and the final state. took: both calls
 // took the chunked path iff chunked, and the sequential ones the scan kernel `scan` (< 0: the environment's).
 void run_gpu(const Problem& p, int n1, bool chunked, std::vector<float>& y, std::vector<float>& S, bool& took,
-             int scan = -1) {
+             int scan = -1, bool tc = false) {
   Dev dev;
   const int n = p.n, cd = p.cd, vd = p.vd;
   float* dproj = dev.up(p.proj);
@@ -81,6 +82,7 @@ void run_gpu(const Problem& p, int n1, bool chunked, std::vector<float>& y, std:
   a.cbuf = dev.up(std::vector<float>(size_t(n) * cd, NAN));
   a.obuf = dev.up(std::vector<float>(size_t(n) * vd, NAN));
   a.chunked = chunked;
+  a.chunked_tc = tc;
   a.scan = scan;
   a.ws = dev.up(std::vector<float>(cuda::prefill_gdn_ws_floats(n, p.Hv, p.Dk, p.Dv), NAN));
   float* dy = dev.up(std::vector<float>(size_t(n) * vd, NAN));
@@ -125,6 +127,58 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGdnChunked,
                          ::testing::Values(Case{2, 4, 64, 32, 40, 150, 1.f}, Case{2, 4, 128, 128, 100, 200, 30.f},
                                            Case{1, 2, 128, 48, 64, 129, 1.f}, Case{2, 4, 32, 64, 33, 64, 30.f},
                                            Case{16, 32, 128, 128, 130, 190, 1.f}));
+
+// The tensor-core chunked kernels (k_prep_tc + k_cscan_tc, GdnChunkArgs::chunked_tc) against the same
+// token-by-token reference, on the shapes above plus Dk 96 with Dv 40 (an 8-row value slice) and the real heads
+// with strong decay. Bound 4e-3, derived for tf32 (not fitted): every product is a tf32 mma whose operands are
+// rounded to 10 explicit mantissa bits (relative error u = 2^-11 each), so one dot product is off by at most
+// 2u sum|a_i b_i|, about 2u of the result's scale for these normalised q, k (|a.b| ~ |a||b| up to the random-sign
+// cancellation the bound already covers). An output passes through at most four such products in a row
+// (T [K | V] -> W, U;  W M^T -> D;  P D and (Q eg) M^T -> o;  D^T (K ed) -> the next chunk's M), so
+// 4 x 2u = 8u = 3.9e-3 of the output scale; max_rel_err divides by the largest |want|, so this is conservative,
+// and random-sign rounding errors add like a random walk, so the measured error should sit well below (the f32
+// SIMT path's 1e-4 cannot hold: one tf32 rounding alone is 4.9e-4). The state S gets the same bound.
+class PrefillGdnChunkedTc : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PrefillGdnChunkedTc, MatchesReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const Case cs = GetParam();
+  const Problem p = make_problem(cs, unsigned(cs.n1 * 7 + cs.n2 + cs.Dv));
+  std::vector<float> want, Sw, y, S;
+  reference(p, want, Sw);
+  bool took = false;
+  run_gpu(p, cs.n1, true, y, S, took, -1, true);
+  ASSERT_TRUE(took) << "the tensor-core chunked path was not taken";
+  const double ey = testmetrics::max_rel_err(y, want), es = testmetrics::max_rel_err(S, Sw);
+  const double ry = testmetrics::rms_rel_err(y, want), rs = testmetrics::rms_rel_err(S, Sw);
+  std::printf("[ gdn chunked tc ] Hv %d Dk %d Dv %d n %d+%d decay %.0f: y max %.2e rms %.2e | S max %.2e rms %.2e\n",
+              cs.Hv, cs.Dk, cs.Dv, cs.n1, cs.n2, cs.decay, ey, ry, es, rs);
+  EXPECT_LT(ey, 4e-3);
+  EXPECT_LT(es, 4e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGdnChunkedTc,
+                         ::testing::Values(Case{2, 4, 64, 32, 40, 150, 1.f}, Case{2, 4, 128, 128, 100, 200, 30.f},
+                                           Case{1, 2, 128, 48, 64, 129, 1.f}, Case{2, 4, 32, 64, 33, 64, 30.f},
+                                           Case{16, 32, 128, 128, 130, 190, 1.f}, Case{1, 3, 96, 40, 45, 77, 1.f},
+                                           Case{16, 32, 128, 128, 64, 300, 30.f}));
+
+// LILY_CUDA_GDN_CHUNKED values (host only, runs without a device)
+TEST(PrefillGdnChunkedEnv, ParsesValuesAndRejectsOthers) {
+  EXPECT_EQ(cuda::parse_gdn_chunked("0"), cuda::kGdnChunkedOff);
+  EXPECT_EQ(cuda::parse_gdn_chunked("1"), cuda::kGdnChunkedSimt);
+  EXPECT_EQ(cuda::parse_gdn_chunked("tc"), cuda::kGdnChunkedTc);
+  for (const char* bad : {"", "TC", "2", "true", "m"}) {
+    try {
+      cuda::parse_gdn_chunked(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("LILY_CUDA_GDN_CHUNKED"), std::string::npos) << e.what();
+    }
+  }
+  for (int k : {cuda::kGdnChunkedOff, cuda::kGdnChunkedSimt, cuda::kGdnChunkedTc})
+    EXPECT_EQ(cuda::parse_gdn_chunked(cuda::gdn_chunked_name(k)), k);
+}
 
 // LILY_CUDA_GDN_SCAN values (host only, runs without a device)
 TEST(PrefillGdnScanEnv, ParsesNamesAndRejectsOthers) {
@@ -181,7 +235,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(PrefillGdnChunkedSpeed, FullHeadsSequentialVsChunked) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const int Hk = 16, Hv = 32, Dk = 128, Dv = 128, K = 4, kd = Hk * Dk, vd = Hv * Dv, cd = 2 * kd + vd;
-  const int P = cd + vd + 2 * Hv, nmax = 2048;
+  const int P = cd + vd + 2 * Hv, nmax = 4096;
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   std::vector<float> proj(size_t(nmax) * P), cw(size_t(cd) * K), dtb(Hv), an(Hv), nw(Dv);
@@ -206,9 +260,10 @@ TEST(PrefillGdnChunkedSpeed, FullHeadsSequentialVsChunked) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   // conv + scan + norm, mean of 5 calls after a warm-up
-  auto time_ms = [&](int n, bool chunked, int scan) {
+  auto time_ms = [&](int n, bool chunked, int scan, bool tc = false) {
     a.n = n;
     a.chunked = chunked;
+    a.chunked_tc = tc;
     a.chunked_min_n = 1;  // time the chunked kernels at every length
     a.scan = scan;
     cuda::prefill_gdn(a, nullptr);
@@ -220,13 +275,27 @@ TEST(PrefillGdnChunkedSpeed, FullHeadsSequentialVsChunked) {
     EXPECT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
     return ms / 5;
   };
-  for (int n : {8, 16, 32, 64, 128, 256, 512, 2048}) {
-    const float seq = time_ms(n, false, -1), chk = time_ms(n, true, -1);
-    std::printf("[ gdn speed ] n %5d: conv+scan+norm sequential (%s) %.3f ms  chunked %.3f ms\n", n,
-                cuda::gdn_scan_name(cuda::gdn_scan_from_env()), seq, chk);
+  for (int n : {8, 16, 32, 64, 128, 256, 512, 2048, 4096}) {
+    const float seq = time_ms(n, false, -1), chk = time_ms(n, true, -1), tc = time_ms(n, true, -1, true);
+    std::printf("[ gdn speed ] n %5d: conv+scan+norm sequential (%s) %.3f ms  chunked f32 %.3f ms  chunked tc %.3f "
+                "ms (sequential / tc %.2fx)\n",
+                n, cuda::gdn_scan_name(cuda::gdn_scan_from_env()), seq, chk, tc, seq / tc);
+  }
+  // the tensor-core delta rule alone (k_prep_tc + k_cscan_tc, no conv / norm) at the 35B head sizes
+  for (int n : {2048, 4096}) {
+    a.n = n;
+    a.chunked = a.chunked_tc = true;
+    cuda::prefill_gdn_chunked_scan(a, nullptr);
+    float ms = 0.f;
+    EXPECT_EQ(cudaEventRecord(e0), cudaSuccess);
+    for (int i = 0; i < 5; ++i) cuda::prefill_gdn_chunked_scan(a, nullptr);
+    EXPECT_EQ(cudaEventRecord(e1), cudaSuccess);
+    EXPECT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+    EXPECT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+    std::printf("[ gdn speed ] n %5d: chunked tc delta rule alone (k_prep_tc + k_cscan_tc) %.3f ms\n", n, ms / 5);
   }
   // the sequential scan kernels against each other at a full 2048-token chunk
-  const int n = nmax;
+  const int n = 2048;
   const float plain = time_ms(n, false, cuda::kGdnScanPlain), pipe = time_ms(n, false, cuda::kGdnScanPipe);
   const float wide = time_ms(n, false, cuda::kGdnScanWide);
   std::printf("[ gdn speed ] n %5d: conv+scan+norm plain %.3f ms  pipe %.3f ms  wide %.3f ms  (pipe / wide %.2fx)\n",

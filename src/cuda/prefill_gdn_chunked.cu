@@ -1,6 +1,7 @@
 // Gated DeltaNet over a chunk, the chunked (WY / UT-transform) form of the delta rule: prefill_gdn runs it instead
 // of the sequential scan when prefill_gdn_uses_chunked (GdnChunkArgs::chunked, LILY_CUDA_GDN_CHUNKED=1); conv,
-// ring and norm stay in prefill_gdn.cu. ref::gdn_chunked in src/cpu/gdn_chunked.* is its CPU oracle and
+// ring and norm stay in prefill_gdn.cu. The f32 SIMT kernels here are the slow reference; with
+// GdnChunkArgs::chunked_tc (LILY_CUDA_GDN_CHUNKED=tc) the tensor-core kernels of prefill_gdn_chunked_tc.cu run. ref::gdn_chunked in src/cpu/gdn_chunked.* is its CPU oracle and
 // derivation: per value head, chunks of C = kGdnChunk tokens, M = the stored [Dv][Dk] state, G = cumulative
 // log decay within the chunk (summed in double, g floored at -200).
 //  k_prep, grid (chunk, head), all chunks at once (nothing here depends on the incoming state):
@@ -11,6 +12,9 @@
 //    D = U - W M^T,  O = (Q * eg) M^T + P D,  M <- eL M + D^T (K * ed).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "cuda/prefill.h"
 #include "cuda/prefill_util.cuh"
@@ -308,18 +312,43 @@ void launch_cscan(const GdnChunkArgs& g, cudaStream_t s) {
 
 }  // namespace
 
+int parse_gdn_chunked(const char* v) {
+  if (v && std::strcmp(v, "0") == 0) return kGdnChunkedOff;
+  if (v && std::strcmp(v, "1") == 0) return kGdnChunkedSimt;
+  if (v && std::strcmp(v, "tc") == 0) return kGdnChunkedTc;
+  throw Error(std::string("LILY_CUDA_GDN_CHUNKED: '") + (v ? v : "") + "' is not one of 0, 1, tc");
+}
+
+const char* gdn_chunked_name(int mode) {
+  return mode == kGdnChunkedTc ? "tc" : mode == kGdnChunkedSimt ? "1" : "0";
+}
+
+int gdn_chunked_from_env() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_CUDA_GDN_CHUNKED");
+    return e && *e ? parse_gdn_chunked(e) : int(kGdnChunkedOff);
+  }();
+  return v;
+}
+
 size_t prefill_gdn_ws_floats(int n, int Hv, int Dk, int Dv) {
   const size_t nc = size_t((n + kC - 1) / kC), np = nc * kC;
-  return size_t(Hv) * (np * (size_t(Dk) + Dv + kC + 2) + nc);
+  const size_t simt = size_t(Hv) * (np * (size_t(Dk) + Dv + kC + 2) + nc);
+  return std::max(simt, prefill_gdn_tc_ws_floats(n, Hv, Dk, Dv));
 }
 
 bool prefill_gdn_uses_chunked(const GdnChunkArgs& g) {
   if (!g.chunked || !g.ws || g.n < g.chunked_min_n || g.Dk % 32 || g.Dk > 128) return false;
+  if (g.chunked_tc) return prefill_gdn_tc_supported(g);
   const size_t need = std::max(prep_smem(g.Dk, g.Dv), cscan_smem(g.Dk));
   return need <= size_t(smem_optin());
 }
 
 void prefill_gdn_chunked_scan(const GdnChunkArgs& g, cudaStream_t s) {
+  if (g.chunked_tc) {
+    prefill_gdn_chunked_scan_tc(g, s);
+    return;
+  }
   const size_t sm = prep_smem(g.Dk, g.Dv);
   static size_t set = 0;
   if (sm > set) {

@@ -40,6 +40,30 @@ __device__ __forceinline__ uint32_t pack_w(float lo, float hi) {
   else return pack_h2(lo, hi);
 }
 
+// 8 nibbles (k = 0..7 of the word, nibble i at bits 4i) -> fp16 s * q + b for k pairs (0,1) (2,3) (4,5) (6,7),
+// without float conversions: OR-ing a nibble into the mantissa of 1024 (0x6400) gives the fp16 1024 + q (nibble at
+// bits 0-3 of a half) or 1024 + 16 q (bits 4-7); a permute pairs neighbours, one fma with (1, 1/16) and
+// (-1024, -64) recovers q exactly, and the fma with (s, b) rounds once (as the f32 fma + fp16 rounding it replaces,
+// where s and b, bf16 in the checkpoint, are fp16 normals; a product beyond the fp16 range would be inf, not
+// saturated: affine 4-bit weights of real checkpoints are far below 65504).
+__device__ __forceinline__ uint4 q4_fp16x8(uint32_t x, __half2 s2, __half2 b2) {
+  const uint32_t y = x >> 8;
+  const uint32_t h04 = (x & 0x000F000Fu) | 0x64006400u, h15 = (x & 0x00F000F0u) | 0x64006400u;
+  const uint32_t h26 = (y & 0x000F000Fu) | 0x64006400u, h37 = (y & 0x00F000F0u) | 0x64006400u;
+  const uint32_t p[4] = {__byte_perm(h04, h15, 0x5410), __byte_perm(h26, h37, 0x5410), __byte_perm(h04, h15, 0x7632),
+                         __byte_perm(h26, h37, 0x7632)};
+  const __half2 unit = __halves2half2(__float2half_rn(1.f), __float2half_rn(0.0625f));
+  const __half2 off = __halves2half2(__float2half_rn(-1024.f), __float2half_rn(-64.f));
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2 q = __hfma2(*reinterpret_cast<const __half2*>(&p[i]), unit, off);
+    const __half2 w = __hfma2(q, s2, b2);
+    o[i] = *reinterpret_cast<const uint32_t*>(&w);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 template <int FMT, int PREC>
 struct BTile {
   static constexpr int kU4 = FMT == kQ4 ? 1 : FMT == kQ8 ? 2 : 4;  // 16-byte words per 32 elements
@@ -71,6 +95,11 @@ struct BTile {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         dst[i] = make_uint4(bf2_to_h2(raw[i].x), bf2_to_h2(raw[i].y), bf2_to_h2(raw[i].z), bf2_to_h2(raw[i].w));
+    } else if constexpr (FMT == kQ4 && PREC != kPrecBF16) {
+      const __half2 s2 = __float2half2_rn(bf_lo(sb)), b2 = __float2half2_rn(bf_hi(sb));
+      const uint32_t wv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dst[i] = q4_fp16x8(wv[i], s2, b2);
     } else if constexpr (FMT == kQ4) {
       const float s16 = 16.f * bf_lo(sb), b = bf_hi(sb) - s16;
       const uint32_t wv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};

@@ -112,17 +112,23 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemm_wg(const GemmArgs g) {
 #pragma unroll
   for (int i = 0; i < kWSets; ++i) bind_w_row<MODE>(wt[i], g, e);
 
-  // A tile (rows r0.., clamped to r1 - 1, gathered through a_rows) of k-tile kt into stage s: one commit group
+  // A tile (rows r0.., clamped to r1 - 1, gathered through a_rows) of k-tile kt into stage s: one commit group.
+  // Thread tid copies chunk tid % 8 of rows tid / 8 + 32 j: their sources are resolved once; in the swizzled tile
+  // those pieces sit 32 rows = 4096 bytes apart (row % 8 is the same for all j).
+  constexpr int kAP = BM * 8 / kThreads;
+  const uint16_t* a_src[kAP];
+#pragma unroll
+  for (int j = 0; j < kAP; ++j) {
+    int gr = min(r0 + (tid >> 3) + 32 * j, r1 - 1);
+    if (g.a_rows) gr = g.a_rows[gr];
+    a_src[j] = g.A + int64_t(gr) * g.lda + (tid & 7) * 8;
+  }
+  const uint32_t a_dst = sw128(tid >> 3, tid & 7);
   auto load_a = [&](int s, int kt) {
     if (kt < KT) {
-      const uint32_t sa = base + s * kStageBytes;
+      const uint32_t sa = base + s * kStageBytes + a_dst;
 #pragma unroll
-      for (int i = tid; i < BM * 8; i += kThreads) {
-        const int r = i >> 3, c = i & 7;
-        int gr = min(r0 + r, r1 - 1);
-        if (g.a_rows) gr = g.a_rows[gr];
-        cp_async16_s(sa + sw128(r, c), g.A + int64_t(gr) * g.lda + kt * kBK + c * 8);
-      }
+      for (int j = 0; j < kAP; ++j) cp_async16_s(sa + j * 4096, a_src[j] + kt * kBK);
     }
     cp_commit();
   };

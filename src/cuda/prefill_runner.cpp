@@ -43,14 +43,14 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   proj_ = f32(N * size_t(P_));
   cbuf_ = f32(N * cd);
   obuf_ = f32(N * vd);
-  if (const char* v = std::getenv("LILY_CUDA_GDN_CHUNKED")) gdn_chunked_ = std::strcmp(v, "1") == 0;
+  gdn_chunked_ = gdn_chunked_from_env();  // LILY_CUDA_GDN_CHUNKED=0|1|tc; a bad value fails at load
   gdn_scan_from_env();  // a bad LILY_CUDA_GDN_SCAN fails at load, not at the first prefill
   if (const char* v = std::getenv("LILY_CUDA_MOE_TILE"); v && *v && std::strcmp(v, "auto") != 0) {
     if (std::strcmp(v, "64") == 0) moe_tile_ = kGemmTileM;
     else if (std::strcmp(v, "128") == 0) moe_tile_ = kGemmTileMBig;
     else throw Error("LILY_CUDA_MOE_TILE: expected auto, 64 or 128");
   }
-  if (gdn_chunked_) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
+  if (gdn_chunked_ != kGdnChunkedOff) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
   rl_ = f32(N * size_t(c.n_experts));
   sg_ = f32(N);
   rw_ = f32(nk);
@@ -145,7 +145,8 @@ void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, in
   g.S = st.S + int64_t(d.lin_idx) * hv * int64_t(c.lin_v_dim) * c.lin_k_dim;
   g.cbuf = cbuf_;
   g.obuf = obuf_;
-  g.chunked = gdn_chunked_;
+  g.chunked = gdn_chunked_ != kGdnChunkedOff;
+  g.chunked_tc = gdn_chunked_ == kGdnChunkedTc;
   g.ws = gdn_ws_;
   if (prec_ == kPrecBF16) g.y = ya_.hi;
   else g.y_f = stage_;
