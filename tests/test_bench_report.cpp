@@ -148,4 +148,8 @@ TEST(EvalRun, TinyFixtureReferenceAgrees) {
   EXPECT_LT(c.mean_kl, 1e-6);
   EXPECT_LT(c.max_abs_err, 1e-3);
   EXPECT_NEAR(c.ppl_ours / c.ppl_ref, 1.0, 1e-4);
+  // the optional long prompt (long_ids / long_logits_last8) is loaded with the prompt
+  ASSERT_EQ(ref.long_ids.size(), 333u);
+  ASSERT_EQ(ref.long_rows, 8);
+  ASSERT_EQ(ref.long_logits.size(), size_t(8) * size_t(ref.vocab));
 }

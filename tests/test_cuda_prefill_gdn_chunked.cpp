@@ -168,6 +168,7 @@ TEST(PrefillGdnChunkedEnv, ParsesValuesAndRejectsOthers) {
   EXPECT_EQ(cuda::parse_gdn_chunked("0"), cuda::kGdnChunkedOff);
   EXPECT_EQ(cuda::parse_gdn_chunked("1"), cuda::kGdnChunkedSimt);
   EXPECT_EQ(cuda::parse_gdn_chunked("tc"), cuda::kGdnChunkedTc);
+  EXPECT_EQ(cuda::parse_gdn_chunked("auto"), cuda::kGdnChunkedAuto);
   for (const char* bad : {"", "TC", "2", "true", "m"}) {
     try {
       cuda::parse_gdn_chunked(bad);
@@ -176,7 +177,7 @@ TEST(PrefillGdnChunkedEnv, ParsesValuesAndRejectsOthers) {
       EXPECT_NE(std::string(e.what()).find("LILY_CUDA_GDN_CHUNKED"), std::string::npos) << e.what();
     }
   }
-  for (int k : {cuda::kGdnChunkedOff, cuda::kGdnChunkedSimt, cuda::kGdnChunkedTc})
+  for (int k : {cuda::kGdnChunkedOff, cuda::kGdnChunkedSimt, cuda::kGdnChunkedTc, cuda::kGdnChunkedAuto})
     EXPECT_EQ(cuda::parse_gdn_chunked(cuda::gdn_chunked_name(k)), k);
 }
 

@@ -62,6 +62,29 @@ Cmp compare(const float* a, const float* b, int rows, int V) {
   return s;
 }
 
+// Sets an environment variable for its lifetime (null value: unset), then restores the previous value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
 class CudaPrefillTiny : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {
  protected:
   void SetUp() override {
@@ -72,16 +95,15 @@ class CudaPrefillTiny : public ::testing::TestWithParam<std::tuple<const char*, 
     const std::string base = std::string(LILY_TEST_DIR) + "/fixtures/tiny/";
     w = load_model(base + "model-" + layout);
     ref = SafetensorsFile::open(base + "reference-" + layout + ".safetensors");
-    const char* old = std::getenv("LILY_CUDA_PREFILL_PRECISION");
-    const std::string saved = old ? old : "";
-    setenv("LILY_CUDA_PREFILL_PRECISION", prec.c_str(), 1);
-    be = make_cuda_backend(w);
-    if (old) setenv("LILY_CUDA_PREFILL_PRECISION", saved.c_str(), 1);
-    else unsetenv("LILY_CUDA_PREFILL_PRECISION");
-    setenv("LILY_CUDA_PREFILL", "0", 1);
+    be = make_be(std::getenv("LILY_CUDA_GDN_CHUNKED"));  // the default GDN form unless the caller's env picks one
+    ScopedEnv no_prefill("LILY_CUDA_PREFILL", "0");
     tok = make_cuda_backend(w);  // prompts token by token through the decode step
-    unsetenv("LILY_CUDA_PREFILL");
     V = w->cfg.vocab;
+  }
+  // a prefill backend with this test's precision and LILY_CUDA_GDN_CHUNKED = gdn (null: the default, auto)
+  std::unique_ptr<Backend> make_be(const char* gdn) const {
+    ScopedEnv p("LILY_CUDA_PREFILL_PRECISION", prec.c_str()), g("LILY_CUDA_GDN_CHUNKED", gdn);
+    return make_cuda_backend(w);
   }
   template <class T>
   std::vector<T> get(const std::string& name) const {
@@ -115,26 +137,39 @@ TEST_P(CudaPrefillTiny, PromptLogitsMatchReference) {
   EXPECT_EQ(st->pos, L);
 }
 
+// The last 8 rows of the long prompt through b, in prompt chunks of `chunk` tokens.
+std::vector<float> long_last8(Backend& b, const std::vector<int32_t>& ids, int chunk, int V) {
+  std::vector<float> out(8 * size_t(V), NAN);
+  auto st = b.new_state(1024);
+  ForwardOptions o;
+  o.prefill_chunk = chunk;
+  b.forward(*st, ids.data(), int(ids.size()), 8, out.data(), o);
+  return out;
+}
+
+// The default prefill (whole prompt) against the token-by-token path and HF. Chunk-loop equivalence (state and KV
+// carried across prompt chunks, 1e-3) where both runs do the same arithmetic: the sequential GDN scan in chunks of
+// 37 vs whole, and the tensor-core GDN form in prompt chunks of 128 vs whole (both split the prompt into the same
+// 64-token GDN chunks; the 77-token tail is >= its 32-token minimum).
 TEST_P(CudaPrefillTiny, ChunkedEqualsWholeAndMatchesTokenByToken) {
   auto ids = get<int32_t>("long_ids");
   auto whole_ref = get<float>("long_logits_last8");
   const int L = int(ids.size());
-  std::vector<float> whole(8 * size_t(V), NAN), chunked(whole.size(), NAN), tbt(whole.size(), NAN);
-  auto s1 = be->new_state(1024);
-  be->forward(*s1, ids.data(), L, 8, whole.data(), ForwardOptions{2048, {}, {}});
-  auto s2 = be->new_state(1024);
-  ForwardOptions o;
-  o.prefill_chunk = 37;
-  be->forward(*s2, ids.data(), L, 8, chunked.data(), o);
+  const std::vector<float> whole = long_last8(*be, ids, 2048, V);
+  std::vector<float> tbt(whole.size(), NAN);
   auto s3 = tok->new_state(1024);
   tok->forward(*s3, ids.data(), L, 8, tbt.data(), {});
-  const Cmp c = compare(chunked.data(), whole.data(), 8, V);
   const Cmp t = compare(whole.data(), tbt.data(), 8, V);
   const Cmp h = compare(whole.data(), whole_ref.data(), 8, V);
-  std::printf("[ prefill %s %s long L=%d ] chunked-vs-whole %.3g, vs token-by-token %.3g (top-1 %d/8), vs HF %.3g "
-              "(top-1 %d/8)\n", layout.c_str(), prec.c_str(), L, c.max_abs, t.max_abs, t.top1, h.max_abs, h.top1);
-  EXPECT_FALSE(c.nan || t.nan);
-  EXPECT_LE(c.max_abs, 1e-3);
+  auto scan = make_be("0"), tc = make_be("tc");
+  const Cmp cs = compare(long_last8(*scan, ids, 37, V).data(), long_last8(*scan, ids, 2048, V).data(), 8, V);
+  const Cmp ct = compare(long_last8(*tc, ids, 128, V).data(), long_last8(*tc, ids, 2048, V).data(), 8, V);
+  std::printf("[ prefill %s %s long L=%d ] vs token-by-token %.3g (top-1 %d/8), vs HF %.3g (top-1 %d/8); "
+              "chunked-vs-whole: scan %.3g, tc %.3g\n", layout.c_str(), prec.c_str(), L, t.max_abs, t.top1,
+              h.max_abs, h.top1, cs.max_abs, ct.max_abs);
+  EXPECT_FALSE(t.nan || h.nan || cs.nan || ct.nan);
+  EXPECT_LE(cs.max_abs, 1e-3);
+  EXPECT_LE(ct.max_abs, 1e-3);
   EXPECT_LE(t.max_abs, tol.prefill);
   EXPECT_GE(h.top1, tol.long_top1);
   EXPECT_LE(h.max_abs, tol.prefill);

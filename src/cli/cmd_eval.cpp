@@ -48,6 +48,21 @@ int run_eval(const Args& a) {
   std::printf("  KL(ref||ours)    mean %.6g  max %.6g\n  perplexity       ref %.6g  ours %.6g (%d next tokens)\n",
               c.mean_kl, c.max_kl, c.ppl_ref, c.ppl_ours, c.scored);
 
+  // the long prompt, when the reference has one: one whole prefill, its last rows against the reference's
+  LogitComparison lc;
+  const bool has_long = ref.long_rows > 0;
+  if (has_long) {
+    const int N = int(ref.long_ids.size()), R = ref.long_rows;
+    std::vector<float> last(size_t(R) * size_t(ref.vocab));
+    auto st = be->new_state(N);
+    ForwardOptions fo;
+    fo.prefill_chunk = int(a.get_int("prefill-chunk", 0));
+    be->forward(*st, ref.long_ids.data(), N, R, last.data(), fo);
+    lc = compare_logits(ref.long_logits.data(), last.data(), R, ref.vocab, {});
+    std::printf("  long prompt      %d tokens, last %d rows: top-1 agreement %.4f, max |dlogit| %.6g, RMS %.6g\n", N,
+                R, lc.top1_agreement, lc.max_abs_err, lc.rms_err);
+  }
+
   std::vector<std::string> failed;
   if (a.has("min-top1") && c.top1_agreement < a.get_double("min-top1", 0)) failed.push_back("top-1 agreement");
   if (a.has("max-kl") && c.mean_kl > a.get_double("max-kl", 0)) failed.push_back("mean KL");
@@ -66,6 +81,12 @@ int run_eval(const Args& a) {
                                 {"ppl_ref", c.ppl_ref},
                                 {"ppl_ours", c.ppl_ours},
                                 {"scored", c.scored},
+                                {"long_prompt", has_long ? nlohmann::ordered_json{{"tokens", ref.long_ids.size()},
+                                                                                  {"rows", ref.long_rows},
+                                                                                  {"top1_agreement", lc.top1_agreement},
+                                                                                  {"max_abs_err", lc.max_abs_err},
+                                                                                  {"rms_err", lc.rms_err}}
+                                                         : nlohmann::ordered_json(nullptr)},
                                 {"failed", failed},
                                 {"pass", failed.empty()}};
     write_json(a.get("json"), j);

@@ -316,19 +316,17 @@ int parse_gdn_chunked(const char* v) {
   if (v && std::strcmp(v, "0") == 0) return kGdnChunkedOff;
   if (v && std::strcmp(v, "1") == 0) return kGdnChunkedSimt;
   if (v && std::strcmp(v, "tc") == 0) return kGdnChunkedTc;
-  throw Error(std::string("LILY_CUDA_GDN_CHUNKED: '") + (v ? v : "") + "' is not one of 0, 1, tc");
+  if (v && std::strcmp(v, "auto") == 0) return kGdnChunkedAuto;
+  throw Error(std::string("LILY_CUDA_GDN_CHUNKED: '") + (v ? v : "") + "' is not one of auto, 0, 1, tc");
 }
 
 const char* gdn_chunked_name(int mode) {
-  return mode == kGdnChunkedTc ? "tc" : mode == kGdnChunkedSimt ? "1" : "0";
+  return mode == kGdnChunkedAuto ? "auto" : mode == kGdnChunkedTc ? "tc" : mode == kGdnChunkedSimt ? "1" : "0";
 }
 
 int gdn_chunked_from_env() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_CUDA_GDN_CHUNKED");
-    return e && *e ? parse_gdn_chunked(e) : int(kGdnChunkedOff);
-  }();
-  return v;
+  const char* e = std::getenv("LILY_CUDA_GDN_CHUNKED");
+  return e && *e ? parse_gdn_chunked(e) : int(kGdnChunkedAuto);
 }
 
 size_t prefill_gdn_ws_floats(int n, int Hv, int Dk, int Dv) {

@@ -560,11 +560,15 @@ size_t prefill_gdn_tc_ws_floats(int n, int Hv, int Dk, int Dv) {
   return size_t(Hv) * (np * (3 * size_t(Dk) + kC) / 2 + np * size_t(Dv) + nc);
 }
 
+bool prefill_gdn_tc_device_ok(int Dk, int Dv) {
+  if (Dk % 32 || Dk < 32 || Dk > 128 || Dv % 8 || Dv < 8 || Dv > kDvMax) return false;
+  return tc_smem(Dk) <= size_t(smem_optin_tc());
+}
+
 bool prefill_gdn_tc_supported(const GdnChunkArgs& g) {
-  if (g.Dk % 32 || g.Dk < 32 || g.Dk > 128 || g.Dv % 8 || g.Dv < 8 || g.Dv > kDvMax) return false;
+  if (!prefill_gdn_tc_device_ok(g.Dk, g.Dv)) return false;
   const auto mis = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) != 0; };
-  if (mis(g.cbuf, 16) || mis(g.ws, 16) || mis(g.obuf, 8) || mis(g.S, 8)) return false;
-  return tc_smem(g.Dk) <= size_t(smem_optin_tc());
+  return !(mis(g.cbuf, 16) || mis(g.ws, 16) || mis(g.obuf, 8) || mis(g.S, 8));
 }
 
 void prefill_gdn_chunked_scan_tc(const GdnChunkArgs& g, cudaStream_t s) {

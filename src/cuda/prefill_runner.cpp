@@ -43,7 +43,9 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   proj_ = f32(N * size_t(P_));
   cbuf_ = f32(N * cd);
   obuf_ = f32(N * vd);
-  gdn_chunked_ = gdn_chunked_from_env();  // LILY_CUDA_GDN_CHUNKED=0|1|tc; a bad value fails at load
+  gdn_chunked_ = gdn_chunked_from_env();  // LILY_CUDA_GDN_CHUNKED=auto|0|1|tc; a bad value fails at load
+  if (gdn_chunked_ == kGdnChunkedAuto && (prec_ == kPrecSplit || !prefill_gdn_tc_device_ok(c.lin_k_dim, c.lin_v_dim)))
+    gdn_chunked_ = kGdnChunkedOff;
   gdn_scan_from_env();  // a bad LILY_CUDA_GDN_SCAN fails at load, not at the first prefill
   if (const char* v = std::getenv("LILY_CUDA_MOE_TILE"); v && *v && std::strcmp(v, "auto") != 0) {
     if (std::strcmp(v, "64") == 0) moe_tile_ = kGemmTileM;
@@ -146,7 +148,8 @@ void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, in
   g.cbuf = cbuf_;
   g.obuf = obuf_;
   g.chunked = gdn_chunked_ != kGdnChunkedOff;
-  g.chunked_tc = gdn_chunked_ == kGdnChunkedTc;
+  g.chunked_tc = gdn_chunked_ == kGdnChunkedTc || gdn_chunked_ == kGdnChunkedAuto;
+  if (gdn_chunked_ == kGdnChunkedAuto) g.chunked_min_n = kGdnTcMinN;
   g.ws = gdn_ws_;
   if (prec_ == kPrecBF16) g.y = ya_.hi;
   else g.y_f = stage_;

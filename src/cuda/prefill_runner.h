@@ -62,8 +62,8 @@ class PrefillRunner {
   float* gdn_ws_ = nullptr;  // chunked GDN scratch (prefill_gdn_ws_floats)
   int moe_tile_ = 0;  // LILY_CUDA_MOE_TILE=64|128: grouped GEMM tile rows; 0 (auto): chosen per chunk by tile_rows()
   int tile_rows(int n) const;
-  int gdn_chunked_ = kGdnChunkedOff;  // LILY_CUDA_GDN_CHUNKED=1 (f32 SIMT) | tc (tensor cores): chunked GDN delta
-                                      // rule instead of the scan (default 0 until measured on the GPU)
+  int gdn_chunked_ = kGdnChunkedAuto;  // LILY_CUDA_GDN_CHUNKED=auto (default: tc from kGdnTcMinN tokens where the
+                                       // device fits it, else off) | 0 | 1 (f32 SIMT) | tc: the chunked GDN delta rule
   float* stage_ = nullptr;  // precise modes: f32 outputs of GDN / attention / SiLU*mul before to_act
   ActRows xa_, ya_, acta_, sacta_;  // GEMM operands: normed x, mixer output, expert and shared activations
   uint16_t* qb_ = nullptr;

@@ -36,6 +36,21 @@ ReferenceLogits load_reference_logits(const std::string& path) {
   r.logits.resize(size_t(lg->numel()));
   std::memcpy(r.logits.data(), lg->data, lg->nbytes);
   r.vocab = int(lg->shape[1]);
+  const TensorView* lids = f->find("long_ids");
+  const TensorView* llg = f->find("long_logits_last8");
+  if (lids && llg) {
+    if (lids->dtype != DType::I32 || lids->shape.size() != 1)
+      throw Error(path + ": long_ids must be I32 [N], got " + dtype_name(lids->dtype) + " " + shape_str(lids->shape));
+    if (llg->dtype != DType::F32 || llg->shape.size() != 2 || llg->shape[1] != lg->shape[1] ||
+        llg->shape[0] > lids->shape[0])
+      throw Error(path + ": long_logits_last8 must be F32 [rows <= " + std::to_string(lids->shape[0]) + ", " +
+                  std::to_string(r.vocab) + "], got " + dtype_name(llg->dtype) + " " + shape_str(llg->shape));
+    r.long_ids.resize(size_t(lids->shape[0]));
+    std::memcpy(r.long_ids.data(), lids->data, lids->nbytes);
+    r.long_logits.resize(size_t(llg->numel()));
+    std::memcpy(r.long_logits.data(), llg->data, llg->nbytes);
+    r.long_rows = int(llg->shape[0]);
+  }
   return r;
 }
 

@@ -17,6 +17,10 @@ struct ReferenceLogits {
   std::vector<int32_t> ids;
   std::vector<float> logits;  // [L, V]
   int vocab = 0;
+  // optional (the fixtures' long_ids / long_logits_last8): a longer prompt and the logits of its last rows
+  std::vector<int32_t> long_ids;
+  std::vector<float> long_logits;  // [long_rows, V]
+  int long_rows = 0;
 };
 ReferenceLogits load_reference_logits(const std::string& path);  // throws lily::Error naming file and tensor
 
