@@ -27,6 +27,7 @@
 // relative errors of order 1e-3 (tests/test_cuda_prefill_gdn_chunked.cpp derives its bound).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "cuda/prefill.h"
 #include "cuda/prefill_util.cuh"
@@ -39,6 +40,8 @@ static_assert(kC == 64, "k_prep_tc / k_cscan_tc tile maps are written for 64-tok
 constexpr int kThreads = 256;  // 8 warps in both kernels
 constexpr int kRB = 32;        // k_cscan_tc: value rows of M per block
 constexpr int kDvMax = 128;    // k_prep_tc: widest V tile
+// precision flags (experiment)
+constexpr int kWU = 1, kWM = 2, kQM = 4, kUPD = 8, kAP = 16;
 
 // Scratch of the tensor-core path, per value head j (np = nc * C padded token rows; rows past the chunk's end
 // are written as zeros):
@@ -46,13 +49,14 @@ constexpr int kDvMax = 128;    // k_prep_tc: widest V tile
 //   per chunk), U [Hv][np][Dv] f32, eL [Hv][nc] f32. Every part starts 16-byte aligned (np % 64 == 0).
 struct TcWs {
   __half *W, *Q, *P, *KT;
-  float *U, *eL;
+  float *Wf, *U, *eL;
 };
 __host__ __device__ inline TcWs tc_ws(float* ws, int n, int Hv, int Dk, int Dv) {
   const int64_t nc = (n + kC - 1) / kC, np = nc * kC;
   TcWs w;
+  w.Wf = ws;
   w.W = reinterpret_cast<__half*>(ws);
-  w.Q = w.W + Hv * np * Dk;
+  w.Q = reinterpret_cast<__half*>(ws + Hv * np * Dk);
   w.P = w.Q + Hv * np * Dk;
   w.KT = w.P + Hv * np * kC;
   w.U = reinterpret_cast<float*>(w.KT + Hv * np * Dk);
@@ -61,6 +65,18 @@ __host__ __device__ inline TcWs tc_ws(float* ws, int n, int Hv, int Dk, int Dv) 
 }
 
 __device__ __forceinline__ float tf32r(float x) { return __uint_as_float(f2tf32(x)); }
+// x = hi + lo with hi = tf32(x) and lo = tf32(x - hi): hi + lo carries ~22 significant bits (3xTF32 operands)
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  hi = f2tf32(x) & 0xffffe000u;
+  lo = f2tf32(x - __uint_as_float(hi));
+}
+// d += (ah + al) (bh + bl) less the al bl term (3xTF32: relative error ~2^-21 of sum |a_i b_i|)
+__device__ __forceinline__ void mma3_tf32(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                          uint32_t bh0, uint32_t bh1, uint32_t bl0, uint32_t bl1) {
+  mma1688_tf32(d, al, bh0, bh1);
+  mma1688_tf32(d, ah, bl0, bl1);
+  mma1688_tf32(d, ah, bh0, bh1);
+}
 __device__ __forceinline__ float2 h2f(uint32_t u) {  // .x = low half, .y = high half
   return __half22float2(*reinterpret_cast<const __half2*>(&u));
 }
@@ -92,7 +108,7 @@ struct PrepL {
   static constexpr size_t BYTES = S_OFF + sizeof(float) * 4 * kC;
 };
 
-template <int DK>
+template <int DK, int PF>
 __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
   using Lay = PrepL<DK>;
   constexpr int LK = Lay::LK, LV = Lay::LV, LT = Lay::LT;
@@ -187,12 +203,25 @@ __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
       // A (row t, k d) = X[t][d]: a0 (g, c) = x0.x, a1 (g+8, c) = x1.x, a2 (g, c+4) = x0.y, a3 (g+8, c+4) = x1.y.
       const float2 x0 = *reinterpret_cast<const float2*>(X + (16 * mt + gq) * LK + 8 * ks + 2 * tq);
       const float2 x1 = *reinterpret_cast<const float2*>(X + (16 * mt + gq + 8) * LK + 8 * ks + 2 * tq);
-      const uint32_t a[4] = {f2tf32(x0.x), f2tf32(x1.x), f2tf32(x0.y), f2tf32(x1.y)};
+      uint32_t a[4], al[4];
+      if constexpr ((PF & kAP) != 0) {
+        split_tf32(x0.x, a[0], al[0]); split_tf32(x1.x, a[1], al[1]);
+        split_tf32(x0.y, a[2], al[2]); split_tf32(x1.y, a[3], al[3]);
+      } else {
+        a[0] = f2tf32(x0.x); a[1] = f2tf32(x1.x); a[2] = f2tf32(x0.y); a[3] = f2tf32(x1.y);
+      }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
         if (nt <= 2 * mt + 1) {  // B (k d, col s) = K[s][d], s = 8nt + g: b0 (c, g) = kb.x, b1 (c+4, g) = kb.y
           const float2 kb = *reinterpret_cast<const float2*>(Ks + (8 * nt + gq) * LK + 8 * ks + 2 * tq);
-          mma1688_tf32(acc[nt], a, f2tf32(kb.x), f2tf32(kb.y));
+          if constexpr ((PF & kAP) != 0) {
+            uint32_t b0, b1, bl0, bl1;
+            split_tf32(kb.x, b0, bl0);
+            split_tf32(kb.y, b1, bl1);
+            mma3_tf32(acc[nt], a, al, b0, b1, bl0, bl1);
+          } else {
+            mma1688_tf32(acc[nt], a, f2tf32(kb.x), f2tf32(kb.y));
+          }
         }
     }
     // d_i at (t = 16mt + g + 8(i >> 1), s = 8nt + 2c + (i & 1))
@@ -284,12 +313,17 @@ __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
 #pragma unroll
     for (int ks = 0; ks < kC / 8; ++ks) {
       // standard k order (k = s): B (k s, col x) = X[s][x]: b0 (c, g) = X[8ks + c][xc + 8nt + g], b1 (c+4, g)
-      uint32_t b[4][2];
+      uint32_t b[4][2], bl[4][2];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int col = min(xc + 8 * nt, xc + ncol - 8) + gq;  // clamped for the unused n-tiles of a short U warp
-        b[nt][0] = f2tf32(X[(8 * ks + tq) * LX + col]);
-        b[nt][1] = f2tf32(X[(8 * ks + tq + 4) * LX + col]);
+        if constexpr ((PF & kWU) != 0) {
+          split_tf32(X[(8 * ks + tq) * LX + col], b[nt][0], bl[nt][0]);
+          split_tf32(X[(8 * ks + tq + 4) * LX + col], b[nt][1], bl[nt][1]);
+        } else {
+          b[nt][0] = f2tf32(X[(8 * ks + tq) * LX + col]);
+          b[nt][1] = f2tf32(X[(8 * ks + tq + 4) * LX + col]);
+        }
       }
       const float cs0 = cs[8 * ks + tq], cs1 = cs[8 * ks + tq + 4];
 #pragma unroll
@@ -297,11 +331,19 @@ __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
         if (ks > 2 * mt + 1) continue;  // T[t][s] = 0 for s > t
         // A (row t, k s) = T[t][s] cs[s]: a0 (g, c), a1 (g+8, c), a2 (g, c+4), a3 (g+8, c+4)
         const float* tr = Ts + (16 * mt + gq) * LT + 8 * ks + tq;
-        const uint32_t a[4] = {f2tf32(tr[0] * cs0), f2tf32(tr[8 * LT] * cs0), f2tf32(tr[4] * cs1),
-                               f2tf32(tr[8 * LT + 4] * cs1)};
+        const float ta[4] = {tr[0] * cs0, tr[8 * LT] * cs0, tr[4] * cs1, tr[8 * LT + 4] * cs1};
+        uint32_t a[4], al[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if constexpr ((PF & kWU) != 0) split_tf32(ta[i], a[i], al[i]);
+          else a[i] = f2tf32(ta[i]);
+        }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
-          if (8 * nt < ncol) mma1688_tf32(acc[mt][nt], a, b[nt][0], b[nt][1]);
+          if (8 * nt < ncol) {
+            if constexpr ((PF & kWU) != 0) mma3_tf32(acc[mt][nt], a, al, b[nt][0], b[nt][1], bl[nt][0], bl[nt][1]);
+            else mma1688_tf32(acc[mt][nt], a, b[nt][0], b[nt][1]);
+          }
       }
     }
     // d_i at (t = 16mt + g + 8(i >> 1), column xc + 8nt + 2c + (i & 1))
@@ -314,6 +356,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
         if (isU) {
           *reinterpret_cast<float2*>(w.U + (rb + t) * Dv + x) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
           *reinterpret_cast<float2*>(w.U + (rb + t + 8) * Dv + x) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+        } else if constexpr ((PF & kWM) != 0) {
+          *reinterpret_cast<float2*>(w.Wf + (rb + t) * DK + x) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+          *reinterpret_cast<float2*>(w.Wf + (rb + t + 8) * DK + x) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
         } else {
           *reinterpret_cast<uint32_t*>(w.W + (rb + t) * DK + x) = pack_h2(acc[mt][nt][0], acc[mt][nt][1]);
           *reinterpret_cast<uint32_t*>(w.W + (rb + t + 8) * DK + x) = pack_h2(acc[mt][nt][2], acc[mt][nt][3]);
@@ -327,11 +372,11 @@ __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
 // U: [C][RB + 8] f32}, then Ms [RB][DK + 16] (tf32 copy of M) and Dt [RB][C + 16] (tf32 D^T). Row pitches:
 // 16-bit rows == 32 mod 128 bytes (8-byte fragment loads: the 4 rows of a half-warp in distinct bank groups),
 // f32 rows == 64 mod 128 bytes (16-byte fragment loads: the 2 rows of a quarter-warp), U rows 160 bytes.
-template <int DK>
+template <int DK, bool WF>
 struct CsL {
-  static constexpr int LW = DK + 16, LS = kC + 16, LU = kRB + 8, LM = DK + 16, LD = kC + 16;
+  static constexpr int LW = DK + 16, LWF = DK + 16, LS = kC + 16, LU = kRB + 8, LM = DK + 16, LD = kC + 16;
   static constexpr size_t W_OFF = 0;
-  static constexpr size_t Q_OFF = W_OFF + 2 * size_t(kC) * LW;
+  static constexpr size_t Q_OFF = W_OFF + (WF ? 4 * size_t(kC) * LWF : 2 * size_t(kC) * LW);
   static constexpr size_t KT_OFF = Q_OFF + 2 * size_t(kC) * LW;
   static constexpr size_t P_OFF = KT_OFF + 2 * size_t(DK) * LS;
   static constexpr size_t U_OFF = P_OFF + 2 * size_t(kC) * LS;
@@ -341,10 +386,11 @@ struct CsL {
   static constexpr size_t BYTES = D_OFF + 4 * size_t(kRB) * LD;
 };
 
-template <int DK>
+template <int DK, int PF>
 __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) {
-  using Lay = CsL<DK>;
-  constexpr int LW = Lay::LW, LS = Lay::LS, LU = Lay::LU, LM = Lay::LM, LD = Lay::LD;
+  constexpr bool WM = (PF & kWM) != 0, QM = (PF & kQM) != 0, MS = WM || QM, UPD = (PF & kUPD) != 0;
+  using Lay = CsL<DK, WM>;
+  constexpr int LWF = Lay::LWF, LW = Lay::LW, LS = Lay::LS, LU = Lay::LU, LM = Lay::LM, LD = Lay::LD;
   constexpr int NTW = DK / 32;  // state update: 8-column n-tiles per warp
   extern __shared__ __align__(16) unsigned char smraw[];
   float* Ms = reinterpret_cast<float*>(smraw + Lay::M_OFF);
@@ -363,9 +409,14 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
     constexpr int PW = DK / 8;  // 16-byte pieces per W / Q row
     for (int i = tid; i < kC * PW; i += kThreads) {
       const int t = i / PW, p = i % PW;
-      cp_async16(st + Lay::W_OFF + 2 * (t * LW + 8 * p), w.W + (rb + t) * DK + 8 * p);
+      if constexpr (!WM) cp_async16(st + Lay::W_OFF + 2 * (t * LW + 8 * p), w.W + (rb + t) * DK + 8 * p);
       cp_async16(st + Lay::Q_OFF + 2 * (t * LW + 8 * p), w.Q + (rb + t) * DK + 8 * p);
     }
+    if constexpr (WM)
+      for (int i = tid; i < kC * DK / 4; i += kThreads) {
+        const int t = i / (DK / 4), p = i % (DK / 4);
+        cp_async16(st + Lay::W_OFF + 4 * (t * LWF + 4 * p), w.Wf + (rb + t) * DK + 4 * p);
+      }
     for (int i = tid; i < DK * 8; i += kThreads) {
       const int d = i >> 3, p = i & 7;
       cp_async16(st + Lay::KT_OFF + 2 * (d * LS + 8 * p), w.KT + ((int64_t(j) * nc + c) * DK + d) * kC + 8 * p);
@@ -395,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
       if (v < nv) x = *reinterpret_cast<const float2*>(S + int64_t(v) * DK + d);
       m[nt][2 * h] = x.x;
       m[nt][2 * h + 1] = x.y;
-      *reinterpret_cast<float2*>(Ms + v * LM + d) = make_float2(tf32r(x.x), tf32r(x.y));
+      *reinterpret_cast<float2*>(Ms + v * LM + d) = MS ? x : make_float2(tf32r(x.x), tf32r(x.y));
     }
   // Phase 1/2 output map: warp w -> tokens 16mt .. 16mt + 15, value rows 16nh .. 16nh + 15 (two n-tiles).
   const int mt = wid & 3, nh = wid >> 2;
@@ -407,6 +458,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
     if (c + 1 < nc) issue(c + 1);
     const unsigned char* st = smraw + (c & 1) * Lay::STAGE;
     const __half* Wt = reinterpret_cast<const __half*>(st + Lay::W_OFF);
+    const float* Wft = reinterpret_cast<const float*>(st + Lay::W_OFF);
     const __half* Qt = reinterpret_cast<const __half*>(st + Lay::Q_OFF);
     const __half* KTt = reinterpret_cast<const __half*>(st + Lay::KT_OFF);
     const __half* Pt = reinterpret_cast<const __half*>(st + Lay::P_OFF);
@@ -422,19 +474,46 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
 #pragma unroll 2
     for (int kp = 0; kp < DK / 16; ++kp) {
       const int kc = 16 * kp + 4 * tq;
-      uint32_t aw[2][4], aq[2][4];
-      frag_a_h(aw, *reinterpret_cast<const uint2*>(Wt + (16 * mt + gq) * LW + kc),
-               *reinterpret_cast<const uint2*>(Wt + (16 * mt + gq + 8) * LW + kc));
+      uint32_t aw[2][4], awl[2][4], aq[2][4];
+      if constexpr (WM) {
+        const float4 r0 = *reinterpret_cast<const float4*>(Wft + (16 * mt + gq) * LWF + kc);
+        const float4 r1 = *reinterpret_cast<const float4*>(Wft + (16 * mt + gq + 8) * LWF + kc);
+        split_tf32(r0.x, aw[0][0], awl[0][0]); split_tf32(r1.x, aw[0][1], awl[0][1]);
+        split_tf32(r0.y, aw[0][2], awl[0][2]); split_tf32(r1.y, aw[0][3], awl[0][3]);
+        split_tf32(r0.z, aw[1][0], awl[1][0]); split_tf32(r1.z, aw[1][1], awl[1][1]);
+        split_tf32(r0.w, aw[1][2], awl[1][2]); split_tf32(r1.w, aw[1][3], awl[1][3]);
+      } else {
+        frag_a_h(aw, *reinterpret_cast<const uint2*>(Wt + (16 * mt + gq) * LW + kc),
+                 *reinterpret_cast<const uint2*>(Wt + (16 * mt + gq + 8) * LW + kc));
+      }
       frag_a_h(aq, *reinterpret_cast<const uint2*>(Qt + (16 * mt + gq) * LW + kc),
                *reinterpret_cast<const uint2*>(Qt + (16 * mt + gq + 8) * LW + kc));
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         // B (k d, col v) = M[v][d], v = 16nh + 8nt + g: k-step 0 b0 = M[v][kc], b1 = M[v][kc + 1]; k-step 1 kc + 2, + 3
         const float4 mb = *reinterpret_cast<const float4*>(Ms + (16 * nh + 8 * nt + gq) * LM + kc);
-        const uint32_t b0 = __float_as_uint(mb.x), b1 = __float_as_uint(mb.y);
-        const uint32_t b2 = __float_as_uint(mb.z), b3 = __float_as_uint(mb.w);
-        mma1688_tf32(aD[0][nt], aw[0], b0, b1);
-        mma1688_tf32(aD[1][nt], aw[1], b2, b3);
+        uint32_t b0 = __float_as_uint(mb.x), b1 = __float_as_uint(mb.y);
+        uint32_t b2 = __float_as_uint(mb.z), b3 = __float_as_uint(mb.w);
+        uint32_t l0 = 0, l1 = 0, l2 = 0, l3 = 0;
+        if constexpr (MS) {
+          split_tf32(mb.x, b0, l0); split_tf32(mb.y, b1, l1);
+          split_tf32(mb.z, b2, l2); split_tf32(mb.w, b3, l3);
+        }
+        if constexpr (WM) {
+          mma3_tf32(aD[0][nt], aw[0], awl[0], b0, b1, l0, l1);
+          mma3_tf32(aD[1][nt], aw[1], awl[1], b2, b3, l2, l3);
+        } else {
+          if constexpr (MS) {
+            mma1688_tf32(aD[0][nt], aw[0], l0, l1);
+            mma1688_tf32(aD[1][nt], aw[1], l2, l3);
+          }
+          mma1688_tf32(aD[0][nt], aw[0], b0, b1);
+          mma1688_tf32(aD[1][nt], aw[1], b2, b3);
+        }
+        if constexpr (QM) {
+          mma1688_tf32(aO[0][nt], aq[0], l0, l1);
+          mma1688_tf32(aO[1][nt], aq[1], l2, l3);
+        }
         mma1688_tf32(aO[0][nt], aq[0], b0, b1);
         mma1688_tf32(aO[1][nt], aq[1], b2, b3);
       }
@@ -447,8 +526,10 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
       for (int h = 0; h < 2; ++h) {
         const int t = 16 * mt + gq + 8 * h, v = 16 * nh + 8 * nt + 2 * tq;
         const float2 u = *reinterpret_cast<const float2*>(Ut + t * LU + v);
-        Dt[v * LD + t] = tf32r(u.x - (aD[0][nt][2 * h] + aD[1][nt][2 * h]));
-        Dt[(v + 1) * LD + t] = tf32r(u.y - (aD[0][nt][2 * h + 1] + aD[1][nt][2 * h + 1]));
+        const float d0 = u.x - (aD[0][nt][2 * h] + aD[1][nt][2 * h]);
+        const float d1 = u.y - (aD[0][nt][2 * h + 1] + aD[1][nt][2 * h + 1]);
+        Dt[v * LD + t] = UPD ? d0 : tf32r(d0);
+        Dt[(v + 1) * LD + t] = UPD ? d1 : tf32r(d1);
         o[nt][2 * h] = aO[0][nt][2 * h] + aO[1][nt][2 * h];
         o[nt][2 * h + 1] = aO[0][nt][2 * h + 1] + aO[1][nt][2 * h + 1];
       }
@@ -464,8 +545,18 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
       for (int nt = 0; nt < 2; ++nt) {
         // B (k s, col v) = D[s][v] = Dt[v][s], v = 16nh + 8nt + g: b0 = Dt[v][kc], b1 = Dt[v][kc + 1] (k-step 0)
         const float4 db = *reinterpret_cast<const float4*>(Dt + (16 * nh + 8 * nt + gq) * LD + kc);
-        mma1688_tf32(o[nt], ap[0], __float_as_uint(db.x), __float_as_uint(db.y));
-        mma1688_tf32(o2[nt], ap[1], __float_as_uint(db.z), __float_as_uint(db.w));
+        if constexpr (UPD) {
+          uint32_t h0, h1, h2, h3, l0, l1, l2, l3;
+          split_tf32(db.x, h0, l0); split_tf32(db.y, h1, l1);
+          split_tf32(db.z, h2, l2); split_tf32(db.w, h3, l3);
+          mma1688_tf32(o[nt], ap[0], l0, l1);
+          mma1688_tf32(o2[nt], ap[1], l2, l3);
+          mma1688_tf32(o[nt], ap[0], h0, h1);
+          mma1688_tf32(o2[nt], ap[1], h2, h3);
+        } else {
+          mma1688_tf32(o[nt], ap[0], __float_as_uint(db.x), __float_as_uint(db.y));
+          mma1688_tf32(o2[nt], ap[1], __float_as_uint(db.z), __float_as_uint(db.w));
+        }
       }
     }
 #pragma unroll
@@ -492,15 +583,24 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
       // A (row v, k s) = Dt[v][s]: r0 = row mv + g, r1 = row mv + g + 8 at s = kc .. kc + 3 (same k map as B)
       const float4 r0 = *reinterpret_cast<const float4*>(Dt + (mv + gq) * LD + kc);
       const float4 r1 = *reinterpret_cast<const float4*>(Dt + (mv + gq + 8) * LD + kc);
-      const uint32_t a0[4] = {__float_as_uint(r0.x), __float_as_uint(r1.x), __float_as_uint(r0.y),
-                              __float_as_uint(r1.y)};
-      const uint32_t a1[4] = {__float_as_uint(r0.z), __float_as_uint(r1.z), __float_as_uint(r0.w),
-                              __float_as_uint(r1.w)};
+      uint32_t a0[4] = {__float_as_uint(r0.x), __float_as_uint(r1.x), __float_as_uint(r0.y), __float_as_uint(r1.y)};
+      uint32_t a1[4] = {__float_as_uint(r0.z), __float_as_uint(r1.z), __float_as_uint(r0.w), __float_as_uint(r1.w)};
+      uint32_t a0l[4], a1l[4];
+      if constexpr (UPD) {
+        split_tf32(r0.x, a0[0], a0l[0]); split_tf32(r1.x, a0[1], a0l[1]);
+        split_tf32(r0.y, a0[2], a0l[2]); split_tf32(r1.y, a0[3], a0l[3]);
+        split_tf32(r0.z, a1[0], a1l[0]); split_tf32(r1.z, a1[1], a1l[1]);
+        split_tf32(r0.w, a1[2], a1l[2]); split_tf32(r1.w, a1[3], a1l[3]);
+      }
 #pragma unroll
       for (int nt = 0; nt < NTW; ++nt) {
         // B (k s, col d) = (K ed)[s][d] = KT[d][s], d = nd0 + 8nt + g: k-step 0 b0 = KT[d][kc], b1 = KT[d][kc + 1]
         const uint2 kb = *reinterpret_cast<const uint2*>(KTt + (nd0 + 8 * nt + gq) * LS + kc);
         const float2 k01 = h2f(kb.x), k23 = h2f(kb.y);
+        if constexpr (UPD) {
+          mma1688_tf32(m[nt], a0l, __float_as_uint(k01.x), __float_as_uint(k01.y));
+          mma1688_tf32(m2[nt], a1l, __float_as_uint(k23.x), __float_as_uint(k23.y));
+        }
         mma1688_tf32(m[nt], a0, __float_as_uint(k01.x), __float_as_uint(k01.y));
         mma1688_tf32(m2[nt], a1, __float_as_uint(k23.x), __float_as_uint(k23.y));
       }
@@ -512,7 +612,8 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
         m[nt][2 * h] += m2[nt][2 * h];
         m[nt][2 * h + 1] += m2[nt][2 * h + 1];
         const int v = mv + gq + 8 * h, d = nd0 + 8 * nt + 2 * tq;
-        *reinterpret_cast<float2*>(Ms + v * LM + d) = make_float2(tf32r(m[nt][2 * h]), tf32r(m[nt][2 * h + 1]));
+        *reinterpret_cast<float2*>(Ms + v * LM + d) = MS ? make_float2(m[nt][2 * h], m[nt][2 * h + 1])
+                                                          : make_float2(tf32r(m[nt][2 * h]), tf32r(m[nt][2 * h + 1]));
       }
   }
 #pragma unroll
@@ -536,28 +637,38 @@ int smem_optin_tc() {
 
 size_t tc_smem(int Dk) {
   switch (Dk) {
-    case 32: return std::max(PrepL<32>::BYTES, CsL<32>::BYTES);
-    case 64: return std::max(PrepL<64>::BYTES, CsL<64>::BYTES);
-    case 96: return std::max(PrepL<96>::BYTES, CsL<96>::BYTES);
-    default: return std::max(PrepL<128>::BYTES, CsL<128>::BYTES);
+    case 32: return std::max(PrepL<32>::BYTES, CsL<32, true>::BYTES);
+    case 64: return std::max(PrepL<64>::BYTES, CsL<64, true>::BYTES);
+    case 96: return std::max(PrepL<96>::BYTES, CsL<96, true>::BYTES);
+    default: return std::max(PrepL<128>::BYTES, CsL<128, true>::BYTES);
   }
 }
 
-template <int DK>
+template <int DK, int PF>
 void launch_tc(const GdnChunkArgs& g, cudaStream_t s) {
-  allow_smem(k_prep_tc<DK>, PrepL<DK>::BYTES);
-  allow_smem(k_cscan_tc<DK>, CsL<DK>::BYTES);
-  k_prep_tc<DK><<<dim3((g.n + kC - 1) / kC, g.Hv), kThreads, PrepL<DK>::BYTES, s>>>(g);
+  using CL = CsL<DK, (PF & kWM) != 0>;
+  allow_smem(k_prep_tc<DK, PF>, PrepL<DK>::BYTES);
+  allow_smem(k_cscan_tc<DK, PF>, CL::BYTES);
+  k_prep_tc<DK, PF><<<dim3((g.n + kC - 1) / kC, g.Hv), kThreads, PrepL<DK>::BYTES, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
-  k_cscan_tc<DK><<<dim3(g.Hv, (g.Dv + kRB - 1) / kRB), kThreads, CsL<DK>::BYTES, s>>>(g);
+  k_cscan_tc<DK, PF><<<dim3(g.Hv, (g.Dv + kRB - 1) / kRB), kThreads, CL::BYTES, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
+}
+template <int PF>
+void launch_pf(const GdnChunkArgs& g, cudaStream_t s) {
+  switch (g.Dk) {
+    case 32: launch_tc<32, PF>(g, s); break;
+    case 64: launch_tc<64, PF>(g, s); break;
+    case 96: launch_tc<96, PF>(g, s); break;
+    default: launch_tc<128, PF>(g, s); break;
+  }
 }
 
 }  // namespace
 
 size_t prefill_gdn_tc_ws_floats(int n, int Hv, int Dk, int Dv) {
   const size_t nc = size_t((n + kC - 1) / kC), np = nc * kC;
-  return size_t(Hv) * (np * (3 * size_t(Dk) + kC) / 2 + np * size_t(Dv) + nc);
+  return size_t(Hv) * (np * size_t(Dk) + np * (2 * size_t(Dk) + kC) / 2 + np * size_t(Dv) + nc);
 }
 
 bool prefill_gdn_tc_device_ok(int Dk, int Dv) {
@@ -572,11 +683,19 @@ bool prefill_gdn_tc_supported(const GdnChunkArgs& g) {
 }
 
 void prefill_gdn_chunked_scan_tc(const GdnChunkArgs& g, cudaStream_t s) {
-  switch (g.Dk) {
-    case 32: launch_tc<32>(g, s); break;
-    case 64: launch_tc<64>(g, s); break;
-    case 96: launch_tc<96>(g, s); break;
-    default: launch_tc<128>(g, s); break;
+  static const int pf = [] {
+    const char* e = std::getenv("LILY_GDN_TC_PF");
+    return e ? std::atoi(e) : 0;
+  }();
+  switch (pf) {
+    case 0: launch_pf<0>(g, s); break;
+    case 1: launch_pf<kWU>(g, s); break;
+    case 3: launch_pf<kWU | kWM>(g, s); break;
+    case 7: launch_pf<kWU | kWM | kQM>(g, s); break;
+    case 14: launch_pf<kWM | kQM | kUPD>(g, s); break;
+    case 15: launch_pf<kWU | kWM | kQM | kUPD>(g, s); break;
+    case 19: launch_pf<kWU | kWM | kAP>(g, s); break;
+    default: launch_pf<kWU | kWM | kQM | kUPD | kAP>(g, s); break;
   }
 }
 

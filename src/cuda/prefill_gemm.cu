@@ -51,19 +51,14 @@ __device__ __forceinline__ void store_tile(const GemmArgs& g, const float (&acc)
     for (int hh = 0; hh < 2; ++hh) {
       const int r = r0 + wm * WM + mi * 16 + gq + 8 * hh;
       if (r >= r1) continue;
-      float rs = 1.f;
-      if constexpr (PREC != kPrecBF16) rs = g.a_scale[g.a_rows ? g.a_rows[r] : r];
+      const float rs = row_scale<PREC>(g, r);
       if constexpr (MODE == kGemmSiluMul) {
 #pragma unroll
         for (int ni = 0; ni < 2; ++ni) {
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
             const int c = blockIdx.y * 64 + wn * 16 + ni * 8 + 2 * cq + q;
-            if (c < g.W0.rows) {
-              const float gv = acc[mi][ni][2 * hh + q] * rs, uv = acc[mi][ni + 2][2 * hh + q] * rs;
-              if (g.Cb) g.Cb[int64_t(r) * g.ldc + c] = f2bf(silu_f(gv) * uv);
-              else g.C[int64_t(r) * g.ldc + c] = silu_f(gv) * uv;
-            }
+            if (c < g.W0.rows) put_out<MODE>(g, r, c, acc[mi][ni][2 * hh + q] * rs, acc[mi][ni + 2][2 * hh + q] * rs);
           }
         }
       } else {
@@ -72,11 +67,7 @@ __device__ __forceinline__ void store_tile(const GemmArgs& g, const float (&acc)
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
             const int c = blockIdx.y * kBN + wn * 32 + ni * 8 + 2 * cq + q;
-            if (c < g.W0.rows) {
-              float* p = g.C + int64_t(r) * g.ldc + c;
-              if constexpr (MODE == kGemmAdd) *p += acc[mi][ni][2 * hh + q] * rs;
-              else *p = acc[mi][ni][2 * hh + q] * rs;
-            }
+            if (c < g.W0.rows) put_out<MODE>(g, r, c, acc[mi][ni][2 * hh + q] * rs, 0.f);
           }
         }
       }

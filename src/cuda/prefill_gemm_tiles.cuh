@@ -77,7 +77,8 @@ struct BTile {
     if (!w) return;
     const int k = k0 + (threadIdx.x & 1) * 32;
 #pragma unroll
-    for (int u = 0; u < kU4; ++u) raw[u] = ldg_stream(w + (int64_t(k) * (FMT == kQ4 ? 4 : FMT == kQ8 ? 8 : 16)) / 8 + u * 16);
+    for (int u = 0; u < kU4; ++u)
+      raw[u] = ldg_stream(w + (int64_t(k) * (FMT == kQ4 ? 4 : FMT == kQ8 ? 8 : 16)) / 8 + u * 16);
     if constexpr (FMT != kBF16) sb = __ldg(sbr + k / group);
   }
   // This thread's 32 weights of the tile (k0 of the last load .. +31) as 16-bit operands, 4 x 8 (zeros past the
@@ -155,6 +156,26 @@ __device__ __forceinline__ void bind_w_row(BTile<FMT, PREC>& bt, const GemmArgs&
     bt.w = mat_w(*m, e, g.w_stride) + int64_t(row) * m->row_bytes;
     if constexpr (FMT != kBF16) bt.sbr = m->sb + e * g.sb_stride + int64_t(row) * m->sb_row;
     bt.group = m->group;
+  }
+}
+
+// The epilogue's per-row operand scale (fp16 modes: the power of two of A's row, indexed after the gather).
+template <int PREC>
+__device__ __forceinline__ float row_scale(const GemmArgs& g, int r) {
+  if constexpr (PREC == kPrecBF16) return 1.f;
+  else return g.a_scale[g.a_rows ? g.a_rows[r] : r];
+}
+// Output element (r, c) per MODE: kGemmSiluMul from the scaled gate gv and up uv (bf16 to Cb, or f32 to C), else
+// the scaled accumulator gv stored to or added into C.
+template <int MODE>
+__device__ __forceinline__ void put_out(const GemmArgs& g, int r, int c, float gv, float uv) {
+  if constexpr (MODE == kGemmSiluMul) {
+    if (g.Cb) g.Cb[int64_t(r) * g.ldc + c] = f2bf(silu_f(gv) * uv);
+    else g.C[int64_t(r) * g.ldc + c] = silu_f(gv) * uv;
+  } else {
+    float* p = g.C + int64_t(r) * g.ldc + c;
+    if constexpr (MODE == kGemmAdd) *p += gv;
+    else *p = gv;
   }
 }
 

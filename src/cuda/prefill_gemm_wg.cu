@@ -60,8 +60,7 @@ __device__ __forceinline__ void wg_store(const GemmArgs& g, const float (&d)[N /
   for (int hh = 0; hh < 2; ++hh) {
     const int r = r0 + rw0 + 16 * w + (lane >> 2) + 8 * hh;
     if (r >= r1) continue;
-    float rs = 1.f;
-    if constexpr (PREC != kPrecBF16) rs = g.a_scale[g.a_rows ? g.a_rows[r] : r];
+    const float rs = row_scale<PREC>(g, r);
 #pragma unroll
     for (int j = 0; j < N / 8; ++j) {
       const int n = cn0 + 8 * j + 2 * (lane & 3);  // tile column of d[4j + 2hh]
@@ -69,24 +68,15 @@ __device__ __forceinline__ void wg_store(const GemmArgs& g, const float (&d)[N /
         if ((j & 2) == 0) {  // gate block; its up block is j + 2
           const int c = blockIdx.y * 64 + (n >> 5) * 16 + (n & 15);
 #pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            if (c + q < g.W0.rows) {
-              const float gv = d[4 * j + 2 * hh + q] * rs, uv = d[4 * (j + 2) + 2 * hh + q] * rs;
-              if (g.Cb) g.Cb[int64_t(r) * g.ldc + c + q] = f2bf(silu_f(gv) * uv);
-              else g.C[int64_t(r) * g.ldc + c + q] = silu_f(gv) * uv;
-            }
-          }
+          for (int q = 0; q < 2; ++q)
+            if (c + q < g.W0.rows)
+              put_out<MODE>(g, r, c + q, d[4 * j + 2 * hh + q] * rs, d[4 * (j + 2) + 2 * hh + q] * rs);
         }
       } else {
         const int c = blockIdx.y * kBN + n;
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          if (c + q < g.W0.rows) {
-            float* p = g.C + int64_t(r) * g.ldc + c + q;
-            if constexpr (MODE == kGemmAdd) *p += d[4 * j + 2 * hh + q] * rs;
-            else *p = d[4 * j + 2 * hh + q] * rs;
-          }
-        }
+        for (int q = 0; q < 2; ++q)
+          if (c + q < g.W0.rows) put_out<MODE>(g, r, c + q, d[4 * j + 2 * hh + q] * rs, 0.f);
       }
     }
   }
@@ -206,12 +196,17 @@ void wg_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   }
 }
 
+template <int BM, int MODE>
+void wg_prec(const GemmArgs& g, dim3 grid, cudaStream_t s) {
+  if (g.prec == kPrecBF16) wg_fmt<BM, MODE, kPrecBF16>(g, grid, s);
+  else wg_fmt<BM, MODE, kPrecFP16>(g, grid, s);
+}
+
 template <int BM>
 void wg_mode(const GemmArgs& g, int mode, dim3 grid, cudaStream_t s) {
-  const bool bf = g.prec == kPrecBF16;
-  if (mode == kGemmStore) bf ? wg_fmt<BM, kGemmStore, kPrecBF16>(g, grid, s) : wg_fmt<BM, kGemmStore, kPrecFP16>(g, grid, s);
-  else if (mode == kGemmAdd) bf ? wg_fmt<BM, kGemmAdd, kPrecBF16>(g, grid, s) : wg_fmt<BM, kGemmAdd, kPrecFP16>(g, grid, s);
-  else bf ? wg_fmt<BM, kGemmSiluMul, kPrecBF16>(g, grid, s) : wg_fmt<BM, kGemmSiluMul, kPrecFP16>(g, grid, s);
+  if (mode == kGemmStore) wg_prec<BM, kGemmStore>(g, grid, s);
+  else if (mode == kGemmAdd) wg_prec<BM, kGemmAdd>(g, grid, s);
+  else wg_prec<BM, kGemmSiluMul>(g, grid, s);
 }
 
 }  // namespace
