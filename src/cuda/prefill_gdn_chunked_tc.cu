@@ -3,31 +3,36 @@
 // (LILY_CUDA_GDN_CHUNKED=tc). Per value head j, chunks of C = 64 tokens, M = the stored [Dv][Dk] state:
 //  k_prep_tc, grid (chunk, head), 256 threads, all chunks at once:
 //    G (cumulative log decay, double, as k_prep), beta, eg = exp(G), ed = exp(G_last - G), eL = exp(G_last);
-//    K K^T and Q K^T as tf32 mma -> A = beta_t (k_t.k_s) exp(G_t - G_s) (s < t), P (s <= t);
+//    K K^T and Q K^T (3xTF32 mma) -> A = beta_t (k_t.k_s) exp(G_t - G_s) (s < t), P (s <= t);
 //    T = (I + A)^-1 in f32 by 16x16 blocks (diagonal blocks by forward substitution, one thread per column;
-//    T_ij = -T_ii sum_{k=j..i-1} A_ik T_kj level by level); W = T diag(beta eg) K and U = T diag(beta) V as tf32
-//    mma. Scratch: W, Q * eg, P and (K * ed)^T in fp16, U in f32 (layout: TcWs).
+//    T_ij = -T_ii sum_{k=j..i-1} A_ik T_kj level by level); W = T diag(beta eg) K and U = T diag(beta) V (3xTF32
+//    mma). Scratch: W and U in f32, Q * eg, P and (K * ed)^T in fp16 (layout: TcWs).
 //  k_cscan_tc, grid (head, Dv / 32), 256 threads, sequential over chunks, the block's 32 rows of M as tf32 mma
 //    accumulators (fp32) in registers for the whole call; the chunk's W, Qg, (K ed)^T, P, U tiles double-buffered
 //    with cp.async (chunk c + 1 loads while c computes). Per chunk:
-//      phase 1: D = U - W M^T and O = (Q eg) M^T (8 warps: 16 tokens x 16 value rows each, M^T read from a tf32
-//               copy of M in shared memory), D^T -> shared memory (tf32);
+//      phase 1: D = U - W M^T (3xTF32) and O = (Q eg) M^T (8 warps: 16 tokens x 16 value rows each, M^T read
+//               from an f32 copy of M in shared memory), D^T -> shared memory (tf32);
 //      phase 2: O += P D (lower-triangular k-steps only) -> obuf;  M <- eL M + D^T (K ed)  (8 warps: 16 value rows
-//               x Dk/4 columns each), then the tf32 copy of M for the next chunk.
-// Precision. Every product is a tf32 mma.sync m16n8k8 (operands rounded to 10 explicit mantissa bits, relative
-// error <= 2^-11 each, products accumulated in f32); the state M itself is never rounded: it stays f32 in the mma
-// accumulators (M <- eL M + D^T (K ed) accumulates onto it) and only its operand copy is tf32. W, Q eg, K ed and P
-// are stored as fp16: the same 10-bit mantissa, and fp16 -> tf32 is exact, so this halves their traffic at no
-// precision cost over rounding the f32 values to tf32 directly. Their ranges fit fp16: q, k are l2-normalised
-// (|k| <= 1, |q| <= 1/sqrt(Dk)) and every decay factor is <= 1, so |q eg|, |k ed|, |P| <= 1; a row of W is
-// beta_t times a row of K pushed through the delta rule's contractions (I - beta k k^T), so |w_t| <= 1.
-// Values below fp16's normal range (6e-5) keep an absolute error <= 2^-25, negligible next to O(0.1) entries.
-// U, D, M and the outputs stay f32 (v is not normalised). G and the decay factors as in k_prep (double sums).
-// Expected error: a tf32 dot product is off by at most ~2 * 2^-11 of sum |a_i b_i|, so y and the state carry
-// relative errors of order 1e-3 (tests/test_cuda_prefill_gdn_chunked.cpp derives its bound).
+//               x Dk/4 columns each), then the f32 copy of M for the next chunk.
+// Precision. A tf32 mma.sync m16n8k8 rounds its operands to 10 explicit mantissa bits (u = 2^-11 relative each)
+// and accumulates in f32, so a plain tf32 dot product is off by up to 2u sum|a_i b_i|: fine where the result is
+// of the size of that sum, not where it cancels. The products that cancel run as 3xTF32 (x = hi + lo, hi =
+// tf32(x), lo = tf32(x - hi); a.b ~ a_hi.b_hi + a_hi.b_lo + a_lo.b_hi, error ~2^-21 sum|a_i b_i|, about f32):
+//   * Q K^T (P): q_t.k_s is mostly far below |q||k|, and o_t sums P_ts d_s over the chunk; measured, this one
+//     product carried most of the end-to-end error (tiny fixture, split precision: 0.025 -> 0.004 max |dlogit|);
+//   * K K^T (A), then W = T diag(beta eg) K and U = T diag(beta) V: D = U - W M^T cancels when the state already
+//     predicts v, so W, U and W M^T need errors far below |U| (W is kept in f32 for it, split at the fragment
+//     load; M's f32 copy is split likewise).
+// The rest stays single tf32 with fp16 operand storage where that is exact: Q eg, K ed and P are stored fp16
+// (the same 10-bit mantissa; fp16 -> tf32 is exact; ranges fit: q, k are l2-normalised, |k| <= 1, |q| <=
+// 1/sqrt(Dk), every decay factor <= 1, so |q eg|, |k ed|, |P| <= 1; values below fp16's normal range, 6e-5, keep
+// an absolute error <= 2^-25). (Q eg) M^T uses M's tf32 part, P D and D^T (K ed) the tf32 D: these do not cancel
+// (outputs and the state update, errors <= 2u of their scale; tests/test_cuda_prefill_gdn_chunked.cpp derives
+// its bound). The state M itself is never rounded: it stays f32 in the mma accumulators. G and the decay factors
+// as in k_prep (double sums). Cost of the 3xTF32 products at the 35B head sizes, n = 4096, H200: delta rule
+// 0.49 -> 0.68 ms, conv + delta rule + norm 0.76 -> 0.95 ms (the sequential f32 scan: 1.38 ms).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "cuda/prefill.h"
 #include "cuda/prefill_util.cuh"
@@ -40,22 +45,20 @@ static_assert(kC == 64, "k_prep_tc / k_cscan_tc tile maps are written for 64-tok
 constexpr int kThreads = 256;  // 8 warps in both kernels
 constexpr int kRB = 32;        // k_cscan_tc: value rows of M per block
 constexpr int kDvMax = 128;    // k_prep_tc: widest V tile
-// precision flags (experiment)
-constexpr int kWU = 1, kWM = 2, kQM = 4, kUPD = 8, kAP = 16;
 
 // Scratch of the tensor-core path, per value head j (np = nc * C padded token rows; rows past the chunk's end
 // are written as zeros):
-//   W [Hv][np][Dk] fp16, Q [Hv][np][Dk] fp16 (q * eg), P [Hv][np][C] fp16, KT [Hv][nc][Dk][C] fp16 ((k * ed)^T
+//   W [Hv][np][Dk] f32, Q [Hv][np][Dk] fp16 (q * eg), P [Hv][np][C] fp16, KT [Hv][nc][Dk][C] fp16 ((k * ed)^T
 //   per chunk), U [Hv][np][Dv] f32, eL [Hv][nc] f32. Every part starts 16-byte aligned (np % 64 == 0).
 struct TcWs {
-  __half *W, *Q, *P, *KT;
-  float *Wf, *U, *eL;
+  float* W;
+  __half *Q, *P, *KT;
+  float *U, *eL;
 };
 __host__ __device__ inline TcWs tc_ws(float* ws, int n, int Hv, int Dk, int Dv) {
   const int64_t nc = (n + kC - 1) / kC, np = nc * kC;
   TcWs w;
-  w.Wf = ws;
-  w.W = reinterpret_cast<__half*>(ws);
+  w.W = ws;
   w.Q = reinterpret_cast<__half*>(ws + Hv * np * Dk);
   w.P = w.Q + Hv * np * Dk;
   w.KT = w.P + Hv * np * kC;
@@ -108,7 +111,7 @@ struct PrepL {
   static constexpr size_t BYTES = S_OFF + sizeof(float) * 4 * kC;
 };
 
-template <int DK, int PF>
+template <int DK>
 __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
   using Lay = PrepL<DK>;
   constexpr int LK = Lay::LK, LV = Lay::LV, LT = Lay::LT;
@@ -204,24 +207,16 @@ __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
       const float2 x0 = *reinterpret_cast<const float2*>(X + (16 * mt + gq) * LK + 8 * ks + 2 * tq);
       const float2 x1 = *reinterpret_cast<const float2*>(X + (16 * mt + gq + 8) * LK + 8 * ks + 2 * tq);
       uint32_t a[4], al[4];
-      if constexpr ((PF & kAP) != 0) {
-        split_tf32(x0.x, a[0], al[0]); split_tf32(x1.x, a[1], al[1]);
-        split_tf32(x0.y, a[2], al[2]); split_tf32(x1.y, a[3], al[3]);
-      } else {
-        a[0] = f2tf32(x0.x); a[1] = f2tf32(x1.x); a[2] = f2tf32(x0.y); a[3] = f2tf32(x1.y);
-      }
+      split_tf32(x0.x, a[0], al[0]); split_tf32(x1.x, a[1], al[1]);
+      split_tf32(x0.y, a[2], al[2]); split_tf32(x1.y, a[3], al[3]);
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
         if (nt <= 2 * mt + 1) {  // B (k d, col s) = K[s][d], s = 8nt + g: b0 (c, g) = kb.x, b1 (c+4, g) = kb.y
           const float2 kb = *reinterpret_cast<const float2*>(Ks + (8 * nt + gq) * LK + 8 * ks + 2 * tq);
-          if constexpr ((PF & kAP) != 0) {
-            uint32_t b0, b1, bl0, bl1;
-            split_tf32(kb.x, b0, bl0);
-            split_tf32(kb.y, b1, bl1);
-            mma3_tf32(acc[nt], a, al, b0, b1, bl0, bl1);
-          } else {
-            mma1688_tf32(acc[nt], a, f2tf32(kb.x), f2tf32(kb.y));
-          }
+          uint32_t b0, b1, bl0, bl1;
+          split_tf32(kb.x, b0, bl0);
+          split_tf32(kb.y, b1, bl1);
+          mma3_tf32(acc[nt], a, al, b0, b1, bl0, bl1);
         }
     }
     // d_i at (t = 16mt + g + 8(i >> 1), s = 8nt + 2c + (i & 1))
@@ -317,13 +312,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int col = min(xc + 8 * nt, xc + ncol - 8) + gq;  // clamped for the unused n-tiles of a short U warp
-        if constexpr ((PF & kWU) != 0) {
-          split_tf32(X[(8 * ks + tq) * LX + col], b[nt][0], bl[nt][0]);
-          split_tf32(X[(8 * ks + tq + 4) * LX + col], b[nt][1], bl[nt][1]);
-        } else {
-          b[nt][0] = f2tf32(X[(8 * ks + tq) * LX + col]);
-          b[nt][1] = f2tf32(X[(8 * ks + tq + 4) * LX + col]);
-        }
+        split_tf32(X[(8 * ks + tq) * LX + col], b[nt][0], bl[nt][0]);
+        split_tf32(X[(8 * ks + tq + 4) * LX + col], b[nt][1], bl[nt][1]);
       }
       const float cs0 = cs[8 * ks + tq], cs1 = cs[8 * ks + tq + 4];
 #pragma unroll
@@ -334,16 +324,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
         const float ta[4] = {tr[0] * cs0, tr[8 * LT] * cs0, tr[4] * cs1, tr[8 * LT + 4] * cs1};
         uint32_t a[4], al[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if constexpr ((PF & kWU) != 0) split_tf32(ta[i], a[i], al[i]);
-          else a[i] = f2tf32(ta[i]);
-        }
+        for (int i = 0; i < 4; ++i) split_tf32(ta[i], a[i], al[i]);
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
-          if (8 * nt < ncol) {
-            if constexpr ((PF & kWU) != 0) mma3_tf32(acc[mt][nt], a, al, b[nt][0], b[nt][1], bl[nt][0], bl[nt][1]);
-            else mma1688_tf32(acc[mt][nt], a, b[nt][0], b[nt][1]);
-          }
+          if (8 * nt < ncol) mma3_tf32(acc[mt][nt], a, al, b[nt][0], b[nt][1], bl[nt][0], bl[nt][1]);
       }
     }
     // d_i at (t = 16mt + g + 8(i >> 1), column xc + 8nt + 2c + (i & 1))
@@ -356,28 +340,26 @@ __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
         if (isU) {
           *reinterpret_cast<float2*>(w.U + (rb + t) * Dv + x) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
           *reinterpret_cast<float2*>(w.U + (rb + t + 8) * Dv + x) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
-        } else if constexpr ((PF & kWM) != 0) {
-          *reinterpret_cast<float2*>(w.Wf + (rb + t) * DK + x) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
-          *reinterpret_cast<float2*>(w.Wf + (rb + t + 8) * DK + x) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
         } else {
-          *reinterpret_cast<uint32_t*>(w.W + (rb + t) * DK + x) = pack_h2(acc[mt][nt][0], acc[mt][nt][1]);
-          *reinterpret_cast<uint32_t*>(w.W + (rb + t + 8) * DK + x) = pack_h2(acc[mt][nt][2], acc[mt][nt][3]);
+          *reinterpret_cast<float2*>(w.W + (rb + t) * DK + x) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+          *reinterpret_cast<float2*>(w.W + (rb + t + 8) * DK + x) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
         }
       }
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// k_cscan_tc shared memory: two stages of {W, Qg: [C][DK + 16] fp16; KT: [DK][C + 16] fp16; P: [C][C + 16] fp16;
-// U: [C][RB + 8] f32}, then Ms [RB][DK + 16] (tf32 copy of M) and Dt [RB][C + 16] (tf32 D^T). Row pitches:
+// k_cscan_tc shared memory: two stages of {W: [C][DK + 16] f32; Qg: [C][DK + 16] fp16; KT: [DK][C + 16] fp16;
+// P: [C][C + 16] fp16; U: [C][RB + 8] f32}, then Ms [RB][DK + 16] (f32 copy of M) and Dt [RB][C + 16] (tf32 D^T);
+// 216 KiB at DK = 128 (Hopper's opt-in is 227 KiB; prefill_gdn_tc_device_ok checks the device). Row pitches:
 // 16-bit rows == 32 mod 128 bytes (8-byte fragment loads: the 4 rows of a half-warp in distinct bank groups),
 // f32 rows == 64 mod 128 bytes (16-byte fragment loads: the 2 rows of a quarter-warp), U rows 160 bytes.
-template <int DK, bool WF>
+template <int DK>
 struct CsL {
-  static constexpr int LW = DK + 16, LWF = DK + 16, LS = kC + 16, LU = kRB + 8, LM = DK + 16, LD = kC + 16;
+  static constexpr int LW = DK + 16, LQ = DK + 16, LS = kC + 16, LU = kRB + 8, LM = DK + 16, LD = kC + 16;
   static constexpr size_t W_OFF = 0;
-  static constexpr size_t Q_OFF = W_OFF + (WF ? 4 * size_t(kC) * LWF : 2 * size_t(kC) * LW);
-  static constexpr size_t KT_OFF = Q_OFF + 2 * size_t(kC) * LW;
+  static constexpr size_t Q_OFF = W_OFF + 4 * size_t(kC) * LW;
+  static constexpr size_t KT_OFF = Q_OFF + 2 * size_t(kC) * LQ;
   static constexpr size_t P_OFF = KT_OFF + 2 * size_t(DK) * LS;
   static constexpr size_t U_OFF = P_OFF + 2 * size_t(kC) * LS;
   static constexpr size_t STAGE = U_OFF + 4 * size_t(kC) * LU;
@@ -386,11 +368,10 @@ struct CsL {
   static constexpr size_t BYTES = D_OFF + 4 * size_t(kRB) * LD;
 };
 
-template <int DK, int PF>
+template <int DK>
 __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) {
-  constexpr bool WM = (PF & kWM) != 0, QM = (PF & kQM) != 0, MS = WM || QM, UPD = (PF & kUPD) != 0;
-  using Lay = CsL<DK, WM>;
-  constexpr int LWF = Lay::LWF, LW = Lay::LW, LS = Lay::LS, LU = Lay::LU, LM = Lay::LM, LD = Lay::LD;
+  using Lay = CsL<DK>;
+  constexpr int LW = Lay::LW, LQ = Lay::LQ, LS = Lay::LS, LU = Lay::LU, LM = Lay::LM, LD = Lay::LD;
   constexpr int NTW = DK / 32;  // state update: 8-column n-tiles per warp
   extern __shared__ __align__(16) unsigned char smraw[];
   float* Ms = reinterpret_cast<float*>(smraw + Lay::M_OFF);
@@ -406,17 +387,14 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
   auto issue = [&](int c) {  // chunk c's tiles -> stage c & 1 (one commit group)
     unsigned char* st = smraw + (c & 1) * Lay::STAGE;
     const int64_t rb = int64_t(j) * np + int64_t(c) * kC;
-    constexpr int PW = DK / 8;  // 16-byte pieces per W / Q row
-    for (int i = tid; i < kC * PW; i += kThreads) {
-      const int t = i / PW, p = i % PW;
-      if constexpr (!WM) cp_async16(st + Lay::W_OFF + 2 * (t * LW + 8 * p), w.W + (rb + t) * DK + 8 * p);
-      cp_async16(st + Lay::Q_OFF + 2 * (t * LW + 8 * p), w.Q + (rb + t) * DK + 8 * p);
+    for (int i = tid; i < kC * DK / 4; i += kThreads) {  // W: f32, 4 per 16-byte piece
+      const int t = i / (DK / 4), p = i % (DK / 4);
+      cp_async16(st + Lay::W_OFF + 4 * (t * LW + 4 * p), w.W + (rb + t) * DK + 4 * p);
     }
-    if constexpr (WM)
-      for (int i = tid; i < kC * DK / 4; i += kThreads) {
-        const int t = i / (DK / 4), p = i % (DK / 4);
-        cp_async16(st + Lay::W_OFF + 4 * (t * LWF + 4 * p), w.Wf + (rb + t) * DK + 4 * p);
-      }
+    for (int i = tid; i < kC * DK / 8; i += kThreads) {  // Q eg: fp16, 8 per piece
+      const int t = i / (DK / 8), p = i % (DK / 8);
+      cp_async16(st + Lay::Q_OFF + 2 * (t * LQ + 8 * p), w.Q + (rb + t) * DK + 8 * p);
+    }
     for (int i = tid; i < DK * 8; i += kThreads) {
       const int d = i >> 3, p = i & 7;
       cp_async16(st + Lay::KT_OFF + 2 * (d * LS + 8 * p), w.KT + ((int64_t(j) * nc + c) * DK + d) * kC + 8 * p);
@@ -446,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
       if (v < nv) x = *reinterpret_cast<const float2*>(S + int64_t(v) * DK + d);
       m[nt][2 * h] = x.x;
       m[nt][2 * h + 1] = x.y;
-      *reinterpret_cast<float2*>(Ms + v * LM + d) = MS ? x : make_float2(tf32r(x.x), tf32r(x.y));
+      *reinterpret_cast<float2*>(Ms + v * LM + d) = x;
     }
   // Phase 1/2 output map: warp w -> tokens 16mt .. 16mt + 15, value rows 16nh .. 16nh + 15 (two n-tiles).
   const int mt = wid & 3, nh = wid >> 2;
@@ -454,11 +432,10 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
     const int c0 = c * kC, L = min(kC, g.n - c0);
     const float eL = w.eL[int64_t(j) * nc + c];
     cp_wait<0>();
-    __syncthreads();  // chunk c's tiles and the tf32 M of chunk c - 1 visible; stage (c + 1) & 1 free
+    __syncthreads();  // chunk c's tiles and the f32 M of chunk c - 1 visible; stage (c + 1) & 1 free
     if (c + 1 < nc) issue(c + 1);
     const unsigned char* st = smraw + (c & 1) * Lay::STAGE;
-    const __half* Wt = reinterpret_cast<const __half*>(st + Lay::W_OFF);
-    const float* Wft = reinterpret_cast<const float*>(st + Lay::W_OFF);
+    const float* Wt = reinterpret_cast<const float*>(st + Lay::W_OFF);
     const __half* Qt = reinterpret_cast<const __half*>(st + Lay::Q_OFF);
     const __half* KTt = reinterpret_cast<const __half*>(st + Lay::KT_OFF);
     const __half* Pt = reinterpret_cast<const __half*>(st + Lay::P_OFF);
@@ -474,47 +451,26 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
 #pragma unroll 2
     for (int kp = 0; kp < DK / 16; ++kp) {
       const int kc = 16 * kp + 4 * tq;
+      // W as hi + lo in the same k map as frag_a_h: r0 = row g, r1 = row g + 8 at columns kc .. kc + 3
       uint32_t aw[2][4], awl[2][4], aq[2][4];
-      if constexpr (WM) {
-        const float4 r0 = *reinterpret_cast<const float4*>(Wft + (16 * mt + gq) * LWF + kc);
-        const float4 r1 = *reinterpret_cast<const float4*>(Wft + (16 * mt + gq + 8) * LWF + kc);
-        split_tf32(r0.x, aw[0][0], awl[0][0]); split_tf32(r1.x, aw[0][1], awl[0][1]);
-        split_tf32(r0.y, aw[0][2], awl[0][2]); split_tf32(r1.y, aw[0][3], awl[0][3]);
-        split_tf32(r0.z, aw[1][0], awl[1][0]); split_tf32(r1.z, aw[1][1], awl[1][1]);
-        split_tf32(r0.w, aw[1][2], awl[1][2]); split_tf32(r1.w, aw[1][3], awl[1][3]);
-      } else {
-        frag_a_h(aw, *reinterpret_cast<const uint2*>(Wt + (16 * mt + gq) * LW + kc),
-                 *reinterpret_cast<const uint2*>(Wt + (16 * mt + gq + 8) * LW + kc));
-      }
-      frag_a_h(aq, *reinterpret_cast<const uint2*>(Qt + (16 * mt + gq) * LW + kc),
-               *reinterpret_cast<const uint2*>(Qt + (16 * mt + gq + 8) * LW + kc));
+      const float4 r0 = *reinterpret_cast<const float4*>(Wt + (16 * mt + gq) * LW + kc);
+      const float4 r1 = *reinterpret_cast<const float4*>(Wt + (16 * mt + gq + 8) * LW + kc);
+      split_tf32(r0.x, aw[0][0], awl[0][0]); split_tf32(r1.x, aw[0][1], awl[0][1]);
+      split_tf32(r0.y, aw[0][2], awl[0][2]); split_tf32(r1.y, aw[0][3], awl[0][3]);
+      split_tf32(r0.z, aw[1][0], awl[1][0]); split_tf32(r1.z, aw[1][1], awl[1][1]);
+      split_tf32(r0.w, aw[1][2], awl[1][2]); split_tf32(r1.w, aw[1][3], awl[1][3]);
+      frag_a_h(aq, *reinterpret_cast<const uint2*>(Qt + (16 * mt + gq) * LQ + kc),
+               *reinterpret_cast<const uint2*>(Qt + (16 * mt + gq + 8) * LQ + kc));
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         // B (k d, col v) = M[v][d], v = 16nh + 8nt + g: k-step 0 b0 = M[v][kc], b1 = M[v][kc + 1]; k-step 1 kc + 2, + 3
         const float4 mb = *reinterpret_cast<const float4*>(Ms + (16 * nh + 8 * nt + gq) * LM + kc);
-        uint32_t b0 = __float_as_uint(mb.x), b1 = __float_as_uint(mb.y);
-        uint32_t b2 = __float_as_uint(mb.z), b3 = __float_as_uint(mb.w);
-        uint32_t l0 = 0, l1 = 0, l2 = 0, l3 = 0;
-        if constexpr (MS) {
-          split_tf32(mb.x, b0, l0); split_tf32(mb.y, b1, l1);
-          split_tf32(mb.z, b2, l2); split_tf32(mb.w, b3, l3);
-        }
-        if constexpr (WM) {
-          mma3_tf32(aD[0][nt], aw[0], awl[0], b0, b1, l0, l1);
-          mma3_tf32(aD[1][nt], aw[1], awl[1], b2, b3, l2, l3);
-        } else {
-          if constexpr (MS) {
-            mma1688_tf32(aD[0][nt], aw[0], l0, l1);
-            mma1688_tf32(aD[1][nt], aw[1], l2, l3);
-          }
-          mma1688_tf32(aD[0][nt], aw[0], b0, b1);
-          mma1688_tf32(aD[1][nt], aw[1], b2, b3);
-        }
-        if constexpr (QM) {
-          mma1688_tf32(aO[0][nt], aq[0], l0, l1);
-          mma1688_tf32(aO[1][nt], aq[1], l2, l3);
-        }
-        mma1688_tf32(aO[0][nt], aq[0], b0, b1);
+        uint32_t b0, b1, b2, b3, l0, l1, l2, l3;
+        split_tf32(mb.x, b0, l0); split_tf32(mb.y, b1, l1);
+        split_tf32(mb.z, b2, l2); split_tf32(mb.w, b3, l3);
+        mma3_tf32(aD[0][nt], aw[0], awl[0], b0, b1, l0, l1);
+        mma3_tf32(aD[1][nt], aw[1], awl[1], b2, b3, l2, l3);
+        mma1688_tf32(aO[0][nt], aq[0], b0, b1);  // (Q eg) M^T with M's tf32 part only
         mma1688_tf32(aO[1][nt], aq[1], b2, b3);
       }
     }
@@ -528,8 +484,8 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
         const float2 u = *reinterpret_cast<const float2*>(Ut + t * LU + v);
         const float d0 = u.x - (aD[0][nt][2 * h] + aD[1][nt][2 * h]);
         const float d1 = u.y - (aD[0][nt][2 * h + 1] + aD[1][nt][2 * h + 1]);
-        Dt[v * LD + t] = UPD ? d0 : tf32r(d0);
-        Dt[(v + 1) * LD + t] = UPD ? d1 : tf32r(d1);
+        Dt[v * LD + t] = tf32r(d0);
+        Dt[(v + 1) * LD + t] = tf32r(d1);
         o[nt][2 * h] = aO[0][nt][2 * h] + aO[1][nt][2 * h];
         o[nt][2 * h + 1] = aO[0][nt][2 * h + 1] + aO[1][nt][2 * h + 1];
       }
@@ -545,18 +501,8 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
       for (int nt = 0; nt < 2; ++nt) {
         // B (k s, col v) = D[s][v] = Dt[v][s], v = 16nh + 8nt + g: b0 = Dt[v][kc], b1 = Dt[v][kc + 1] (k-step 0)
         const float4 db = *reinterpret_cast<const float4*>(Dt + (16 * nh + 8 * nt + gq) * LD + kc);
-        if constexpr (UPD) {
-          uint32_t h0, h1, h2, h3, l0, l1, l2, l3;
-          split_tf32(db.x, h0, l0); split_tf32(db.y, h1, l1);
-          split_tf32(db.z, h2, l2); split_tf32(db.w, h3, l3);
-          mma1688_tf32(o[nt], ap[0], l0, l1);
-          mma1688_tf32(o2[nt], ap[1], l2, l3);
-          mma1688_tf32(o[nt], ap[0], h0, h1);
-          mma1688_tf32(o2[nt], ap[1], h2, h3);
-        } else {
-          mma1688_tf32(o[nt], ap[0], __float_as_uint(db.x), __float_as_uint(db.y));
-          mma1688_tf32(o2[nt], ap[1], __float_as_uint(db.z), __float_as_uint(db.w));
-        }
+        mma1688_tf32(o[nt], ap[0], __float_as_uint(db.x), __float_as_uint(db.y));
+        mma1688_tf32(o2[nt], ap[1], __float_as_uint(db.z), __float_as_uint(db.w));
       }
     }
 #pragma unroll
@@ -583,24 +529,15 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
       // A (row v, k s) = Dt[v][s]: r0 = row mv + g, r1 = row mv + g + 8 at s = kc .. kc + 3 (same k map as B)
       const float4 r0 = *reinterpret_cast<const float4*>(Dt + (mv + gq) * LD + kc);
       const float4 r1 = *reinterpret_cast<const float4*>(Dt + (mv + gq + 8) * LD + kc);
-      uint32_t a0[4] = {__float_as_uint(r0.x), __float_as_uint(r1.x), __float_as_uint(r0.y), __float_as_uint(r1.y)};
-      uint32_t a1[4] = {__float_as_uint(r0.z), __float_as_uint(r1.z), __float_as_uint(r0.w), __float_as_uint(r1.w)};
-      uint32_t a0l[4], a1l[4];
-      if constexpr (UPD) {
-        split_tf32(r0.x, a0[0], a0l[0]); split_tf32(r1.x, a0[1], a0l[1]);
-        split_tf32(r0.y, a0[2], a0l[2]); split_tf32(r1.y, a0[3], a0l[3]);
-        split_tf32(r0.z, a1[0], a1l[0]); split_tf32(r1.z, a1[1], a1l[1]);
-        split_tf32(r0.w, a1[2], a1l[2]); split_tf32(r1.w, a1[3], a1l[3]);
-      }
+      const uint32_t a0[4] = {__float_as_uint(r0.x), __float_as_uint(r1.x), __float_as_uint(r0.y),
+                              __float_as_uint(r1.y)};
+      const uint32_t a1[4] = {__float_as_uint(r0.z), __float_as_uint(r1.z), __float_as_uint(r0.w),
+                              __float_as_uint(r1.w)};
 #pragma unroll
       for (int nt = 0; nt < NTW; ++nt) {
         // B (k s, col d) = (K ed)[s][d] = KT[d][s], d = nd0 + 8nt + g: k-step 0 b0 = KT[d][kc], b1 = KT[d][kc + 1]
         const uint2 kb = *reinterpret_cast<const uint2*>(KTt + (nd0 + 8 * nt + gq) * LS + kc);
         const float2 k01 = h2f(kb.x), k23 = h2f(kb.y);
-        if constexpr (UPD) {
-          mma1688_tf32(m[nt], a0l, __float_as_uint(k01.x), __float_as_uint(k01.y));
-          mma1688_tf32(m2[nt], a1l, __float_as_uint(k23.x), __float_as_uint(k23.y));
-        }
         mma1688_tf32(m[nt], a0, __float_as_uint(k01.x), __float_as_uint(k01.y));
         mma1688_tf32(m2[nt], a1, __float_as_uint(k23.x), __float_as_uint(k23.y));
       }
@@ -612,8 +549,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
         m[nt][2 * h] += m2[nt][2 * h];
         m[nt][2 * h + 1] += m2[nt][2 * h + 1];
         const int v = mv + gq + 8 * h, d = nd0 + 8 * nt + 2 * tq;
-        *reinterpret_cast<float2*>(Ms + v * LM + d) = MS ? make_float2(m[nt][2 * h], m[nt][2 * h + 1])
-                                                          : make_float2(tf32r(m[nt][2 * h]), tf32r(m[nt][2 * h + 1]));
+        *reinterpret_cast<float2*>(Ms + v * LM + d) = make_float2(m[nt][2 * h], m[nt][2 * h + 1]);
       }
   }
 #pragma unroll
@@ -637,31 +573,21 @@ int smem_optin_tc() {
 
 size_t tc_smem(int Dk) {
   switch (Dk) {
-    case 32: return std::max(PrepL<32>::BYTES, CsL<32, true>::BYTES);
-    case 64: return std::max(PrepL<64>::BYTES, CsL<64, true>::BYTES);
-    case 96: return std::max(PrepL<96>::BYTES, CsL<96, true>::BYTES);
-    default: return std::max(PrepL<128>::BYTES, CsL<128, true>::BYTES);
+    case 32: return std::max(PrepL<32>::BYTES, CsL<32>::BYTES);
+    case 64: return std::max(PrepL<64>::BYTES, CsL<64>::BYTES);
+    case 96: return std::max(PrepL<96>::BYTES, CsL<96>::BYTES);
+    default: return std::max(PrepL<128>::BYTES, CsL<128>::BYTES);
   }
 }
 
-template <int DK, int PF>
+template <int DK>
 void launch_tc(const GdnChunkArgs& g, cudaStream_t s) {
-  using CL = CsL<DK, (PF & kWM) != 0>;
-  allow_smem(k_prep_tc<DK, PF>, PrepL<DK>::BYTES);
-  allow_smem(k_cscan_tc<DK, PF>, CL::BYTES);
-  k_prep_tc<DK, PF><<<dim3((g.n + kC - 1) / kC, g.Hv), kThreads, PrepL<DK>::BYTES, s>>>(g);
+  allow_smem(k_prep_tc<DK>, PrepL<DK>::BYTES);
+  allow_smem(k_cscan_tc<DK>, CsL<DK>::BYTES);
+  k_prep_tc<DK><<<dim3((g.n + kC - 1) / kC, g.Hv), kThreads, PrepL<DK>::BYTES, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
-  k_cscan_tc<DK, PF><<<dim3(g.Hv, (g.Dv + kRB - 1) / kRB), kThreads, CL::BYTES, s>>>(g);
+  k_cscan_tc<DK><<<dim3(g.Hv, (g.Dv + kRB - 1) / kRB), kThreads, CsL<DK>::BYTES, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
-}
-template <int PF>
-void launch_pf(const GdnChunkArgs& g, cudaStream_t s) {
-  switch (g.Dk) {
-    case 32: launch_tc<32, PF>(g, s); break;
-    case 64: launch_tc<64, PF>(g, s); break;
-    case 96: launch_tc<96, PF>(g, s); break;
-    default: launch_tc<128, PF>(g, s); break;
-  }
 }
 
 }  // namespace
@@ -683,19 +609,11 @@ bool prefill_gdn_tc_supported(const GdnChunkArgs& g) {
 }
 
 void prefill_gdn_chunked_scan_tc(const GdnChunkArgs& g, cudaStream_t s) {
-  static const int pf = [] {
-    const char* e = std::getenv("LILY_GDN_TC_PF");
-    return e ? std::atoi(e) : 0;
-  }();
-  switch (pf) {
-    case 0: launch_pf<0>(g, s); break;
-    case 1: launch_pf<kWU>(g, s); break;
-    case 3: launch_pf<kWU | kWM>(g, s); break;
-    case 7: launch_pf<kWU | kWM | kQM>(g, s); break;
-    case 14: launch_pf<kWM | kQM | kUPD>(g, s); break;
-    case 15: launch_pf<kWU | kWM | kQM | kUPD>(g, s); break;
-    case 19: launch_pf<kWU | kWM | kAP>(g, s); break;
-    default: launch_pf<kWU | kWM | kQM | kUPD | kAP>(g, s); break;
+  switch (g.Dk) {
+    case 32: launch_tc<32>(g, s); break;
+    case 64: launch_tc<64>(g, s); break;
+    case 96: launch_tc<96>(g, s); break;
+    default: launch_tc<128>(g, s); break;
   }
 }
 
