@@ -663,6 +663,51 @@ TEST_P(PrefillRoute, TopkHistogramScanScatter) {
   EXPECT_EQ(covered, n * k);
 }
 
+// Broken router logits (NaN, all -inf, all equal) still give k distinct experts < E per token (NaN ranks as -inf,
+// ties go to the lower index) and a tile map over exactly n * k rows: nothing downstream indexes out of range.
+TEST(PrefillRouteRobust, NanAndTiedLogitsGiveDistinctExperts) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int n = 4, E = 256, k = 8;
+  std::vector<float> lg(size_t(n) * E, 0.f);
+  for (int e = 0; e < E; ++e) {
+    lg[size_t(e)] = NAN;                                    // token 0: all NaN
+    lg[size_t(E + e)] = -INFINITY;                          // token 1: all -inf
+    lg[size_t(2 * E + e)] = 1.f;                            // token 2: all equal
+    lg[size_t(3 * E + e)] = e % 3 == 0 ? NAN : float(e);    // token 3: NaN among finite logits
+  }
+  Dev dev;
+  cuda::RouteArgs ra;
+  ra.logits = dev.up(lg);
+  ra.n = n; ra.E = E; ra.k = k;
+  ra.idx = dev.poisoned<int32_t>(size_t(n) * k);
+  ra.w = dev.poisoned<float>(size_t(n) * k);
+  ra.counts = dev.poisoned<int32_t>(E);
+  ra.fill = dev.poisoned<int32_t>(E);
+  ra.max_tiles = (n * k + cuda::kGemmTileM - 1) / cuda::kGemmTileM + E;
+  ra.tile_m = cuda::kGemmTileM;
+  ra.tiles = dev.poisoned<int32_t>(size_t(ra.max_tiles) * 3);
+  ra.n_tiles = dev.poisoned<int32_t>(1);
+  ra.row_token = dev.poisoned<int32_t>(size_t(n) * k);
+  ra.slot_row = dev.poisoned<int32_t>(size_t(n) * k);
+  cuda::prefill_route(ra, nullptr);
+  CK(cudaDeviceSynchronize());
+  auto idx = down(ra.idx, size_t(n) * k);
+  for (int t = 0; t < n; ++t) {
+    std::vector<int> seen;
+    for (int j = 0; j < k; ++j) {
+      const int e = idx[size_t(t * k + j)];
+      EXPECT_TRUE(e >= 0 && e < E) << "token " << t << " choice " << j << ": " << e;
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), e), 0) << "token " << t << " repeats expert " << e;
+      seen.push_back(e);
+    }
+  }
+  for (int j = 0; j < k; ++j) EXPECT_EQ(idx[size_t(2 * k + j)], j);  // ties -> lowest indices
+  EXPECT_EQ(idx[size_t(3 * k)], 254);                                // largest finite logit (255 is NaN)
+  const int nt = down(ra.n_tiles, 1)[0];
+  auto tiles = down(ra.tiles, size_t(nt) * 3);
+  EXPECT_EQ(tiles[size_t(3 * (nt - 1) + 2)], n * k);
+}
+
 INSTANTIATE_TEST_SUITE_P(TileRows, PrefillRoute, ::testing::Values(cuda::kGemmTileM, cuda::kGemmTileMBig));
 
 }  // namespace

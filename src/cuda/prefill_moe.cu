@@ -49,21 +49,26 @@ __global__ void k_topk(const RouteArgs a) {
   const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= a.n) return;
   const float* lg = a.logits + int64_t(t) * a.E;
+  // NaN logits rank as -inf and a chosen expert is masked out (not overwritten), so every round picks a distinct
+  // index < E whatever the logits hold (k <= E is checked at load): a broken activation gives NaN outputs, never
+  // an out-of-range expert.
   float v[kMaxE / 32];
+  uint32_t taken = 0;
 #pragma unroll
   for (int i = 0; i < kMaxE / 32; ++i) {
     const int e = lane + 32 * i;
-    v[i] = e < a.E ? lg[e] : -FLT_MAX;
+    const float x = e < a.E ? lg[e] : -INFINITY;
+    v[i] = x == x ? x : -INFINITY;
   }
   float top0 = 0.f, wsum = 0.f, wj = 0.f;
   int myidx = 0;
   for (int j = 0; j < a.k; ++j) {
-    float bv = -FLT_MAX;
+    float bv = -INFINITY;
     int bi = 0x7fffffff;
 #pragma unroll
     for (int i = 0; i < kMaxE / 32; ++i) {
       const int e = lane + 32 * i;
-      if (e < a.E && (v[i] > bv || (v[i] == bv && e < bi))) { bv = v[i]; bi = e; }
+      if (e < a.E && !(taken >> i & 1u) && (v[i] > bv || (v[i] == bv && e < bi))) { bv = v[i]; bi = e; }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -74,7 +79,7 @@ __global__ void k_topk(const RouteArgs a) {
     if (j == 0) top0 = bv;
 #pragma unroll
     for (int i = 0; i < kMaxE / 32; ++i)
-      if (lane + 32 * i == bi) v[i] = -FLT_MAX;
+      if (lane + 32 * i == bi) taken |= 1u << i;
     const float wv = __expf(bv - top0);
     wsum += wv;
     if (lane == j) { wj = wv; myidx = bi; }
