@@ -168,6 +168,8 @@ int gdn_chunked_from_env();
 // Whether the tc form supports these head sizes on the current device (shared memory); pointer alignment is
 // checked per call by prefill_gdn_tc_supported.
 bool prefill_gdn_tc_device_ok(int Dk, int Dv);
+// The current device's opt-in shared memory per block in bytes (0 when it cannot be read); read once.
+int gdn_smem_optin();
 // scratch floats for either chunked form (the larger of the two layouts)
 size_t prefill_gdn_ws_floats(int n, int Hv, int Dk, int Dv);
 // The tensor-core form's parts (prefill_gdn_chunked_tc.cu; prefill_gdn_uses_chunked / prefill_gdn_chunked_scan

@@ -289,15 +289,6 @@ __global__ void __launch_bounds__(kCsThreads) k_cscan(const GdnChunkArgs g) {
     }
 }
 
-int smem_optin() {
-  static const int v = [] {
-    int dev = 0, x = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&x, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
-    return x;
-  }();
-  return v;
-}
 
 template <int DK>
 void launch_cscan(const GdnChunkArgs& g, cudaStream_t s) {
@@ -311,6 +302,16 @@ void launch_cscan(const GdnChunkArgs& g, cudaStream_t s) {
 }
 
 }  // namespace
+
+int gdn_smem_optin() {
+  static const int v = [] {
+    int dev = 0, x = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&x, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
+    return x;
+  }();
+  return v;
+}
 
 int parse_gdn_chunked(const char* v) {
   if (v && std::strcmp(v, "0") == 0) return kGdnChunkedOff;
@@ -339,7 +340,7 @@ bool prefill_gdn_uses_chunked(const GdnChunkArgs& g) {
   if (!g.chunked || !g.ws || g.n < g.chunked_min_n || g.Dk % 32 || g.Dk > 128) return false;
   if (g.chunked_tc) return prefill_gdn_tc_supported(g);
   const size_t need = std::max(prep_smem(g.Dk, g.Dv), cscan_smem(g.Dk));
-  return need <= size_t(smem_optin());
+  return need <= size_t(gdn_smem_optin());
 }
 
 void prefill_gdn_chunked_scan(const GdnChunkArgs& g, cudaStream_t s) {

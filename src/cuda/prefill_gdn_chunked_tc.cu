@@ -561,15 +561,6 @@ __global__ void __launch_bounds__(kThreads, 1) k_cscan_tc(const GdnChunkArgs g) 
     }
 }
 
-int smem_optin_tc() {
-  static const int v = [] {
-    int dev = 0, x = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&x, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
-    return x;
-  }();
-  return v;
-}
 
 size_t tc_smem(int Dk) {
   switch (Dk) {
@@ -599,7 +590,7 @@ size_t prefill_gdn_tc_ws_floats(int n, int Hv, int Dk, int Dv) {
 
 bool prefill_gdn_tc_device_ok(int Dk, int Dv) {
   if (Dk % 32 || Dk < 32 || Dk > 128 || Dv % 8 || Dv < 8 || Dv > kDvMax) return false;
-  return tc_smem(Dk) <= size_t(smem_optin_tc());
+  return tc_smem(Dk) <= size_t(gdn_smem_optin());
 }
 
 bool prefill_gdn_tc_supported(const GdnChunkArgs& g) {
