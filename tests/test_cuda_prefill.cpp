@@ -586,18 +586,8 @@ TEST(PrefillGemmSpeed, Q4LargeTiles) {
   }
 }
 
-class PrefillRoute : public ::testing::TestWithParam<int> {};
-
-// Routing + tile map at both tile heights; experts 0..3 favoured so that they get > 128 rows (several tiles each).
-TEST_P(PrefillRoute, TopkHistogramScanScatter) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const int tile_m = GetParam();
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd(0.f, 2.f);
-  const int n = 301, E = 256, k = 8;
-  std::vector<float> lg(size_t(n) * E);
-  for (size_t i = 0; i < lg.size(); ++i) lg[i] = nd(rng) + (i % E < 4 ? 4.f : 0.f);
-  Dev dev;
+// Routing arguments over n tokens' logits lg [n][E], every output buffer poisoned.
+cuda::RouteArgs route_args(Dev& dev, const std::vector<float>& lg, int n, int E, int k, int tile_m) {
   cuda::RouteArgs ra;
   ra.logits = dev.up(lg);
   ra.n = n; ra.E = E; ra.k = k;
@@ -611,6 +601,22 @@ TEST_P(PrefillRoute, TopkHistogramScanScatter) {
   ra.n_tiles = dev.poisoned<int32_t>(1);
   ra.row_token = dev.poisoned<int32_t>(size_t(n) * k);
   ra.slot_row = dev.poisoned<int32_t>(size_t(n) * k);
+  return ra;
+}
+
+class PrefillRoute : public ::testing::TestWithParam<int> {};
+
+// Routing + tile map at both tile heights; experts 0..3 favoured so that they get > 128 rows (several tiles each).
+TEST_P(PrefillRoute, TopkHistogramScanScatter) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int tile_m = GetParam();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  const int n = 301, E = 256, k = 8;
+  std::vector<float> lg(size_t(n) * E);
+  for (size_t i = 0; i < lg.size(); ++i) lg[i] = nd(rng) + (i % E < 4 ? 4.f : 0.f);
+  Dev dev;
+  cuda::RouteArgs ra = route_args(dev, lg, n, E, k, tile_m);
   cuda::prefill_route(ra, nullptr);
   CK(cudaDeviceSynchronize());
   auto idx = down(ra.idx, size_t(n) * k);
@@ -676,19 +682,7 @@ TEST(PrefillRouteRobust, NanAndTiedLogitsGiveDistinctExperts) {
     lg[size_t(3 * E + e)] = e % 3 == 0 ? NAN : float(e);    // token 3: NaN among finite logits
   }
   Dev dev;
-  cuda::RouteArgs ra;
-  ra.logits = dev.up(lg);
-  ra.n = n; ra.E = E; ra.k = k;
-  ra.idx = dev.poisoned<int32_t>(size_t(n) * k);
-  ra.w = dev.poisoned<float>(size_t(n) * k);
-  ra.counts = dev.poisoned<int32_t>(E);
-  ra.fill = dev.poisoned<int32_t>(E);
-  ra.max_tiles = (n * k + cuda::kGemmTileM - 1) / cuda::kGemmTileM + E;
-  ra.tile_m = cuda::kGemmTileM;
-  ra.tiles = dev.poisoned<int32_t>(size_t(ra.max_tiles) * 3);
-  ra.n_tiles = dev.poisoned<int32_t>(1);
-  ra.row_token = dev.poisoned<int32_t>(size_t(n) * k);
-  ra.slot_row = dev.poisoned<int32_t>(size_t(n) * k);
+  cuda::RouteArgs ra = route_args(dev, lg, n, E, k, cuda::kGemmTileM);
   cuda::prefill_route(ra, nullptr);
   CK(cudaDeviceSynchronize());
   auto idx = down(ra.idx, size_t(n) * k);
