@@ -262,21 +262,25 @@ TEST(PrefillGdnChunkedSpeed, FullHeadsSequentialVsChunked) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  // conv + scan + norm, mean of 5 calls after a warm-up
+  // mean of 5 calls of f after a warm-up call
+  auto mean_ms = [&](auto f) {
+    f();
+    float ms = 0.f;
+    EXPECT_EQ(cudaEventRecord(e0), cudaSuccess);
+    for (int i = 0; i < 5; ++i) f();
+    EXPECT_EQ(cudaEventRecord(e1), cudaSuccess);
+    EXPECT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+    EXPECT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+    return ms / 5;
+  };
+  // conv + scan + norm
   auto time_ms = [&](int n, bool chunked, int scan, bool tc = false) {
     a.n = n;
     a.chunked = chunked;
     a.chunked_tc = tc;
     a.chunked_min_n = 1;  // time the chunked kernels at every length
     a.scan = scan;
-    cuda::prefill_gdn(a, nullptr);
-    float ms = 0.f;
-    EXPECT_EQ(cudaEventRecord(e0), cudaSuccess);
-    for (int i = 0; i < 5; ++i) cuda::prefill_gdn(a, nullptr);
-    EXPECT_EQ(cudaEventRecord(e1), cudaSuccess);
-    EXPECT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-    EXPECT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
-    return ms / 5;
+    return mean_ms([&] { cuda::prefill_gdn(a, nullptr); });
   };
   for (int n : {8, 16, 32, 64, 128, 256, 512, 2048, 4096}) {
     const float seq = time_ms(n, false, -1), chk = time_ms(n, true, -1), tc = time_ms(n, true, -1, true);
@@ -288,14 +292,8 @@ TEST(PrefillGdnChunkedSpeed, FullHeadsSequentialVsChunked) {
   for (int n : {2048, 4096}) {
     a.n = n;
     a.chunked = a.chunked_tc = true;
-    cuda::prefill_gdn_chunked_scan(a, nullptr);
-    float ms = 0.f;
-    EXPECT_EQ(cudaEventRecord(e0), cudaSuccess);
-    for (int i = 0; i < 5; ++i) cuda::prefill_gdn_chunked_scan(a, nullptr);
-    EXPECT_EQ(cudaEventRecord(e1), cudaSuccess);
-    EXPECT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-    EXPECT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
-    std::printf("[ gdn speed ] n %5d: chunked tc delta rule alone (k_prep_tc + k_cscan_tc) %.3f ms\n", n, ms / 5);
+    const float ms = mean_ms([&] { cuda::prefill_gdn_chunked_scan(a, nullptr); });
+    std::printf("[ gdn speed ] n %5d: chunked tc delta rule alone (k_prep_tc + k_cscan_tc) %.3f ms\n", n, ms);
   }
   // the sequential scan kernels against each other at a full 2048-token chunk
   const int n = 2048;
