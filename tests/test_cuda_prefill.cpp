@@ -112,6 +112,26 @@ int grouped_rows_and_tiles(const int* cnt, int E, int M, int tile_m, std::vector
   return r;
 }
 
+// Grouped (MoE) arguments on base's A operand: rows gathered through `rows`, the tile map `tiles` (+ 2 spare
+// tiles past the device count), experts gt / upm (gate / up), output leading dimension ldc; output unset.
+cuda::GemmArgs grouped_args(Dev& dev, const cuda::GemmArgs& base, const std::vector<int32_t>& rows,
+                            const std::vector<int32_t>& tiles, const Mat& gt, const Mat& upm, int tile_m, int ldc) {
+  cuda::GemmArgs q = base;
+  const int ntiles = int(tiles.size() / 3);
+  q.M = 0;
+  q.a_rows = dev.up(rows);
+  q.W0 = gt.d;
+  q.W1 = upm.d;
+  q.w_stride = gt.w_stride;
+  q.sb_stride = gt.sb_stride;
+  q.tiles = dev.up(tiles);
+  q.n_tiles = dev.up(std::vector<int32_t>{ntiles});
+  q.max_tiles = ntiles + 2;
+  q.tile_m = tile_m;
+  q.ldc = ldc;
+  return q;
+}
+
 class PrefillGemm : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
@@ -166,23 +186,8 @@ TEST_P(PrefillGemm, DenseAddAndGroupedSiluMulMatchReference) {
   for (const int tile_m : {cuda::kGemmTileM, cuda::kGemmTileMBig}) {
     std::vector<int32_t> rows, tiles;
     const int R = grouped_rows_and_tiles(cnt, E, M, tile_m, rows, tiles);
-    const int ntiles = int(tiles.size() / 3);
-    std::vector<int32_t> nt = {ntiles};
-    cuda::GemmArgs q;
-    q.A = g.A;
-    q.lda = K;
-    q.a_rows = dev.up(rows);
-    q.W0 = gt.d;
-    q.W1 = upm.d;
-    q.w_stride = gt.w_stride;
-    q.sb_stride = gt.sb_stride;
-    q.tiles = dev.up(tiles);
-    q.n_tiles = dev.up(nt);
-    q.max_tiles = ntiles + 2;
-    q.tile_m = tile_m;
+    cuda::GemmArgs q = grouped_args(dev, g, rows, tiles, gt, upm, tile_m, I);
     q.Cb = dev.poisoned<uint16_t>(size_t(R) * I);
-    q.ldc = I;
-    q.kernel = g.kernel;
     cuda::prefill_gemm(q, cuda::kGemmSiluMul, nullptr, simple);
     CK(cudaDeviceSynchronize());
     std::vector<float> want3(size_t(R) * I), gv(I), uv(I);
@@ -447,19 +452,7 @@ TEST_P(PrefillGemmV2, BitIdenticalToV1) {
     for (const int tile_m : {cuda::kGemmTileM, cuda::kGemmTileMBig}) {
       std::vector<int32_t> rows, tiles;
       const int r = grouped_rows_and_tiles(cnt, E, M, tile_m, rows, tiles);
-      const std::vector<int32_t> nt = {int32_t(tiles.size() / 3)};
-      cuda::GemmArgs q = g;
-      q.M = 0;
-      q.a_rows = dev.up(rows);
-      q.W0 = gt.d;
-      q.W1 = upm.d;
-      q.w_stride = gt.w_stride;
-      q.sb_stride = gt.sb_stride;
-      q.tiles = dev.up(tiles);
-      q.n_tiles = dev.up(nt);
-      q.max_tiles = nt[0] + 2;
-      q.tile_m = tile_m;
-      q.ldc = I;
+      cuda::GemmArgs q = grouped_args(dev, g, rows, tiles, gt, upm, tile_m, I);
       const std::string t_name = k_name + " silu*mul tile " + std::to_string(tile_m);
       both(q, cuda::kGemmSiluMul, size_t(r) * I, true, {}, (t_name + " bf16 out").c_str());
       q.Cb = nullptr;

@@ -74,6 +74,46 @@ __global__ void k_ring(const GdnChunkArgs g) {
 
 constexpr int kScanWarps = 8, kTS = 32;
 
+// The block's rows of S [Dv][Dk] (warp w: rows v0 + RPW w + i, lane: NPL consecutive columns) loaded into s
+// (zeros past Dv) or, with STORE, written back (k_scan and k_scan_pipe).
+template <int NPL, int RPW, bool STORE>
+__device__ __forceinline__ void scan_rows_io(float (&s)[RPW][NPL], float* S, int v0, int Dv, int warp, int lane) {
+  constexpr int Dk = 32 * NPL;
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int v = v0 + warp * RPW + i;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) {
+      if constexpr (STORE) {
+        if (v < Dv) S[int64_t(v) * Dk + lane * NPL + e] = s[i][e];
+      } else {
+        s[i][e] = v < Dv ? S[int64_t(v) * Dk + lane * NPL + e] : 0.f;
+      }
+    }
+  }
+}
+
+// One token of the delta rule on this warp's RPW rows: S <- alpha S, d = beta (v - S k), S += k d, o = S q;
+// vrow / orow: the token's v values and outputs over the block's rows (lane 0 writes orow).
+template <int NPL, int RPW>
+__device__ __forceinline__ void scan_token(float (&s)[RPW][NPL], const float (&kr)[NPL], const float (&qr)[NPL],
+                                           float alpha, float beta, const float* vrow, float* orow, int warp,
+                                           int lane) {
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    float u = 0.f;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) { s[i][e] *= alpha; u = fmaf(s[i][e], kr[e], u); }
+    u = warp_sum(u);
+    const float d = beta * (vrow[warp * RPW + i] - u);
+    float o = 0.f;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) { s[i][e] = fmaf(kr[e], d, s[i][e]); o = fmaf(s[i][e], qr[e], o); }
+    o = warp_sum(o);
+    if (lane == 0) orow[warp * RPW + i] = o;
+  }
+}
+
 template <int NPL, int RPW>
 __global__ void __launch_bounds__(kScanWarps * 32) k_scan(const GdnChunkArgs g) {
   constexpr int Dk = 32 * NPL, RB = kScanWarps * RPW;
@@ -85,12 +125,7 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan(const GdnChunkArgs g) 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* S = g.S + int64_t(j) * Dv * Dk;
   float s[RPW][NPL];
-#pragma unroll
-  for (int i = 0; i < RPW; ++i) {
-    const int v = v0 + warp * RPW + i;
-#pragma unroll
-    for (int e = 0; e < NPL; ++e) s[i][e] = v < Dv ? S[int64_t(v) * Dk + lane * NPL + e] : 0.f;
-  }
+  scan_rows_io<NPL, RPW, false>(s, S, v0, Dv, warp, lane);
   const float dtb = g.dt_bias[j], an = g.a_neg[j];
   for (int t0 = 0; t0 < g.n; t0 += kTS) {
     const int nt = min(kTS, g.n - t0);
@@ -118,19 +153,7 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan(const GdnChunkArgs g) 
 #pragma unroll
       for (int e = 0; e < NPL; ++e) { kr[e] = ks[t][lane * NPL + e]; qr[e] = qs[t][lane * NPL + e]; }
       const float alpha = s_alpha[t], beta = s_beta[t];
-#pragma unroll
-      for (int i = 0; i < RPW; ++i) {
-        float u = 0.f;
-#pragma unroll
-        for (int e = 0; e < NPL; ++e) { s[i][e] *= alpha; u = fmaf(s[i][e], kr[e], u); }
-        u = warp_sum(u);
-        const float d = beta * (vs[t][warp * RPW + i] - u);
-        float o = 0.f;
-#pragma unroll
-        for (int e = 0; e < NPL; ++e) { s[i][e] = fmaf(kr[e], d, s[i][e]); o = fmaf(s[i][e], qr[e], o); }
-        o = warp_sum(o);
-        if (lane == 0) os[t][warp * RPW + i] = o;
-      }
+      scan_token<NPL, RPW>(s, kr, qr, alpha, beta, vs[t], os[t], warp, lane);
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nt * RB; i += blockDim.x) {
@@ -138,14 +161,7 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan(const GdnChunkArgs g) 
       if (v0 + r < Dv) g.obuf[int64_t(t0 + t) * vd + j * Dv + v0 + r] = os[t][r];
     }
   }
-#pragma unroll
-  for (int i = 0; i < RPW; ++i) {
-    const int v = v0 + warp * RPW + i;
-    if (v < Dv) {
-#pragma unroll
-      for (int e = 0; e < NPL; ++e) S[int64_t(v) * Dk + lane * NPL + e] = s[i][e];
-    }
-  }
+  scan_rows_io<NPL, RPW, true>(s, S, v0, Dv, warp, lane);
 }
 
 // The same scan with the token data double-buffered: batch b+1's q, k, v and raw gates are copied into shared
@@ -226,12 +242,7 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan_pipe(const GdnChunkArg
   auto stage = [&](int buf, int t0) { stage_scan_batch<Dk>(g, sbuf, buf, t0, RB, j, hk, v0); };
   stage(0, 0);
   float s[RPW][NPL];
-#pragma unroll
-  for (int i = 0; i < RPW; ++i) {
-    const int v = v0 + warp * RPW + i;
-#pragma unroll
-    for (int e = 0; e < NPL; ++e) s[i][e] = v < Dv ? S[int64_t(v) * Dk + lane * NPL + e] : 0.f;
-  }
+  scan_rows_io<NPL, RPW, false>(s, S, v0, Dv, warp, lane);
   const float dtb = g.dt_bias[j], an = g.a_neg[j];
   int buf = 0;
   for (int t0 = 0; t0 < g.n; t0 += kTS, buf ^= 1) {
@@ -257,19 +268,7 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan_pipe(const GdnChunkArg
 #pragma unroll
       for (int e = 0; e < NPL; ++e) { kr[e] = kb[t * Dk + lane * NPL + e]; qr[e] = qb[t * Dk + lane * NPL + e]; }
       const float alpha = s_alpha[t], beta = s_beta[t];
-#pragma unroll
-      for (int i = 0; i < RPW; ++i) {
-        float u = 0.f;
-#pragma unroll
-        for (int e = 0; e < NPL; ++e) { s[i][e] *= alpha; u = fmaf(s[i][e], kr[e], u); }
-        u = warp_sum(u);
-        const float d = beta * (vb[t * RB + warp * RPW + i] - u);
-        float o = 0.f;
-#pragma unroll
-        for (int e = 0; e < NPL; ++e) { s[i][e] = fmaf(kr[e], d, s[i][e]); o = fmaf(s[i][e], qr[e], o); }
-        o = warp_sum(o);
-        if (lane == 0) os[t][warp * RPW + i] = o;
-      }
+      scan_token<NPL, RPW>(s, kr, qr, alpha, beta, vb + t * RB, os[t], warp, lane);
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nt * RB; i += blockDim.x) {
@@ -277,14 +276,7 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan_pipe(const GdnChunkArg
       if (v0 + r < Dv) g.obuf[int64_t(t0 + t) * vd + j * Dv + v0 + r] = os[t][r];
     }
   }
-#pragma unroll
-  for (int i = 0; i < RPW; ++i) {
-    const int v = v0 + warp * RPW + i;
-    if (v < Dv) {
-#pragma unroll
-      for (int e = 0; e < NPL; ++e) S[int64_t(v) * Dk + lane * NPL + e] = s[i][e];
-    }
-  }
+  scan_rows_io<NPL, RPW, true>(s, S, v0, Dv, warp, lane);
 }
 
 // ---- k_scan_wide: the pipelined scan with 8 lanes per row of S ----

@@ -130,8 +130,8 @@ LILY_AVX2 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X, i
   for (int k = 0; k < 4; ++k) wr[k] = static_cast<const uint8_t*>(W.w) + (r + (k < nr ? k : 0)) * rb;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const int64_t pf = rb >= 1024 ? 4 * rb : 8192;
-  const int8_t* xh = &X.hi[static_cast<size_t>(i) * X.P * 128];
-  const int8_t* xl = PRECISE ? &X.lo[static_cast<size_t>(i) * X.P * 128] : nullptr;
+  const int8_t* xh = X.hi_at(i);
+  const int8_t* xl = PRECISE ? X.lo_at(i) : nullptr;
   for (int p = 0; p < X.P; ++p) {
     const bool full = 2 * p + 1 < G;
     const int8_t* ph = xh + p * 128;
@@ -192,22 +192,15 @@ LILY_AVX2 inline void tile_codes(const uint8_t* base, int64_t rb, __m256i* wl, _
   }
 }
 
-inline int32_t load32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 template <bool PRECISE, int NB>
 LILY_AVX2 inline void tile_act(const __m256i* wl, const __m256i* wh, const QuantX& X, int i, int g, __m256 sv,
                                __m256 bv, float* acc) {
-  const size_t off = static_cast<size_t>(g >> 1) * 128 + (g & 1) * 32;
   const int8_t* xh[NB];
   const int8_t* xl[NB];
   __m256i ih[NB], il[NB];
   for (int j = 0; j < NB; ++j) {
-    xh[j] = &X.hi[static_cast<size_t>(i + j) * X.P * 128 + off];
-    if constexpr (PRECISE) xl[j] = &X.lo[static_cast<size_t>(i + j) * X.P * 128 + off];
+    xh[j] = X.hi_at(i + j, g);
+    if constexpr (PRECISE) xl[j] = X.lo_at(i + j, g);
     ih[j] = il[j] = _mm256_setzero_si256();
   }
   const __m256i ones = _mm256_set1_epi16(1);
@@ -218,10 +211,10 @@ LILY_AVX2 inline void tile_act(const __m256i* wl, const __m256i* wh, const Quant
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q)
       for (int j = 0; j < NB; ++j) {
-        const __m256i ph = _mm256_maddubs_epi16(w[q], _mm256_set1_epi32(load32(xh[j] + xo + 4 * q)));
+        const __m256i ph = _mm256_maddubs_epi16(w[q], _mm256_set1_epi32(load_i32(xh[j] + xo + 4 * q)));
         sh[j] = q ? _mm256_add_epi16(sh[j], ph) : ph;
         if constexpr (PRECISE) {
-          const __m256i pl = _mm256_maddubs_epi16(w[q], _mm256_set1_epi32(load32(xl[j] + xo + 4 * q)));
+          const __m256i pl = _mm256_maddubs_epi16(w[q], _mm256_set1_epi32(load_i32(xl[j] + xo + 4 * q)));
           sl[j] = q ? _mm256_add_epi16(sl[j], pl) : pl;
         }
       }

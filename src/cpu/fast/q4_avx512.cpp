@@ -102,8 +102,8 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   // short rows (K = 512: a quad is 1 KiB, done in ~40 ns) need several quads in flight: 8 KiB ahead
   const int64_t pf = rb >= 1024 ? 4 * rb : 8192;
-  const int8_t* xh = &X.hi[static_cast<size_t>(i) * X.P * 128];
-  const int8_t* xl = PRECISE ? &X.lo[static_cast<size_t>(i) * X.P * 128] : nullptr;
+  const int8_t* xh = X.hi_at(i);
+  const int8_t* xl = PRECISE ? X.lo_at(i) : nullptr;
   for (int p = 0; p < X.P; ++p) {
     const __mmask64 mask = 2 * p + 1 < G ? ~0ULL : 0xFFFFFFFFULL;
     const __m512i xe = _mm512_loadu_si512(xh + p * 128), xo = _mm512_loadu_si512(xh + p * 128 + 64);
@@ -189,23 +189,16 @@ LILY_AVX512 inline void tile_codes(const uint8_t* base, int64_t rb, __m512i* wl,
   }
 }
 
-inline int32_t load32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // NB activation rows against the group's 16 rows held in wl / wh; acc [NB][16] in memory.
 template <bool PRECISE, int NB>
 LILY_AVX512 inline void tile_act(const __m512i* wl, const __m512i* wh, const QuantX& X, int i, int g, __m512 sv,
                                  __m512 bv, float* acc) {
-  const size_t off = static_cast<size_t>(g >> 1) * 128 + (g & 1) * 32;
   const int8_t* xh[NB];
   const int8_t* xl[NB];
   __m512i ih[NB], il[NB];
   for (int j = 0; j < NB; ++j) {
-    xh[j] = &X.hi[static_cast<size_t>(i + j) * X.P * 128 + off];
-    if constexpr (PRECISE) xl[j] = &X.lo[static_cast<size_t>(i + j) * X.P * 128 + off];
+    xh[j] = X.hi_at(i + j, g);
+    if constexpr (PRECISE) xl[j] = X.lo_at(i + j, g);
     ih[j] = _mm512_setzero_si512();
     il[j] = _mm512_setzero_si512();
   }
@@ -213,13 +206,13 @@ LILY_AVX512 inline void tile_act(const __m512i* wl, const __m512i* wh, const Qua
   for (int q = 0; q < 8; ++q)
     for (int j = 0; j < NB; ++j) {
       if constexpr (PRECISE) {
-        ih[j] = _mm512_dpbusd_epi32(ih[j], wl[q], _mm512_set1_epi32(load32(xh[j] + 4 * q)));
-        il[j] = _mm512_dpbusd_epi32(il[j], wl[q], _mm512_set1_epi32(load32(xl[j] + 4 * q)));
-        ih[j] = _mm512_dpbusd_epi32(ih[j], wh[q], _mm512_set1_epi32(load32(xh[j] + 64 + 4 * q)));
-        il[j] = _mm512_dpbusd_epi32(il[j], wh[q], _mm512_set1_epi32(load32(xl[j] + 64 + 4 * q)));
+        ih[j] = _mm512_dpbusd_epi32(ih[j], wl[q], _mm512_set1_epi32(load_i32(xh[j] + 4 * q)));
+        il[j] = _mm512_dpbusd_epi32(il[j], wl[q], _mm512_set1_epi32(load_i32(xl[j] + 4 * q)));
+        ih[j] = _mm512_dpbusd_epi32(ih[j], wh[q], _mm512_set1_epi32(load_i32(xh[j] + 64 + 4 * q)));
+        il[j] = _mm512_dpbusd_epi32(il[j], wh[q], _mm512_set1_epi32(load_i32(xl[j] + 64 + 4 * q)));
       } else {  // two chains per row (even / odd) so that 4 rows keep 8 vpdpbusd in flight
-        ih[j] = _mm512_dpbusd_epi32(ih[j], wl[q], _mm512_set1_epi32(load32(xh[j] + 4 * q)));
-        il[j] = _mm512_dpbusd_epi32(il[j], wh[q], _mm512_set1_epi32(load32(xh[j] + 64 + 4 * q)));
+        ih[j] = _mm512_dpbusd_epi32(ih[j], wl[q], _mm512_set1_epi32(load_i32(xh[j] + 4 * q)));
+        il[j] = _mm512_dpbusd_epi32(il[j], wh[q], _mm512_set1_epi32(load_i32(xh[j] + 64 + 4 * q)));
       }
     }
   for (int j = 0; j < NB; ++j) {

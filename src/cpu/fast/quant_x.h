@@ -2,7 +2,9 @@
 // x/dx ≈ hi + lo/254 with hi, lo int8 in [-127, 127]: hi alone gives ~8-bit activations (fast mode),
 // hi + lo gives ~15-bit (precise mode, close to f32 results).
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "cpu/fast/cpu_isa.h"
@@ -17,7 +19,24 @@ struct QuantX {
   std::vector<float> dx;       // [n][P][16]: lanes 0-7 dx_g, lanes 8-15 dx_{g+1} (0 past the end)
   std::vector<float> sum;      // [n][G]: Σx over the group (exact f32)
   std::vector<float> dxg;      // [n][G]: dx per group
+
+  // row's codes from group g on: row start for g = 0, else the even-element block of g inside its pair
+  const int8_t* hi_at(int row, int g = 0) const { return hi.data() + offset(row, g); }
+  const int8_t* lo_at(int row, int g = 0) const { return lo.data() + offset(row, g); }
+
+ private:
+  size_t offset(int row, int g) const {
+    return static_cast<size_t>(row) * static_cast<size_t>(P) * 128 + static_cast<size_t>(g >> 1) * 128 +
+           static_cast<size_t>(g & 1) * 32;
+  }
 };
+
+// 4 consecutive int8 codes as one int32 (for broadcasts; unaligned)
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 // X [n, cols] f32 (cols % 64 == 0) -> q (buffers grow, never shrink: no allocation in steady state).
 // AVX-512 or AVX2 as fast::active_isa() says (bit-identical codes and scales to quantize_x_ref; Σx summed in
