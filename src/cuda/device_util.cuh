@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -24,6 +25,17 @@ __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// LILY_CUDA_EARLY_TRIGGER=0: kernels that may signal their PDL dependents at entry (so the next kernel's blocks land
+// beside them, where resources allow, and issue their weight loads while they run) signal after their own wait
+// instead. Default on. (The dependents' griddepcontrol.wait still waits for this whole grid and its writes.)
+inline bool early_trigger_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("LILY_CUDA_EARLY_TRIGGER");
+    return !(v && v[0] == '0');
+  }();
+  return on;
 }
 
 // Launch helper: cudaLaunchKernelEx with the programmatic-serialization attribute when pdl is set.

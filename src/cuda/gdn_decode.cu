@@ -49,6 +49,7 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   const int Dk = 32 * NPL, Dv = g.Dv, K = g.K;
   const int key_dim = g.Hk * Dk, conv_dim = 2 * key_dim + g.Hv * Dv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (g.early_trigger) pdl_trigger();
 
   // The state (S, conv ring, pos) was last written by earlier steps, never by the kernel just before this one,
   // so it is read before waiting on that kernel (PDL).
@@ -159,7 +160,9 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
 
 }  // namespace
 
-void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl) {
+void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
+  GdnArgs g = args;
+  g.early_trigger = early_trigger_on();
   if (g.Dk > kMaxD || g.Dv > kMaxD || g.Dk % 32 || g.Hv % g.Hk || g.K < 1)
     throw Error("gdn_decode: unsupported head sizes (Dk, Dv <= 256, Dk % 32 == 0, Hv % Hk == 0)");
   if (g.Dv > 32 * 4) throw Error("gdn_decode: Dv > 128 not instantiated");

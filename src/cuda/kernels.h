@@ -122,6 +122,7 @@ struct MoeArgs {
   float* route_w = nullptr;        // [k]
   float* out = nullptr;            // residual [H], accumulated by down
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-12)
+  int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
@@ -144,6 +145,7 @@ struct GdnArgs {
   float eps = 1e-6f;
   float* y = nullptr;           // [Hv*Dv] gated-normed output
   const StepCtl* ctl = nullptr; // pos, S, conv
+  int early_trigger = 0;        // signal PDL dependents at entry (set by gdn_decode from LILY_CUDA_EARLY_TRIGGER)
 };
 void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl);
 

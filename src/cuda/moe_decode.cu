@@ -332,6 +332,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const int nwarps = gridDim.x * (kThreads / 32);
   const int nr = a.E + 1;  // router rows: E logits, then the shared-expert gate
   const bool rblock = blockIdx.x * (kThreads / 32) < nr;  // uniform over the block
+  if (a.early_trigger) pdl_trigger();
   const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(a.trace, 0);
 
@@ -385,6 +386,7 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   const int nwarps = gridDim.x * (kThreads / 32);
   constexpr int E = FmtInfo<FMT>::kElems;
   const int cpr = I / E, cprs = Is / E;  // chunks per row: routed, shared
+  if (a.early_trigger) pdl_trigger();
   const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(a.trace, 10);
   pdl_wait();
@@ -482,8 +484,10 @@ void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
   }
 }
 
-void moe_route_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
-  check(a);
+void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
+  check(args);
+  MoeArgs a = args;
+  a.early_trigger = early_trigger_on();
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1 ||
       a.router.cols != a.gate.m.cols)
     throw Error("moe_route_gate_up: router and shared gate must share format and cols with the experts' input");
@@ -516,8 +520,10 @@ void moe_route_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
   }
 }
 
-void moe_down(const MoeArgs& a, cudaStream_t s, bool pdl) {
-  check(a);
+void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
+  check(args);
+  MoeArgs a = args;
+  a.early_trigger = early_trigger_on();
   const int n = a.k * a.down.m.cols + a.sh_down.cols;
   const int H = a.down.m.rows;
   const size_t smem = size_t(n) * 4 + size_t(n / 16) * 4;
