@@ -271,7 +271,7 @@ TEST_P(CudaAttnDecode, MatchesReference) {
   a.rope_dim = rope;
   a.theta = theta;
   a.eps = 1e-6f;
-  a.part = dev.poisoned(size_t(nkv) * cuda::kAttnSplits * (8 * hd + 16));
+  a.part = dev.poisoned(size_t(nkv) * cuda::kAttnPartSlots * (8 * hd + 16));
   a.out = dev.poisoned(size_t(nq) * hd);
   a.ctl = dctl;
   for (int rep = 0; rep < 2; ++rep) {  // twice: the merge counters must reset themselves
@@ -290,7 +290,7 @@ TEST_P(CudaAttnDecode, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Lengths, CudaAttnDecode, ::testing::Values(1, 129, 300, 5000, 20000));
+INSTANTIATE_TEST_SUITE_P(Lengths, CudaAttnDecode, ::testing::Values(1, 129, 300, 800, 5000, 20000));
 
 TEST(CudaDecodeKernels, GdnStepMatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";

@@ -65,6 +65,72 @@ constexpr int kDefaultMinSplit = 64;  // positions per split at least (fewer spl
                        // blocks and fewer positions per warp); LILY_CUDA_ATTN_MIN_SPLIT overrides (measurements)
 constexpr int kKvInFlight = 4;  // K/V rows per warp loaded before any is used
 
+// Merges n partials of one kv head (pk + s * stride: acc [G*HD] relative to m, then m [G], l [G]). Weights per
+// split and head first (one warp per head, lanes over the splits, all (m, l) loads in flight), into wsp [n][G];
+// then each thread sums 4 consecutive outputs over the splits, MU splits' loads in flight at a time.
+// dst != null: writes the merged partial there (acc relative to the new max, m, l: a group of the two-level merge);
+// dst == null: writes the normalised output times the sigmoid gate to a.out. Starts and ends with a barrier.
+template <int HD, int G, int MU>
+__device__ __forceinline__ void merge_parts(const AttnArgs& a, const float* pk, int n, int stride, float* wsp, int kvh,
+                                            float* dst) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // every thread is done with the shared memory wsp reuses
+  static_assert(kAttnSplits % 32 == 0 && kAttnSplits <= kWarps * HD, "merge weights must fit in the slabs");
+  for (int g = warp; g < G; g += kWarps) {
+    constexpr int SPL = kAttnSplits / 32;
+    float ms[SPL], ls[SPL];
+    float mx = kNegBig;
+#pragma unroll
+    for (int i = 0; i < SPL; ++i) {
+      const int s = lane + 32 * i;
+      ms[i] = s < n ? __ldcg(pk + s * stride + G * HD + g) : kNegBig;
+      ls[i] = s < n ? __ldcg(pk + s * stride + G * HD + G + g) : 0.f;
+      mx = fmaxf(mx, ms[i]);
+    }
+    mx = warp_max(mx);
+    float den = 0.f;
+#pragma unroll
+    for (int i = 0; i < SPL; ++i) {
+      ms[i] = lane + 32 * i < n ? exp2f(ms[i] - mx) : 0.f;
+      den += ls[i] * ms[i];
+    }
+    den = warp_sum(den);
+    const float inv = dst ? 1.f : 1.f / den;
+#pragma unroll
+    for (int i = 0; i < SPL; ++i)
+      if (lane + 32 * i < n) wsp[(lane + 32 * i) * G + g] = ms[i] * inv;
+    if (dst && lane == 0) {
+      dst[G * HD + g] = mx;
+      dst[G * HD + G + g] = den;
+    }
+  }
+  __syncthreads();
+  for (int i4 = threadIdx.x; i4 < G * HD / 4; i4 += blockDim.x) {
+    const int i = i4 * 4, g = i / HD, d = i % HD;
+    const int h = kvh * G + g;
+    float4 gt = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (!dst) gt = *reinterpret_cast<const float4*>(a.q + h * 2 * HD + HD + d);  // the gate's load first
+    float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < n; s += MU) {
+      float4 v[MU];
+#pragma unroll
+      for (int u = 0; u < MU; ++u)
+        v[u] = s + u < n ? __ldcg(reinterpret_cast<const float4*>(pk + (s + u) * stride + i)) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int u = 0; u < MU; ++u) {
+        const float f = s + u < n ? wsp[(s + u) * G + g] : 0.f;
+        num.x += v[u].x * f; num.y += v[u].y * f; num.z += v[u].z * f; num.w += v[u].w * f;
+      }
+    }
+    if (dst)
+      *reinterpret_cast<float4*>(dst + i) = num;
+    else
+      *reinterpret_cast<float4*>(a.out + h * HD + d) = make_float4(num.x * sigmoid_f(gt.x), num.y * sigmoid_f(gt.y),
+                                                                   num.z * sigmoid_f(gt.z), num.w * sigmoid_f(gt.w));
+  }
+  __syncthreads();
+}
+
 template <int HD, int G>
 __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   constexpr int DPL = HD / 32;
@@ -249,7 +315,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   __syncthreads();
   // publish this split
   const int stride = G * HD + 2 * G;
-  float* part = a.part + (int64_t(kvh) * kAttnSplits + split) * stride;
+  float* part = a.part + (int64_t(kvh) * kAttnPartSlots + split) * stride;
   for (int i4 = threadIdx.x; i4 < G * HD / 4; i4 += blockDim.x) {
     float4 t = slab4[i4];
 #pragma unroll
@@ -262,70 +328,37 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   if (threadIdx.x < G) { part[G * HD + threadIdx.x] = M[threadIdx.x]; part[G * HD + G + threadIdx.x] = L[threadIdx.x]; }
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) s_last = (atomicAdd(&ctl->attn_done[kvh], 1u) == unsigned(nsplit - 1));
-  __syncthreads();
   if (tr) trace_at(a.trace, 4);
+  const bool two = a.merge_levels == 2 && nsplit > kAttnGroup;
+  const int ngroup = (nsplit + kAttnGroup - 1) / kAttnGroup;
+  const float* pk = a.part + int64_t(kvh) * kAttnPartSlots * stride;
+  float* wsp = slab;  // reused for the merge weights [n][G] (n * G <= kWarps * G * HD) once every slab read is done
+  if (two) {  // the last split of each group merges the group into slot kAttnSplits + group
+    const int grp = split / kAttnGroup, gsz = min(kAttnGroup, nsplit - grp * kAttnGroup);
+    if (threadIdx.x == 0)
+      s_last = atomicAdd(&ctl->attn_gdone[kvh * kAttnGroup + grp], 1u) == unsigned(gsz - 1);
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    merge_parts<HD, G, kAttnGroup>(a, pk + grp * kAttnGroup * stride, gsz, stride, wsp, kvh,
+                                   a.part + (int64_t(kvh) * kAttnPartSlots + kAttnSplits + grp) * stride);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      ctl->attn_gdone[kvh * kAttnGroup + grp] = 0;
+      s_last = atomicAdd(&ctl->attn_done[kvh], 1u) == unsigned(ngroup - 1);
+    }
+  } else if (threadIdx.x == 0) {
+    s_last = atomicAdd(&ctl->attn_done[kvh], 1u) == unsigned(nsplit - 1);
+  }
+  __syncthreads();
   if (!s_last) return;
   __threadfence();
   const bool trl = a.trace && threadIdx.x == 0 && kvh == 0;
   if (trl) trace_at(a.trace, 5);
-  // last block of this kv head: merge the splits (weights per split and head first, in shared memory), gate
-  __syncthreads();            // every thread is done reading the slabs
-  float* wsp = slab;  // reuse: [nsplit][G] merge weights (nsplit * G <= kWarps * G * HD)
-  const float* pk = a.part + int64_t(kvh) * kAttnSplits * stride;
-  // one warp per head, lanes over the splits: all (m, l) loads in flight at once (was one thread per head
-  // walking the splits serially)
-  static_assert(kAttnSplits % 32 == 0 && kAttnSplits <= kWarps * HD, "merge weights must fit in the slabs");
-  for (int g = warp; g < G; g += kWarps) {
-    constexpr int SPL = kAttnSplits / 32;
-    float ms[SPL], ls[SPL];
-    float mx = kNegBig;
-#pragma unroll
-    for (int i = 0; i < SPL; ++i) {
-      const int s = lane + 32 * i;
-      ms[i] = s < nsplit ? __ldcg(pk + s * stride + G * HD + g) : kNegBig;
-      ls[i] = s < nsplit ? __ldcg(pk + s * stride + G * HD + G + g) : 0.f;
-      mx = fmaxf(mx, ms[i]);
-    }
-    mx = warp_max(mx);
-    float den = 0.f;
-#pragma unroll
-    for (int i = 0; i < SPL; ++i) {
-      ms[i] = lane + 32 * i < nsplit ? exp2f(ms[i] - mx) : 0.f;
-      den += ls[i] * ms[i];
-    }
-    const float inv = 1.f / warp_sum(den);
-#pragma unroll
-    for (int i = 0; i < SPL; ++i)
-      if (lane + 32 * i < nsplit) wsp[(lane + 32 * i) * G + g] = ms[i] * inv;
-  }
-  __syncthreads();
-  // each thread merges 4 consecutive outputs, 32 splits' loads in flight at a time (the gate's loads first)
-  constexpr int MU = 32;
-  for (int i4 = threadIdx.x; i4 < G * HD / 4; i4 += blockDim.x) {
-    const int i = i4 * 4, g = i / HD, d = i % HD;
-    const int h = kvh * G + g;
-    const float4 gt = *reinterpret_cast<const float4*>(a.q + h * 2 * HD + HD + d);
-    float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
-    int s = 0;
-    for (; s + MU <= nsplit; s += MU) {
-      float4 v[MU];
-#pragma unroll
-      for (int u = 0; u < MU; ++u) v[u] = __ldcg(reinterpret_cast<const float4*>(pk + (s + u) * stride + i));
-#pragma unroll
-      for (int u = 0; u < MU; ++u) {
-        const float f = wsp[(s + u) * G + g];
-        num.x += v[u].x * f; num.y += v[u].y * f; num.z += v[u].z * f; num.w += v[u].w * f;
-      }
-    }
-    for (; s < nsplit; ++s) {
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(pk + s * stride + i));
-      const float f = wsp[s * G + g];
-      num.x += v.x * f; num.y += v.y * f; num.z += v.z * f; num.w += v.w * f;
-    }
-    *reinterpret_cast<float4*>(a.out + h * HD + d) =
-        make_float4(num.x * sigmoid_f(gt.x), num.y * sigmoid_f(gt.y), num.z * sigmoid_f(gt.z), num.w * sigmoid_f(gt.w));
-  }
+  // last block of this kv head: merge the splits (or the groups) and apply the gate
+  if (two) merge_parts<HD, G, kAttnGroup>(a, pk + kAttnSplits * stride, ngroup, stride, wsp, kvh, nullptr);
+  else merge_parts<HD, G, 32>(a, pk, nsplit, stride, wsp, kvh, nullptr);
   if (threadIdx.x == 0) ctl->attn_done[kvh] = 0;
   if (trl) trace_at(a.trace, 6);
 }
@@ -338,8 +371,13 @@ void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
     const int n = v ? std::atoi(v) : 0;
     return n > 0 ? n : kDefaultMinSplit;
   }();
+  static const int levels = [] {  // LILY_CUDA_ATTN_MERGE=1: the last block merges all splits itself
+    const char* v = std::getenv("LILY_CUDA_ATTN_MERGE");
+    return v && v[0] == '1' ? 1 : 2;
+  }();
   AttnArgs a = args;
   a.min_split = min_split;
+  a.merge_levels = levels;
   if (a.nkv < 1 || a.nkv > 8 || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
   if (a.rope_dim > a.hd || a.rope_dim % 2) throw Error("attn_decode: rope_dim must be even and <= head_dim");
   const int G = a.nq / a.nkv;

@@ -302,7 +302,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   ridx_ = static_cast<int32_t*>(dev_alloc(size_t(c.top_k) * 4));
   rw_ = static_cast<float*>(dev_alloc(size_t(c.top_k) * 4));
   part_ = static_cast<float*>(
-      dev_alloc(size_t(std::max(c.n_kv_heads, 1)) * kAttnSplits * (size_t(G) * c.head_dim + 2 * G) * 4));
+      dev_alloc(size_t(std::max(c.n_kv_heads, 1)) * kAttnPartSlots * (size_t(G) * c.head_dim + 2 * G) * 4));
   logits_ = static_cast<float*>(dev_alloc(size_t(c.vocab) * 4));
   ctl_ = static_cast<StepCtl*>(dev_alloc(sizeof(StepCtl)));
   LILY_CUDA_CHECK(cudaMemset(ctl_, 0, sizeof(StepCtl)));

@@ -55,6 +55,7 @@ struct StepCtl {
   unsigned long long best = 0;   // packed (ordered logit, ~id) argmax accumulator
   unsigned int lm_done = 0;      // blocks of the lm_head kernel finished this step
   unsigned int attn_done[8] = {};// blocks of the attention kernel finished, per kv head
+  unsigned int attn_gdone[8 * 8] = {};  // splits finished per (kv head, group of kAttnGroup splits): two-level merge
 };
 
 // ---- activation precision of the 4-bit decode GEMVs (gemv, MoE gate_up/down) ----
@@ -123,6 +124,7 @@ struct MoeArgs {
   float* out = nullptr;            // residual [H], accumulated by down
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-12)
   int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)
+  int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
@@ -160,13 +162,16 @@ struct AttnArgs {
   int nq = 0, nkv = 0, hd = 0, rope_dim = 0;
   double theta = 1e7;
   float eps = 1e-6f;
-  float* part = nullptr;        // scratch [nkv][kAttnSplits][G*hd + 2*G] (acc, m, l)
+  float* part = nullptr;        // scratch [nkv][kAttnPartSlots][G*hd + 2*G] (acc, m, l): splits, then groups
   float* out = nullptr;         // [nq*hd]
   StepCtl* ctl = nullptr;
   int min_split = 64;           // positions per split at least (set by attn_decode)
+  int merge_levels = 2;         // 2: groups of kAttnGroup splits merged first (set by attn_decode)
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [8] globaltimer stamps of block (0,0) and the last block
 };
 constexpr int kAttnSplits = 64;
+constexpr int kAttnGroup = 8;  // splits per group of the two-level merge
+constexpr int kAttnPartSlots = kAttnSplits + kAttnSplits / kAttnGroup;
 void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl);
 
 }  // namespace lily::cuda

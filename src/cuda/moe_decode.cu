@@ -208,6 +208,70 @@ __device__ __forceinline__ void gate_up_row(const MoeArgs& a, const int* s_idx, 
   if (lane == 0) a.act[row] = silu_f(gv) * uv;
 }
 
+// Two act rows at once (row1 < 0: only row0): gate and up of both, all their loads in flight before any math (one
+// DRAM round trip for two rows; the same sums, in the same order, as gate_up_row).
+template <int FMT, class X>
+__device__ __forceinline__ void gate_up_rows2(const MoeArgs& a, const int* s_idx, int row0, int row1, const X& x,
+                                              int lane) {
+  const int I = a.gate.m.rows;
+  const int rows[2] = {row0, row1};
+  DMat g[2], u[2];
+  int r[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = rows[i] < 0 ? row0 : rows[i];
+    if (row < a.k * I) {
+      const int e = s_idx[row / I];
+      r[i] = row % I;
+      g[i] = expert(a.gate, e);
+      u[i] = expert(a.up, e);
+    } else {
+      r[i] = row - a.k * I;
+      g[i] = a.sh_gate;
+      u[i] = a.sh_up;
+    }
+    if (rows[i] < 0) r[i] = -1;
+  }
+  constexpr int U = 2;
+  const int nch = g[0].cols / FmtInfo<FMT>::kElems;
+  float ga[2] = {0.f, 0.f}, ua[2] = {0.f, 0.f};
+  for (int c0 = 0; c0 < nch; c0 += 32 * U) {
+    uint4 rg[2][U], ru[2][U];
+    uint32_t sg[2][U], su[2][U];
+#pragma unroll
+    for (int v = 0; v < U; ++v) {
+      const int c = c0 + lane + 32 * v;
+      if (c < nch)
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          if (r[i] >= 0) {
+            chunk_load<FMT>(g[i], r[i], c, rg[i][v], sg[i][v]);
+            chunk_load<FMT>(u[i], r[i], c, ru[i][v], su[i][v]);
+          }
+    }
+#pragma unroll
+    for (int v = 0; v < U; ++v) {
+      const int c = c0 + lane + 32 * v;
+      if (c < nch)
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          if (r[i] >= 0) {
+            ga[i] += x.template dot<FMT>(rg[i][v], sg[i][v], c);
+            ua[i] += x.template dot<FMT>(ru[i][v], su[i][v], c);
+          }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    ga[i] = warp_sum(ga[i]);
+    ua[i] = warp_sum(ua[i]);
+  }
+  if (lane == 0)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (r[i] >= 0) a.act[rows[i]] = silu_f(ga[i]) * ua[i];
+}
+
 template <int FMT>
 __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) {
   extern __shared__ float4 smem4[];
@@ -368,7 +432,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
     a.route_w[threadIdx.x] = s_w[threadIdx.x];
   }
-  for (int row = warp; row < a.k * I; row += nwarps) act_row(row);
+  if (a.gu_pairs) {  // two routed rows per warp in flight
+    for (int row = warp; row < a.k * I; row += 2 * nwarps)
+      gate_up_rows2<FMT>(a, s_idx, row, row + nwarps < a.k * I ? row + nwarps : -1, xv, lane);
+  } else {
+    for (int row = warp; row < a.k * I; row += nwarps) act_row(row);
+  }
   if (tr) trace_at(a.trace, 9);
 }
 
@@ -398,31 +467,38 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
     s_w[a.k] = sigmoid_f(a.shg[0]);
     s_m[a.k] = a.sh_down;
   }
-  load_x(a.act, nullptr, 0.f, n, xv, red);
-  pdl_trigger();
+  __syncthreads();
+  // this warp's first weight loads go out before the act prologue, so their DRAM latency overlaps it
   const int nch = a.k * cpr + cprs;
   constexpr int U = 5;  // chunks per lane in flight (144 chunks per row for k=8, I=Is=512 at 4 bits)
+  uint4 raw[U];
+  uint32_t sb[U];
+  int ee[U];
+  auto issue = [&](int row, int c0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + lane + 32 * u;
+      ee[u] = -1;
+      if (c < nch) {
+        int e, cc;
+        if (c < a.k * cpr) { e = c / cpr; cc = c - e * cpr; } else { e = a.k; cc = c - a.k * cpr; }
+        chunk_load<FMT>(s_m[e], row, cc, raw[u], sb[u]);
+        ee[u] = e;
+      }
+    }
+  };
+  if (warp < H) issue(warp, 0);
+  load_x(a.act, nullptr, 0.f, n, xv, red);
+  pdl_trigger();
   for (int row = warp; row < H; row += nwarps) {
     float acc = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 32 * U) {
-      uint4 raw[U];
-      uint32_t sb[U];
-      int ee[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = c0 + lane + 32 * u;
-        ee[u] = -1;
-        if (c < nch) {
-          int e, cc;
-          if (c < a.k * cpr) { e = c / cpr; cc = c - e * cpr; } else { e = a.k; cc = c - a.k * cpr; }
-          chunk_load<FMT>(s_m[e], row, cc, raw[u], sb[u]);
-          ee[u] = e;
-        }
-      }
+      if (c0 > 0) issue(row, c0);
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (ee[u] >= 0) acc += s_w[ee[u]] * xv.template dot<FMT>(raw[u], sb[u], c0 + lane + 32 * u);
     }
+    if (row + nwarps < H) issue(row + nwarps, 0);  // the next row's loads before this row's reduction
     acc = warp_sum(acc);
     if (lane == 0) a.out[row] += acc;
   }
@@ -434,6 +510,15 @@ template <class T>
 struct XTag {  // selects an activation representation in a launcher (XF / XQ have device-only constructors)
   using type = T;
 };
+
+// LILY_CUDA_MOE_PAIRS=0: the fused kernel's routed gate/up rows one per warp at a time (default: two in flight).
+bool moe_pairs_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("LILY_CUDA_MOE_PAIRS");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
 
 void check(const MoeArgs& a) {
   const int f = a.gate.m.fmt;
@@ -488,6 +573,7 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   check(args);
   MoeArgs a = args;
   a.early_trigger = early_trigger_on();
+  a.gu_pairs = moe_pairs_on();
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1 ||
       a.router.cols != a.gate.m.cols)
     throw Error("moe_route_gate_up: router and shared gate must share format and cols with the experts' input");
