@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_test_buffers.h"
@@ -18,6 +19,8 @@
 #include "int8x_model.h"
 
 using namespace lily;
+using lily::testcuda::Dev;
+using lily::testcuda::down;
 
 namespace {
 
@@ -158,6 +161,62 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaGemv,
                          ::testing::Combine(::testing::Values(int(cuda::kQ4), int(cuda::kQ8), int(cuda::kBF16)),
                                             ::testing::Values(128, 2048, 4096), ::testing::Bool(),
                                             ::testing::Bool(), ::testing::Bool()));
+
+// lm_head + greedy pick on the device: logits against the reference matvec of the normed x (int8 x for 4-bit
+// weights: the error model bound of the GEMV test), the chosen id = the argmax of the logits it wrote (lowest id on
+// ties), fed into the next step's input; cursor and position advance and the accumulators reset (two steps).
+TEST(CudaLmHead, LogitsArgmaxAndStepAdvance) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  for (const int fmt : {int(cuda::kQ4), int(cuda::kBF16)}) {
+    SCOPED_TRACE("fmt " + std::to_string(fmt));
+    const int rows = 5003, cols = 2048;  // rows not a multiple of any warp / block count
+    std::mt19937 rng(99 + fmt);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    TestMat m;
+    make_mat(m, rows, cols, fmt, rng);
+    std::vector<float> x(cols), nw(cols);
+    for (auto& v : x) v = 3.f * u(rng);
+    for (auto& v : nw) v = 1.f + 0.5f * u(rng);
+    std::vector<float> xn(cols), want(rows);
+    ref::rmsnorm(x.data(), nw.data(), cols, 1e-6f, xn.data());
+    ref::matvec(m.q, xn.data(), want.data());
+    Dev dev;
+    float* dx = dev.up(x);
+    float* dn = dev.up(nw);
+    float* dl = dev.poisoned(rows);
+    std::vector<int32_t> ids(4, -1);
+    ids[0] = 7;
+    int32_t* din = dev.up(ids);
+    int32_t* dout = dev.up(std::vector<int32_t>(4, -1));
+    cuda::StepCtl c;
+    c.n_given = 1;
+    cuda::StepCtl* dc = nullptr;
+    CK(cudaMalloc(reinterpret_cast<void**>(&dc), sizeof c));
+    CK(cudaMemcpy(dc, &c, sizeof c, cudaMemcpyHostToDevice));
+    for (int step = 0; step < 2; ++step) {
+      cuda::lm_head_argmax(m.d, dx, dn, 1e-6f, dl, din, dout, dc, nullptr, false);
+      CK(cudaDeviceSynchronize());
+      const std::vector<float> got = down(dl, rows);
+      const double bound = fmt == cuda::kQ4 && cuda::decode_int8_x() ? 5e-5 : 1e-5;
+      EXPECT_LT(testmetrics::rms_rel_err(got, want), bound);
+      int best = 0;
+      for (int i = 1; i < rows; ++i)
+        if (got[size_t(i)] > got[size_t(best)]) best = i;
+      std::vector<int32_t> o(4), in(4);
+      CK(cudaMemcpy(o.data(), dout, 16, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(in.data(), din, 16, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(o[size_t(step)], best) << "step " << step;
+      EXPECT_EQ(in[size_t(step) + 1], best) << "the id feeds the next step's input";
+      cuda::StepCtl h;
+      CK(cudaMemcpy(&h, dc, sizeof h, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(h.cursor, step + 1);
+      EXPECT_EQ(h.pos, step + 1);
+      EXPECT_EQ(h.best, 0ull);
+      EXPECT_EQ(h.lm_done, 0u);
+    }
+    cudaFree(dc);
+  }
+}
 
 }  // namespace
 

@@ -21,15 +21,16 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int id) {
   return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(id));
 }
 
-// kRows: rows per warp in flight (4 by default; ~117 rows per warp at V = 248k; LILY_CUDA_LM_ROWS=2 for comparison)
-template <int FMT, int kRows>
+// kRows: rows per warp in flight (4 by default; ~117 rows per warp at V = 248k; LILY_CUDA_LM_ROWS=2 for comparison).
+// X: activation form, as the GEMVs (XQ: int8 hi+lo x with dp4a for 4-bit weights where decode_int8_x() is on, XF:
+// f32); the f32 form made this 286 MB GEMV issue-bound.
+template <int FMT, int kRows, class X>
 __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const float* x, const float* norm_w, float eps,
                                                       float* logits, int32_t* in_ids, int32_t* out_ids,
                                                       StepCtl* ctl) {
   extern __shared__ float4 smem4[];
-  float* xs = reinterpret_cast<float*>(smem4);
-  float* nws = xs + W.cols;  // norm_w staged here before pdl_wait
-  float* xsum16 = nws + W.cols;
+  float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
+  X xv(nws + W.cols, W.cols);
   __shared__ float red[32];
   __shared__ unsigned long long wbest[kThreads / 32];
   __shared__ int s_last;
@@ -55,8 +56,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
   if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
   const float* nw = stage_vec(norm_w, W.cols, nws);
   pdl_wait();
-  const XF xf(xs, xsum16);
-  load_x(x, nw, eps, W.cols, xs, xsum16, red);
+  load_x(x, nw, eps, W.cols, xv, red);
   pdl_trigger();
   float bv = -FLT_MAX;
   int bi = 0;
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
     for (int i = 0; i < kRows; ++i) acc[i] = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 64) {
       if (c0 > 0) P.load(mp, rr, nch, c0, lane);
-      P.dot(rr, xf, nch, c0, lane, acc);
+      P.dot(rr, xv, nch, c0, lane, acc);
     }
     int cr[kRows];
 #pragma unroll
@@ -124,16 +124,19 @@ bool lm_rows4() {
 
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
                     int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl) {
-  const size_t smem = size_t(W.cols) * 8 + size_t(W.cols / 16) * 4;
+  const size_t smem = size_t(W.cols) * 8 + size_t(W.cols / 16) * 4;  // norm_w + the larger x form (XF)
   auto run = [&](auto kern) {
     allow_smem(kern, smem);
     const int blocks = std::min((W.rows + 7) / 8, resident_grid(kern, kThreads, smem));
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, W, x, norm_w, eps, logits, in_ids, out_ids, ctl);
   };
   switch (W.fmt) {
-    case kQ4: lm_rows4() ? run(k_lm_head<kQ4, 4>) : run(k_lm_head<kQ4, 2>); break;
-    case kQ8: lm_rows4() ? run(k_lm_head<kQ8, 4>) : run(k_lm_head<kQ8, 2>); break;
-    default: lm_rows4() ? run(k_lm_head<kBF16, 4>) : run(k_lm_head<kBF16, 2>); break;
+    case kQ4:
+      if (use_int8_x(kQ4, W.cols)) lm_rows4() ? run(k_lm_head<kQ4, 4, XQ>) : run(k_lm_head<kQ4, 2, XQ>);
+      else lm_rows4() ? run(k_lm_head<kQ4, 4, XF>) : run(k_lm_head<kQ4, 2, XF>);
+      break;
+    case kQ8: lm_rows4() ? run(k_lm_head<kQ8, 4, XF>) : run(k_lm_head<kQ8, 2, XF>); break;
+    default: lm_rows4() ? run(k_lm_head<kBF16, 4, XF>) : run(k_lm_head<kBF16, 2, XF>); break;
   }
 }
 
