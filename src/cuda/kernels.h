@@ -125,6 +125,7 @@ struct MoeArgs {
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-12)
   int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)
   int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
+  int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);

@@ -412,6 +412,16 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     const int c = lane + 32 * u;
     if (rrow && c < rnch) chunk_load<RFMT>(m, mrow, c, raw[u], sb[u]);
   }
+  // the shared expert's rows go to the warps after the router's (wrapping around on small grids). With sh_late the
+  // warp's first one has its gate and up loads issued here (weights) and its math after the grid barrier, so the
+  // barrier waits for the router rows only
+  const int sr0 = ((warp - nr) % nwarps + nwarps) % nwarps;
+  const DMat sgu[2] = {a.sh_gate, a.sh_up};
+  const DMat* smp[2] = {&sgu[0], &sgu[1]};
+  const int srr[2] = {sr0 < Is ? sr0 : -1, sr0 < Is ? sr0 : -1};
+  const int snch = H / FmtInfo<FMT>::kElems;
+  RowSet<FMT, 2> SP;
+  if (a.sh_late && srr[0] >= 0) SP.load(smp, srr, snch, 0, lane);
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
@@ -420,12 +430,24 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (tr) trace_at(a.trace, 2);
   if (rrow) router_row<RFMT>(a, m, mrow, sh, warp, raw, sb, xr, lane);
   auto act_row = [&](int row) { gate_up_row<FMT>(a, s_idx, row, xv, lane); };
-  // the shared expert's rows go to the warps after the router's (wrapping around on small grids)
-  for (int r = ((warp - nr) % nwarps + nwarps) % nwarps; r < Is; r += nwarps) act_row(a.k * I + r);
+  if (!a.sh_late)
+    for (int r = sr0; r < Is; r += nwarps) act_row(a.k * I + r);
   if (tr) trace_at(a.trace, 3);
   grid_barrier(a.route_done);
   if (tr) trace_at(a.trace, 4);
   if (threadIdx.x < 32) route_warp(a.logits, a.E, a.k, s_idx, s_w);
+  if (a.sh_late && srr[0] >= 0) {  // the same sums, in the same order, as gate_up_row
+    float acc[2] = {0.f, 0.f};
+    for (int c0 = 0; c0 < snch; c0 += 64) {
+      if (c0 > 0) SP.load(smp, srr, snch, c0, lane);
+      SP.dot(srr, xv, snch, c0, lane, acc);
+    }
+    acc[0] = warp_sum(acc[0]);
+    acc[1] = warp_sum(acc[1]);
+    if (lane == 0) a.act[a.k * I + sr0] = silu_f(acc[0]) * acc[1];
+  }
+  if (a.sh_late)
+    for (int r = sr0 + nwarps; r < Is; r += nwarps) act_row(a.k * I + r);
   __syncthreads();
   if (tr) trace_at(a.trace, 5);
   if (blockIdx.x == 0 && threadIdx.x < a.k) {  // for the down kernel
@@ -520,6 +542,16 @@ bool moe_pairs_on() {
   return on;
 }
 
+// LILY_CUDA_MOE_SHARED_LATE=0: the fused kernel computes its shared-expert rows before the grid barrier (the
+// barrier then waits for them too); default: loads before the PDL wait, math after the barrier.
+bool moe_shared_late_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("LILY_CUDA_MOE_SHARED_LATE");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
 void check(const MoeArgs& a) {
   const int f = a.gate.m.fmt;
   if (a.up.m.fmt != f || a.down.m.fmt != f || a.sh_gate.fmt != f || a.sh_up.fmt != f || a.sh_down.fmt != f)
@@ -574,6 +606,7 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   MoeArgs a = args;
   a.early_trigger = early_trigger_on();
   a.gu_pairs = moe_pairs_on();
+  a.sh_late = moe_shared_late_on();
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1 ||
       a.router.cols != a.gate.m.cols)
     throw Error("moe_route_gate_up: router and shared gate must share format and cols with the experts' input");
