@@ -378,9 +378,10 @@ __device__ __forceinline__ void grid_barrier(unsigned int* ctr) {
 
 // Router + gate_up in one launch (the default; LILY_CUDA_FUSED_ROUTER=0 runs k_moe_router then k_moe_gate_up).
 // Warps 0..E of the grid compute the router logits and the shared-expert gate (rows in registers before pdl_wait,
-// x in f32 as k_moe_router), the following warps the shared expert's gate/up rows, which need no routing; then a
-// grid barrier, every block ranks the E logits itself (route_block: no serial last block), and the routed
-// experts' rows follow. Saves the router's launch, its last-block fence + atomic + serial top-k, and one x prologue.
+// x in f32 as k_moe_router), the following warps the shared expert's gate/up rows, which need no routing (loaded
+// before pdl_wait too, dotted after the barrier: sh_late); then a grid barrier, every block ranks the E logits
+// itself (route_warp: no serial last block), and the routed experts' rows follow, two per warp in flight (gu_pairs).
+// Saves the router's launch, its last-block fence + atomic + serial top-k, and one x prologue.
 template <int FMT, int RFMT, class X>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs a) {
   extern __shared__ float4 smem4[];
