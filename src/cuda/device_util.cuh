@@ -30,11 +30,13 @@ __device__ __forceinline__ void pdl_trigger() {
 // LILY_CUDA_EARLY_TRIGGER=0: kernels that may signal their PDL dependents at entry (so the next kernel's blocks land
 // beside them, where resources allow, and issue their weight loads while they run) signal after their own wait
 // instead. Default on. (The dependents' griddepcontrol.wait still waits for this whole grid and its writes.)
+// A switch that is on unless the variable starts with '0' (read by the callers once, into a static).
+inline bool env_default_on(const char* name) {
+  const char* v = std::getenv(name);
+  return !(v && v[0] == '0');
+}
 inline bool early_trigger_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("LILY_CUDA_EARLY_TRIGGER");
-    return !(v && v[0] == '0');
-  }();
+  static const bool on = env_default_on("LILY_CUDA_EARLY_TRIGGER");
   return on;
 }
 

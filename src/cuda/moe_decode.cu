@@ -536,20 +536,14 @@ struct XTag {  // selects an activation representation in a launcher (XF / XQ ha
 
 // LILY_CUDA_MOE_PAIRS=0: the fused kernel's routed gate/up rows one per warp at a time (default: two in flight).
 bool moe_pairs_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("LILY_CUDA_MOE_PAIRS");
-    return !(v && v[0] == '0');
-  }();
+  static const bool on = env_default_on("LILY_CUDA_MOE_PAIRS");
   return on;
 }
 
 // LILY_CUDA_MOE_SHARED_LATE=0: the fused kernel computes its shared-expert rows before the grid barrier (the
 // barrier then waits for them too); default: loads before the PDL wait, math after the barrier.
 bool moe_shared_late_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("LILY_CUDA_MOE_SHARED_LATE");
-    return !(v && v[0] == '0');
-  }();
+  static const bool on = env_default_on("LILY_CUDA_MOE_SHARED_LATE");
   return on;
 }
 
