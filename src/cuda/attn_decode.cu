@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   if (two) {  // the last split of each group merges the group into slot kAttnSplits + group
     const int grp = split / kAttnGroup, gsz = min(kAttnGroup, nsplit - grp * kAttnGroup);
     if (threadIdx.x == 0)
-      s_last = atomicAdd(&ctl->attn_gdone[kvh * kAttnGroup + grp], 1u) == unsigned(gsz - 1);
+      s_last = atomicAdd(&ctl->attn_gdone[kvh * (kAttnSplits / kAttnGroup) + grp], 1u) == unsigned(gsz - 1);
     __syncthreads();
     if (!s_last) return;
     __threadfence();
@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-      ctl->attn_gdone[kvh * kAttnGroup + grp] = 0;
+      ctl->attn_gdone[kvh * (kAttnSplits / kAttnGroup) + grp] = 0;
       s_last = atomicAdd(&ctl->attn_done[kvh], 1u) == unsigned(ngroup - 1);
     }
   } else if (threadIdx.x == 0) {
@@ -378,7 +378,7 @@ void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
   AttnArgs a = args;
   a.min_split = min_split;
   a.merge_levels = levels;
-  if (a.nkv < 1 || a.nkv > 8 || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
+  if (a.nkv < 1 || a.nkv > kAttnMaxKv || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
   if (a.rope_dim > a.hd || a.rope_dim % 2) throw Error("attn_decode: rope_dim must be even and <= head_dim");
   const int G = a.nq / a.nkv;
   const dim3 grid(kAttnSplits, a.nkv), block(kWarps * 32);

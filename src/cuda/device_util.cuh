@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "cuda/cuda_check.h"
@@ -27,14 +29,22 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// LILY_CUDA_EARLY_TRIGGER=0: kernels that may signal their PDL dependents at entry (so the next kernel's blocks land
-// beside them, where resources allow, and issue their weight loads while they run) signal after their own wait
-// instead. Default on. (The dependents' griddepcontrol.wait still waits for this whole grid and its writes.)
-// A switch that is on unless the variable starts with '0' (read by the callers once, into a static).
+// ---- switches read from the environment (by the launchers, once, into statics) ----
+// On unless the variable starts with '0'.
 inline bool env_default_on(const char* name) {
   const char* v = std::getenv(name);
   return !(v && v[0] == '0');
 }
+// Rows per warp in flight: 4 (unset or "4") or 2 ("2"); anything else is an error naming the variable.
+inline bool env_rows4(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v || std::strcmp(v, "4") == 0) return true;
+  if (std::strcmp(v, "2") == 0) return false;
+  throw Error(std::string(name) + ": expected 2 or 4");
+}
+// LILY_CUDA_EARLY_TRIGGER=0: kernels that may signal their PDL dependents at entry (so the next kernel's blocks land
+// beside them, where resources allow, and issue their weight loads while they run) signal after their own wait
+// instead. Default on. (The dependents' griddepcontrol.wait still waits for this whole grid and its writes.)
 inline bool early_trigger_on() {
   static const bool on = env_default_on("LILY_CUDA_EARLY_TRIGGER");
   return on;

@@ -1,8 +1,6 @@
 // Row-parallel fused GEMV for decode (batch 1): one warp per output row, 16-byte coalesced weight loads,
 // dequantisation in registers (s*Sum(xq) + b*Sum(x)), optional RMSNorm prologue, several matrices sharing one x
 // in one launch, optional residual accumulation. Also the embedding-row kernel.
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda/device_util.cuh"
 
@@ -109,12 +107,7 @@ __global__ void __launch_bounds__(kThreads) k_embed(const DMat E, const int32_t*
 
 bool g_int8_x = true;
 bool gemv_rows4() {  // LILY_CUDA_GEMV_ROWS=2 keeps 2 rows per warp in flight everywhere
-  static const bool on = [] {
-    const char* v = std::getenv("LILY_CUDA_GEMV_ROWS");
-    if (!v || !*v || std::strcmp(v, "4") == 0) return true;
-    if (std::strcmp(v, "2") == 0) return false;
-    throw Error("LILY_CUDA_GEMV_ROWS: expected 2 or 4");
-  }();
+  static const bool on = env_rows4("LILY_CUDA_GEMV_ROWS");
   return on;
 }
 

@@ -42,6 +42,13 @@ struct GemvSeg {
 
 constexpr int kMaxSegs = 4;
 
+// Decode attention: at most kAttnSplits blocks per kv head (split-KV), merged in groups of kAttnGroup first; the
+// partials buffer holds the splits, then the groups.
+constexpr int kAttnSplits = 64;
+constexpr int kAttnGroup = 8;  // splits per group of the two-level merge
+constexpr int kAttnPartSlots = kAttnSplits + kAttnSplits / kAttnGroup;
+constexpr int kAttnMaxKv = 8;  // kv heads the step counters hold
+
 // Per-sequence state pointers + step control, read by the kernels through one fixed device address so that a
 // captured graph serves every sequence (the host rewrites it when switching sequences).
 struct StepCtl {
@@ -54,8 +61,8 @@ struct StepCtl {
   int n_given = 0;            // in_ids[0..n_given) are given; later inputs are the previous argmax
   unsigned long long best = 0;   // packed (ordered logit, ~id) argmax accumulator
   unsigned int lm_done = 0;      // blocks of the lm_head kernel finished this step
-  unsigned int attn_done[8] = {};// blocks of the attention kernel finished, per kv head
-  unsigned int attn_gdone[8 * 8] = {};  // splits finished per (kv head, group of kAttnGroup splits): two-level merge
+  unsigned int attn_done[kAttnMaxKv] = {};  // attention blocks (or groups) finished, per kv head
+  unsigned int attn_gdone[kAttnMaxKv * (kAttnSplits / kAttnGroup)] = {};  // splits finished per (kv head, group)
 };
 
 // ---- activation precision of the 4-bit decode GEMVs (gemv, MoE gate_up/down) ----
@@ -170,9 +177,6 @@ struct AttnArgs {
   int merge_levels = 2;         // 2: groups of kAttnGroup splits merged first (set by attn_decode)
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [8] globaltimer stamps of block (0,0) and the last block
 };
-constexpr int kAttnSplits = 64;
-constexpr int kAttnGroup = 8;  // splits per group of the two-level merge
-constexpr int kAttnPartSlots = kAttnSplits + kAttnSplits / kAttnGroup;
 void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl);
 
 }  // namespace lily::cuda

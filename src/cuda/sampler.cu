@@ -3,8 +3,6 @@
 // The last block to finish writes the id to out_ids[cursor], feeds it to the next step's input, advances the
 // step (cursor, pos) and resets the accumulators: the whole step can be replayed from a CUDA graph.
 #include <cfloat>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 #include "cuda/device_util.cuh"
@@ -111,13 +109,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
 }  // namespace
 
 namespace {
-bool lm_rows4() {
-  static const bool on = [] {
-    const char* v = std::getenv("LILY_CUDA_LM_ROWS");
-    if (!v || !*v || std::strcmp(v, "4") == 0) return true;
-    if (std::strcmp(v, "2") == 0) return false;
-    throw Error("LILY_CUDA_LM_ROWS: expected 2 or 4");
-  }();
+bool lm_rows4() {  // LILY_CUDA_LM_ROWS=2 keeps 2 rows per warp in flight in the lm_head
+  static const bool on = env_rows4("LILY_CUDA_LM_ROWS");
   return on;
 }
 }  // namespace
