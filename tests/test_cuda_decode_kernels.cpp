@@ -189,6 +189,10 @@ TEST_P(CudaMoeDecode, MatchesReference) {
     std::vector<int32_t> gidx(K);
     CK(cudaMemcpy(gidx.data(), a.route_idx, K * 4, cudaMemcpyDeviceToHost));
     for (int j = 0; j < K; ++j) EXPECT_EQ(gidx[j], idx[j]) << "rep " << rep << " slot " << j;
+    const std::vector<uint32_t> ctr = down(a.route_done, 4);  // counters left zeroed (the barrier generation may not)
+    EXPECT_EQ(ctr[0], 0u);
+    EXPECT_EQ(ctr[2], 0u);
+    EXPECT_EQ(ctr[3], 0u);
     EXPECT_LT(testmetrics::rms_rel_err(down(a.route_w, K), wt), 1e-5);
     EXPECT_LT(testmetrics::rms_rel_err(down(a.logits, E), logits), 1e-5);
     if (int8x) {

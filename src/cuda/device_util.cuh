@@ -122,6 +122,11 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {  // read-only, do n
                : "l"(p));
   return r;
 }
+__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {  // gpu-scope acquire (flags, counters)
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // ---- cp.async (sm_80+): weights that do not depend on the previous kernel staged into shared memory before

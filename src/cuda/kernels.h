@@ -133,11 +133,12 @@ struct MoeArgs {
   int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)
   int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
+  int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_down(const MoeArgs& a, cudaStream_t s, bool pdl);
-// router + gate_up as one launch (same results as moe_router then moe_gate_up; grid-wide barrier on route_done[0..1],
+// router + gate_up as one launch (same results as moe_router then moe_gate_up; barrier on route_done[0..1] or [2..3],
 // which must start zeroed and is left zeroed).
 void moe_route_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
 

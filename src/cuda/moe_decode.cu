@@ -376,6 +376,27 @@ __device__ __forceinline__ void grid_barrier(unsigned int* ctr) {
   __syncthreads();
 }
 
+// The barrier of the fused kernel when only the router's blocks must arrive (LILY_CUDA_MOE_ROUTER_BARRIER, default
+// on): arrivals ctr[0] (the router blocks, after their logits), then every block waits for n_arrive of them; ctr[1]
+// counts the blocks past the wait and the last resets both (the next launch counts only after this one completed).
+// Blocks that are not the router's no longer hold the release back (a block scheduled late, say).
+__device__ __forceinline__ void router_barrier(unsigned int* ctr, unsigned int n_arrive, bool arrive) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (arrive) {
+      __threadfence();
+      atomicAdd(ctr, 1u);
+    }
+    while (ld_acquire_u32(ctr) < n_arrive) __nanosleep(32);
+  }
+  __syncthreads();
+  // warp 1 (not the top-k's warp 0) counts this block as past the wait
+  if (threadIdx.x == 32 && atomicAdd(ctr + 1, 1u) == gridDim.x - 1) {
+    ctr[0] = 0;
+    ctr[1] = 0;
+  }
+}
+
 // Router + gate_up in one launch (the default; LILY_CUDA_FUSED_ROUTER=0 runs k_moe_router then k_moe_gate_up).
 // Warps 0..E of the grid compute the router logits and the shared-expert gate (rows in registers before pdl_wait,
 // x in f32 as k_moe_router), the following warps the shared expert's gate/up rows, which need no routing (loaded
@@ -434,7 +455,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (!a.sh_late)
     for (int r = sr0; r < Is; r += nwarps) act_row(a.k * I + r);
   if (tr) trace_at(a.trace, 3);
-  grid_barrier(a.route_done);
+  if (a.router_barrier) {
+    const unsigned nrb = unsigned(std::min<int>(gridDim.x, (nr + kThreads / 32 - 1) / (kThreads / 32)));
+    router_barrier(a.route_done + 2, nrb, rblock);
+  } else {
+    grid_barrier(a.route_done);
+  }
   if (tr) trace_at(a.trace, 4);
   if (threadIdx.x < 32) route_warp(a.logits, a.E, a.k, s_idx, s_w);
   if (a.sh_late && srr[0] >= 0) {  // the same sums, in the same order, as gate_up_row
@@ -547,6 +573,13 @@ bool moe_shared_late_on() {
   return on;
 }
 
+// LILY_CUDA_MOE_ROUTER_BARRIER=0: every block of the fused kernel arrives at its barrier (grid_barrier); default:
+// only the router's blocks arrive (router_barrier).
+bool moe_router_barrier_on() {
+  static const bool on = env_default_on("LILY_CUDA_MOE_ROUTER_BARRIER");
+  return on;
+}
+
 void check(const MoeArgs& a) {
   const int f = a.gate.m.fmt;
   if (a.up.m.fmt != f || a.down.m.fmt != f || a.sh_gate.fmt != f || a.sh_up.fmt != f || a.sh_down.fmt != f)
@@ -602,6 +635,7 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   a.early_trigger = early_trigger_on();
   a.gu_pairs = moe_pairs_on();
   a.sh_late = moe_shared_late_on();
+  a.router_barrier = moe_router_barrier_on();
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1 ||
       a.router.cols != a.gate.m.cols)
     throw Error("moe_route_gate_up: router and shared gate must share format and cols with the experts' input");
