@@ -64,6 +64,7 @@ CudaOptions CudaOptions::from_env() {
   o.prefill_attn_precise = env_on("LILY_CUDA_PREFILL_ATTN_PRECISE", true);
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
+  o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);
   if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
   o.trace = env_on("LILY_CUDA_TRACE", false);
   return o;
@@ -296,8 +297,8 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     trace_ = static_cast<unsigned long long*>(dev_alloc(32 * 8));
     LILY_CUDA_CHECK(cudaMemset(trace_, 0, 32 * 8));
   }
-  route_done_ = static_cast<unsigned int*>(dev_alloc(16));
-  LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 16));
+  route_done_ = static_cast<unsigned int*>(dev_alloc(32));
+  LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 32));
   act_ = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
   ridx_ = static_cast<int32_t*>(dev_alloc(size_t(c.top_k) * 4));
   rw_ = static_cast<float*>(dev_alloc(size_t(c.top_k) * 4));
@@ -510,7 +511,9 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.route_idx = ridx_;
     m.route_w = rw_;
     m.out = x_;
-    if (opt_.fused_router && m.router.cols == m.gate.m.cols) {
+    const bool fused = opt_.fused_router && m.router.cols == m.gate.m.cols;
+    m.early_route = fused && opt_.early_route && !opt_.skips("gate_up");
+    if (fused) {
       if (!opt_.skips("gate_up")) moe_route_gate_up(m, s, pdl);
       mark("moe router + gate_up");
     } else {

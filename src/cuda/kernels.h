@@ -121,7 +121,7 @@ struct MoeArgs {
   DMat router, shg_w;              // [E, H], [1, H] (same format)
   float* logits = nullptr;         // router logits [E] (scratch written by router)
   float* shg = nullptr;            // shared gate logit [1] (written by router, read by down)
-  unsigned int* route_done = nullptr;  // device counter (zero between launches) for the router's last block
+  unsigned int* route_done = nullptr;  // [8] device counters and flags (zero between launches; see the kernels)
   int E = 0, k = 0;
   DStack gate, up, down;           // gate/up [I, H], down [H, I]
   DMat sh_gate, sh_up, sh_down;    // [Is, H], [Is, H], [H, Is]
@@ -134,6 +134,9 @@ struct MoeArgs {
   int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
   int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])
+  int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
+                                   // the routing through route_done[4] and down reads it before its PDL wait
+                                   // (route_done[5]: down blocks past the flag; both left zeroed)
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);

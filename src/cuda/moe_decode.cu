@@ -124,6 +124,7 @@ __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w
     key[i] = e < E ? uint32_t(route_key(__ldcg(logits + e), e) >> 32) : 0u;
   }
   int my_e = 0;
+  uint32_t my_key = 0u;
   for (int j = 0; j < k; ++j) {
     uint32_t m = 0u;
 #pragma unroll
@@ -137,9 +138,14 @@ __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
       if (uint32_t(lane + 32 * i) == e) key[i] = 0u;
-    if (lane == j) my_e = int(e);
+    if (lane == j) {
+      my_e = int(e);
+      my_key = top;
+    }
   }
-  const float v = lane < k ? __ldcg(logits + my_e) : 0.f;
+  // the selected logit back from its key (the inverse of route_key's monotone map: no second load)
+  const uint32_t bits = (my_key & 0x80000000u) ? (my_key & 0x7fffffffu) : ~my_key;
+  const float v = lane < k ? __uint_as_float(bits) : 0.f;
   const float top = __shfl_sync(0xffffffffu, v, 0);  // the largest
   const float ex = lane < k ? __expf(v - top) : 0.f;
   const float sum = warp_sum(ex);
@@ -477,9 +483,14 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     for (int r = sr0 + nwarps; r < Is; r += nwarps) act_row(a.k * I + r);
   __syncthreads();
   if (tr) trace_at(a.trace, 5);
-  if (blockIdx.x == 0 && threadIdx.x < a.k) {  // for the down kernel
-    a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
-    a.route_w[threadIdx.x] = s_w[threadIdx.x];
+  if (blockIdx.x == 0 && threadIdx.x < 32) {  // for the down kernel (k <= 32: warp 0)
+    if (threadIdx.x < a.k) {
+      a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
+      a.route_w[threadIdx.x] = s_w[threadIdx.x];
+      __threadfence();
+    }
+    __syncwarp();
+    if (a.early_route && threadIdx.x == 0) atomicExch(a.route_done + 4, 1u);  // published: down may read it now
   }
   if (a.gu_pairs) {  // two routed rows per warp in flight
     for (int row = warp; row < a.k * I; row += 2 * nwarps)
@@ -507,13 +518,19 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   if (a.early_trigger) pdl_trigger();
   const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(a.trace, 10);
-  pdl_wait();
+  if (a.early_route) {  // the routing is published (flag route_done[4]) by the fused kernel right after its top-k
+    if (threadIdx.x == 0)
+      while (ld_acquire_u32(a.route_done + 4) == 0u) __nanosleep(32);
+    __syncthreads();
+  } else {
+    pdl_wait();
+  }
   if (tr) trace_at(a.trace, 11);
-  if (threadIdx.x < a.k) {
-    s_w[threadIdx.x] = a.route_w[threadIdx.x];
-    s_m[threadIdx.x] = expert(a.down, a.route_idx[threadIdx.x]);
+  if (threadIdx.x < a.k) {  // through L2 (.cg): written by a kernel that may still be running
+    s_w[threadIdx.x] = __ldcg(a.route_w + threadIdx.x);
+    s_m[threadIdx.x] = expert(a.down, __ldcg(a.route_idx + threadIdx.x));
   } else if (threadIdx.x == a.k) {
-    s_w[a.k] = sigmoid_f(a.shg[0]);
+    s_w[a.k] = sigmoid_f(__ldcg(a.shg));
     s_m[a.k] = a.sh_down;
   }
   __syncthreads();
@@ -537,6 +554,13 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
     }
   };
   if (warp < H) issue(warp, 0);
+  if (a.early_route) {
+    pdl_wait();  // act, and out's other writers
+    if (threadIdx.x == 32 && atomicAdd(a.route_done + 5, 1u) == gridDim.x - 1) {  // every block has read the flag
+      a.route_done[4] = 0;
+      a.route_done[5] = 0;
+    }
+  }
   load_x(a.act, nullptr, 0.f, n, xv, red);
   pdl_trigger();
   for (int row = warp; row < H; row += nwarps) {
