@@ -277,12 +277,23 @@ TEST_P(CudaAttnDecode, MatchesReference) {
   a.part = dev.poisoned(size_t(nkv) * cuda::kAttnPartSlots * (8 * hd + 16));
   a.out = dev.poisoned(size_t(nq) * hd);
   a.ctl = dctl;
-  for (int rep = 0; rep < 2; ++rep) {  // twice: the merge counters must reset themselves
-    CK(cudaMemset(a.out, 0xFF, size_t(nq) * hd * 4));
-    cuda::attn_decode(a, nullptr, true);
-    CK(cudaDeviceSynchronize());
-    // f32 online softmax over T positions vs the reference: 2e-5 up to 5000; H200 measured 4.1e-5 at T = 20000
-    EXPECT_LT(testmetrics::rms_rel_err(down(a.out, size_t(nq) * hd), want), T > 5000 ? 8e-5 : 2e-5) << "T=" << T << " rep " << rep;
+  struct Restore {
+    int v = cuda::attn_merge_levels();
+    ~Restore() { cuda::set_attn_merge_levels(v); }
+  } restore;
+  for (int levels : {0, 1, 2}) {  // the spread merge (default), one level, groups then groups of groups
+    cuda::set_attn_merge_levels(levels);
+    for (int rep = 0; rep < 2; ++rep) {  // twice: the merge counters must reset themselves
+      CK(cudaMemset(a.out, 0xFF, size_t(nq) * hd * 4));
+      cuda::attn_decode(a, nullptr, true);
+      CK(cudaDeviceSynchronize());
+      // f32 online softmax over T positions vs the reference: 2e-5 up to 5000; H200 measured 4.1e-5 at T = 20000
+      EXPECT_LT(testmetrics::rms_rel_err(down(a.out, size_t(nq) * hd), want), T > 5000 ? 8e-5 : 2e-5)
+          << "T=" << T << " merge " << levels << " rep " << rep;
+      const std::vector<cuda::StepCtl> c = down(dctl, 1);  // counters left zeroed
+      for (unsigned v : c[0].attn_done) EXPECT_EQ(v, 0u) << "merge " << levels;
+      for (unsigned v : c[0].attn_gdone) EXPECT_EQ(v, 0u) << "merge " << levels;
+    }
   }
   // the new k/v were appended at pos
   std::vector<uint16_t> kv2(kv.size());

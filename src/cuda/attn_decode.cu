@@ -2,8 +2,10 @@
 // Grid (kAttnSplits, nkv), 8 warps. Each block: q/k RMSNorm + partial NeoX RoPE of the G = nq/nkv query heads of
 // its kv head (and of the new k), KV append at pos (split 0 writes), then its slice of positions: each warp
 // streams K/V rows (lane owns hd/32 dims, all G heads at once, so each KV row is read once for the G heads),
-// online softmax in exp2 space; warps merge in shared memory; splits merge through `part` by the last block to
-// finish (counter in StepCtl), which also applies the sigmoid output gate.
+// online softmax in exp2 space; warps merge in shared memory; splits merge through `part` (counters in StepCtl):
+// by default every split block waits for its kv head's others and writes its share of the merged output with the
+// sigmoid output gate (merge_slice); LILY_CUDA_ATTN_MERGE=2 / 1: the last block of each group of kAttnGroup splits,
+// then the last group (or the last block of all splits) merges.
 #include <cstdlib>
 
 #include "cuda/device_util.cuh"
@@ -70,11 +72,14 @@ constexpr int kKvInFlight = 4;  // K/V rows per warp loaded before any is used
 // then each thread sums 4 consecutive outputs over the splits, MU splits' loads in flight at a time.
 // dst != null: writes the merged partial there (acc relative to the new max, m, l: a group of the two-level merge);
 // dst == null: writes the normalised output times the sigmoid gate to a.out. Starts and ends with a barrier.
-template <int HD, int G, int MU>
-__device__ __forceinline__ void merge_parts(const AttnArgs& a, const float* pk, int n, int stride, float* wsp, int kvh,
-                                            float* dst) {
+// Merge weights of n partials of one kv head (pk + s * stride: acc [G*HD] relative to m, then m [G], l [G]): one
+// warp per head, lanes over the splits, all (m, l) loads in flight; wsp [n][G] = 2^(m_s - M) (divided by the
+// denominator when dst == null; else dst gets the merged m and l: a group of the two-level merge). Starts with a
+// barrier (every thread done with the shared memory wsp reuses); the caller syncs before reading wsp.
+template <int HD, int G>
+__device__ __forceinline__ void merge_weights(const float* pk, int n, int stride, float* wsp, float* dst) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // every thread is done with the shared memory wsp reuses
+  __syncthreads();
   static_assert(kAttnSplits % 32 == 0 && kAttnSplits <= kWarps * HD, "merge weights must fit in the slabs");
   for (int g = warp; g < G; g += kWarps) {
     constexpr int SPL = kAttnSplits / 32;
@@ -104,6 +109,16 @@ __device__ __forceinline__ void merge_parts(const AttnArgs& a, const float* pk, 
       dst[G * HD + G + g] = den;
     }
   }
+}
+
+// Merges n partials of one kv head (layout as merge_weights): then each thread sums 4 consecutive outputs over the
+// splits, MU splits' loads in flight at a time.
+// dst != null: writes the merged partial there (acc relative to the new max, m, l: a group of the two-level merge);
+// dst == null: writes the normalised output times the sigmoid gate to a.out. Starts and ends with a barrier.
+template <int HD, int G, int MU>
+__device__ __forceinline__ void merge_parts(const AttnArgs& a, const float* pk, int n, int stride, float* wsp, int kvh,
+                                            float* dst) {
+  merge_weights<HD, G>(pk, n, stride, wsp, dst);
   __syncthreads();
   for (int i4 = threadIdx.x; i4 < G * HD / 4; i4 += blockDim.x) {
     const int i = i4 * 4, g = i / HD, d = i % HD;
@@ -129,6 +144,66 @@ __device__ __forceinline__ void merge_parts(const AttnArgs& a, const float* pk, 
                                                                    num.z * sigmoid_f(gt.z), num.w * sigmoid_f(gt.w));
   }
   __syncthreads();
+}
+
+// One-level merge spread over the n split blocks of a kv head (merge_levels 0): block `slice` writes its share of
+// the G*HD/4 float4 outputs, T threads per output (a power of two <= 32) each summing every T-th split, then a
+// butterfly over the T lanes. Its first output's partial values and gate are loaded before the weights' (m, l),
+// so both L2 round trips overlap. Every block computes all the weights (n x G, tiny).
+template <int HD, int G>
+__device__ __forceinline__ void merge_slice(const AttnArgs& a, const float* pk, int n, int stride, int slice,
+                                            float* wsp, int kvh) {
+  constexpr int NO = G * HD / 4, kT = kWarps * 32, kSpt = 4;  // outputs; threads; splits held per thread
+  const int O = (NO + n - 1) / n, o0 = slice * O;
+  if (o0 >= NO) return;  // uniform over the block
+  int T = 32;
+  while (T > 1 && T * O > kT) T >>= 1;
+  const int sub = int(threadIdx.x) % T;
+  auto load = [&](int oi, float4 (&v)[kSpt], float4& gt) {
+    const int i = (o0 + oi) * 4, g = i / HD, d = i % HD;
+    gt = *reinterpret_cast<const float4*>(a.q + (kvh * G + g) * 2 * HD + HD + d);
+#pragma unroll
+    for (int u = 0; u < kSpt; ++u) {
+      const int sp = sub + u * T;
+      v[u] = sp < n ? __ldcg(reinterpret_cast<const float4*>(pk + sp * stride + i)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  const int lane = threadIdx.x & 31, first = int(threadIdx.x) / T, step = kT / T;
+  const int hi = min(O, NO - o0);
+  float4 v[kSpt], gt;
+  if (first < hi) load(first, v, gt);
+  merge_weights<HD, G>(pk, n, stride, wsp, nullptr);
+  __syncthreads();
+  // warp-uniform trip count (the butterfly's shuffles need every lane of the warp)
+  for (int oi0 = (int(threadIdx.x) >> 5) * (32 / T); oi0 < hi; oi0 += step) {
+    const int oi = oi0 + lane / T;
+    const bool valid = oi < hi;
+    if (valid && oi != first) load(oi, v, gt);
+    const int i = (o0 + (valid ? oi : 0)) * 4, g = i / HD, d = i % HD;
+    float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (valid) {
+#pragma unroll
+      for (int u = 0; u < kSpt; ++u) {
+        const int sp = sub + u * T;
+        const float f = sp < n ? wsp[sp * G + g] : 0.f;
+        num.x += v[u].x * f; num.y += v[u].y * f; num.z += v[u].z * f; num.w += v[u].w * f;
+      }
+      for (int sp = sub + kSpt * T; sp < n; sp += T) {  // more than kSpt splits per thread (not at 64 splits)
+        const float4 w4 = __ldcg(reinterpret_cast<const float4*>(pk + sp * stride + i));
+        const float f = wsp[sp * G + g];
+        num.x += w4.x * f; num.y += w4.y * f; num.z += w4.z * f; num.w += w4.w * f;
+      }
+    }
+    for (int o = T / 2; o >= 1; o >>= 1) {
+      num.x += __shfl_xor_sync(0xffffffffu, num.x, o);
+      num.y += __shfl_xor_sync(0xffffffffu, num.y, o);
+      num.z += __shfl_xor_sync(0xffffffffu, num.z, o);
+      num.w += __shfl_xor_sync(0xffffffffu, num.w, o);
+    }
+    if (valid && sub == 0)
+      *reinterpret_cast<float4*>(a.out + (kvh * G + g) * HD + d) = make_float4(
+          num.x * sigmoid_f(gt.x), num.y * sigmoid_f(gt.y), num.z * sigmoid_f(gt.z), num.w * sigmoid_f(gt.w));
+  }
 }
 
 template <int HD, int G>
@@ -329,6 +404,25 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   __threadfence();
   __syncthreads();
   if (tr) trace_at(a.trace, 4);
+  if (a.merge_levels == 0) {  // every split block waits for all of its kv head's splits, then merges its share
+    unsigned* done = &ctl->attn_done[kvh];
+    unsigned* seen = &ctl->attn_gdone[kvh * (kAttnSplits / kAttnGroup)];
+    if (threadIdx.x == 0) {
+      atomicAdd(done, 1u);
+      while (ld_acquire_u32(done) < unsigned(nsplit)) {
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 32 && atomicAdd(seen, 1u) == unsigned(nsplit - 1)) {  // every block is past the wait
+      *done = 0;
+      *seen = 0;
+    }
+    const bool trl = a.trace && threadIdx.x == 0 && kvh == 0 && split == 0;
+    if (trl) trace_at(a.trace, 5);
+    merge_slice<HD, G>(a, a.part + int64_t(kvh) * kAttnPartSlots * stride, nsplit, stride, split, slab, kvh);
+    if (trl) trace_at(a.trace, 6);
+    return;
+  }
   const bool two = a.merge_levels == 2 && nsplit > kAttnGroup;
   const int ngroup = (nsplit + kAttnGroup - 1) / kAttnGroup;
   const float* pk = a.part + int64_t(kvh) * kAttnPartSlots * stride;
@@ -365,19 +459,25 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
 
 }  // namespace
 
+namespace {
+int g_merge_levels = [] {  // LILY_CUDA_ATTN_MERGE=1 / 2: the last block (of all splits / of each group) merges
+  const char* v = std::getenv("LILY_CUDA_ATTN_MERGE");
+  return v && (v[0] == '1' || v[0] == '2') ? v[0] - '0' : 0;
+}();
+}  // namespace
+
+void set_attn_merge_levels(int levels) { g_merge_levels = levels; }
+int attn_merge_levels() { return g_merge_levels; }
+
 void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
   static const int min_split = [] {
     const char* v = std::getenv("LILY_CUDA_ATTN_MIN_SPLIT");
     const int n = v ? std::atoi(v) : 0;
     return n > 0 ? n : kDefaultMinSplit;
   }();
-  static const int levels = [] {  // LILY_CUDA_ATTN_MERGE=1: the last block merges all splits itself
-    const char* v = std::getenv("LILY_CUDA_ATTN_MERGE");
-    return v && v[0] == '1' ? 1 : 2;
-  }();
   AttnArgs a = args;
   a.min_split = min_split;
-  a.merge_levels = levels;
+  a.merge_levels = attn_merge_levels();
   if (a.nkv < 1 || a.nkv > kAttnMaxKv || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
   if (a.rope_dim > a.hd || a.rope_dim % 2) throw Error("attn_decode: rope_dim must be even and <= head_dim");
   const int G = a.nq / a.nkv;
@@ -385,6 +485,8 @@ void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
   const size_t smem = size_t(kWarps) * G * a.hd * 4;  // per-warp partial slabs (64 KB at hd 256, G 8)
   auto run = [&](auto kern) {
     allow_smem(kern, smem);
+    // the spread merge has every split block wait for its kv head's others: all must be resident at once
+    if (a.merge_levels == 0 && resident_grid(kern, kWarps * 32, smem) < kAttnSplits * a.nkv) a.merge_levels = 2;
     launch(kern, grid, block, smem, s, pdl, a);
   };
   if (a.hd == 256 && G == 8) run(k_attn<256, 8>);

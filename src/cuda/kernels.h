@@ -178,9 +178,13 @@ struct AttnArgs {
   float* out = nullptr;         // [nq*hd]
   StepCtl* ctl = nullptr;
   int min_split = 64;           // positions per split at least (set by attn_decode)
-  int merge_levels = 2;         // 2: groups of kAttnGroup splits merged first (set by attn_decode)
+  int merge_levels = 0;         // 0: spread over the split blocks; 2: groups of kAttnGroup splits merged first, then
+                                // the groups; 1: the last block merges all (set by attn_decode)
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [8] globaltimer stamps of block (0,0) and the last block
 };
 void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl);
+// The split merge attn_decode uses (0 spread, 1 or 2 levels; from LILY_CUDA_ATTN_MERGE at start, default 0); tests set it.
+void set_attn_merge_levels(int levels);
+int attn_merge_levels();
 
 }  // namespace lily::cuda
