@@ -413,10 +413,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
       }
     }
     __syncthreads();
-    if (threadIdx.x == 32 && atomicAdd(seen, 1u) == unsigned(nsplit - 1)) {  // every block is past the wait
-      *done = 0;
-      *seen = 0;
-    }
+    if (threadIdx.x == 32) count_past(done, seen, unsigned(nsplit));
     const bool trl = a.trace && threadIdx.x == 0 && kvh == 0 && split == 0;
     if (trl) trace_at(a.trace, 5);
     merge_slice<HD, G>(a, a.part + int64_t(kvh) * kAttnPartSlots * stride, nsplit, stride, split, slab, kvh);

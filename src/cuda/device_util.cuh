@@ -127,6 +127,14 @@ __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {  // gpu-
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+// One block past a spin wait on *waited: counts itself on *seen; the last of n resets both (so that the next launch
+// starts from zero; it counts only after this one completed). Called by one thread of the block.
+__device__ __forceinline__ void count_past(unsigned* waited, unsigned* seen, unsigned n) {
+  if (atomicAdd(seen, 1u) == n - 1u) {
+    *waited = 0;
+    *seen = 0;
+  }
+}
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // ---- cp.async (sm_80+): weights that do not depend on the previous kernel staged into shared memory before

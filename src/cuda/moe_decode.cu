@@ -396,11 +396,7 @@ __device__ __forceinline__ void router_barrier(unsigned int* ctr, unsigned int n
     while (ld_acquire_u32(ctr) < n_arrive) __nanosleep(32);
   }
   __syncthreads();
-  // warp 1 (not the top-k's warp 0) counts this block as past the wait
-  if (threadIdx.x == 32 && atomicAdd(ctr + 1, 1u) == gridDim.x - 1) {
-    ctr[0] = 0;
-    ctr[1] = 0;
-  }
+  if (threadIdx.x == 32) count_past(ctr, ctr + 1, gridDim.x);  // warp 1: not the top-k's warp 0
 }
 
 // Router + gate_up in one launch (the default; LILY_CUDA_FUSED_ROUTER=0 runs k_moe_router then k_moe_gate_up).
@@ -556,10 +552,7 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   if (warp < H) issue(warp, 0);
   if (a.early_route) {
     pdl_wait();  // act, and out's other writers
-    if (threadIdx.x == 32 && atomicAdd(a.route_done + 5, 1u) == gridDim.x - 1) {  // every block has read the flag
-      a.route_done[4] = 0;
-      a.route_done[5] = 0;
-    }
+    if (threadIdx.x == 32) count_past(a.route_done + 4, a.route_done + 5, gridDim.x);  // this block read the flag
   }
   load_x(a.act, nullptr, 0.f, n, xv, red);
   pdl_trigger();
