@@ -65,6 +65,8 @@ CudaOptions CudaOptions::from_env() {
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
   o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);
+  o.route_packed = env_on("LILY_CUDA_MOE_ROUTE_PACKED", true);
+  o.down_waiter = env_on("LILY_CUDA_MOE_DOWN_WAITER", true);
   if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
   o.trace = env_on("LILY_CUDA_TRACE", false);
   return o;
@@ -294,8 +296,8 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
   shg_ = static_cast<float*>(dev_alloc(16));
   if (opt_.trace) {
-    trace_ = static_cast<unsigned long long*>(dev_alloc(32 * 8));
-    LILY_CUDA_CHECK(cudaMemset(trace_, 0, 32 * 8));
+    trace_ = static_cast<unsigned long long*>(dev_alloc(kTraceSlots * 8));
+    LILY_CUDA_CHECK(cudaMemset(trace_, 0, kTraceSlots * 8));
   }
   route_done_ = static_cast<unsigned int*>(dev_alloc(32));
   LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 32));
@@ -344,27 +346,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
 }
 
 CudaBackend::~CudaBackend() {
-  if (trace_) {  // stamps of the last step, relative to the attention kernel's entry
-    unsigned long long t[32] = {};
-    if (cudaMemcpy(t, trace_, sizeof(t), cudaMemcpyDeviceToHost) == cudaSuccess && t[0]) {
-      const char* names[32] = {"attn entry", "attn after pdl_wait", "attn prologue done", "attn scan done (block 0)",
-                               "attn published (block 0)", "attn last block starts merge", "attn merge done", 0, 0, 0,
-                               0, 0, 0, 0, 0, 0, "router entry", "router after pdl_wait", "router x loaded",
-                               "router rows done (block 0)", "router last block starts top-k", "router top-k done",
-                               "gate_up entry", "gate_up after pdl_wait", "gate_up x loaded", "gate_up rows done (block 0)",
-                               "down entry", "down after pdl_wait", "down rows done (block 0)", 0, 0, 0};
-      if (opt_.fused_router) {  // moe_route_gate_up's stamps (slots 16-21, 25)
-        const char* fused[7] = {"router+gate_up entry", "  after pdl_wait", "  x loaded",
-                                "  router + shared rows done (b0)", "  grid barrier passed (b0)", "  top-k done (b0)",
-                                "  routed rows done (b0)"};
-        for (int i = 0; i < 6; ++i) names[16 + i] = fused[i];
-        names[25] = fused[6];
-      }
-      std::fprintf(stderr, "cuda trace (first attention layer + its MoE, last step; us from attn entry):\n");
-      for (int i = 0; i < 32; ++i)
-        if (names[i] && t[i]) std::fprintf(stderr, "  %-34s %8.2f\n", names[i], double(int64_t(t[i] - t[0])) / 1e3);
-    }
-  }
+  if (trace_) print_trace();
   if (prof_steps_ > 0) {
     double tot = 0;
     for (auto& p : prof_ms_) tot += p.second;
@@ -383,6 +365,42 @@ CudaBackend::~CudaBackend() {
   for (void* p : allocs_) cudaFree(p);
   if (ctl_host_) cudaFreeHost(ctl_host_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+// LILY_CUDA_TRACE: the last step's stamps of the first attention layer + its MoE (slots 0..31, us from the
+// attention kernel's entry) and of the first DeltaNet layer + its MoE (slots 32..63, us from its in_proj's entry).
+void CudaBackend::print_trace() const {
+  unsigned long long t[kTraceSlots] = {};
+  if (cudaMemcpy(t, trace_, sizeof(t), cudaMemcpyDeviceToHost) != cudaSuccess) return;
+  const char* moe[16] = {"router entry", "router after pdl_wait", "router x loaded", "router rows done (block 0)",
+                         "router last block starts top-k", "router top-k done", "gate_up entry",
+                         "gate_up after pdl_wait", "gate_up x loaded", "gate_up rows done (block 0)", "down entry",
+                         "down after pdl_wait", "down rows done (block 0)", "down last block entry",
+                         "down last block done", 0};
+  if (opt_.fused_router) {  // moe_route_gate_up's stamps, then down's with early_route
+    const char* fused[16] = {"router+gate_up entry", "  after pdl_wait", "  x loaded", "  router + shared rows done (b0)",
+                             "  barrier passed (b0)", "  top-k done (b0)", "  top-k done (last block)",
+                             "  last block done", "down act loaded (b0)", "down before pdl_wait (b0)",
+                             "down entry (b0)", "  past the routing flag", "  rows done (b0)", "  last block entry",
+                             "  last block done", "down after pdl_wait (b0)"};
+    for (int i = 0; i < 16; ++i) moe[i] = fused[i];
+  }
+  const char* attn[16] = {"attn entry", "attn after pdl_wait", "attn prologue done", "attn scan done (block 0)",
+                          "attn published (block 0)", "attn last block starts merge", "attn merge done"};
+  const char* gdn[16] = {"in_proj entry (b0)", "in_proj x loaded (b0)", "in_proj last block done", "gdn entry (b0)",
+                         "gdn after pdl_wait (b0)", "gdn rows done (b0)", "gdn last block done", "out_proj entry (b0)",
+                         "out_proj x loaded (b0)", "out_proj last block done"};
+  auto print = [&](const char* title, int base, const char* const* first) {
+    if (!t[base]) return;
+    std::fprintf(stderr, "cuda trace (%s, last step; us from its first stamp):\n", title);
+    for (int i = 0; i < 32; ++i) {
+      const char* name = i < 16 ? first[i] : moe[i - 16];
+      if (name && t[base + i])
+        std::fprintf(stderr, "  %-34s %8.2f\n", name, double(int64_t(t[base + i] - t[base])) / 1e3);
+    }
+  };
+  print("first attention layer + its MoE", 0, attn);
+  print("first DeltaNet layer + its MoE", 32, gdn);
 }
 
 size_t CudaBackend::step_weight_bytes() const {
@@ -411,11 +429,12 @@ void CudaBackend::fill_context_for_timing(SeqState& sst, int n) {
 }
 
 // Segments that read the same normalised x: one launch when they share a weight format, else one each.
-void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s) {
+void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s,
+                                unsigned long long* trace) {
   bool same = true;
   for (int i = 1; i < n; ++i) same = same && segs[i].m.fmt == segs[0].m.fmt;
   if (same) {
-    gemv(segs, n, x_, norm_w, cfg_.rms_eps, s, opt_.pdl);
+    gemv(segs, n, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, trace);
     return;
   }
   for (int i = 0; i < n; ++i) gemv(&segs[i], 1, x_, norm_w, cfg_.rms_eps, s, opt_.pdl);
@@ -434,7 +453,8 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
                          {d.a, proj_ + cd + vd + hv, 0}};
-      if (!opt_.skips("gdn_in")) gemv_shared_x(segs, 4, d.in_norm, s);
+      unsigned long long* gtr = trace_ && d.lin_idx == 0 ? trace_ + 32 : nullptr;  // LILY_CUDA_TRACE slots 32..
+      if (!opt_.skips("gdn_in")) gemv_shared_x(segs, 4, d.in_norm, s, gtr);
       mark("gdn in_proj gemv");
       GdnArgs g;
       g.qkv = proj_;
@@ -454,10 +474,11 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       g.eps = eps;
       g.y = y_;
       g.ctl = ctl_;
+      g.trace = gtr ? gtr + 3 : nullptr;
       if (!opt_.skips("gdn")) gdn_decode(g, s, pdl);
       mark("gdn recurrence");
       GemvSeg o = {d.out, x_, 1};
-      if (!opt_.skips("gdn_out")) gemv(&o, 1, y_, nullptr, eps, s, pdl);
+      if (!opt_.skips("gdn_out")) gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr);
       mark("gdn out_proj gemv");
     } else {
       const int qr = c.q_proj_rows(), kvd = c.kv_dim();
@@ -498,7 +519,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.logits = rlogits_;
     m.shg = shg_;
     m.route_done = route_done_;
-    m.trace = trace_ && d.is_full && d.full_idx == 0 ? trace_ + 16 : nullptr;
+    m.trace = !trace_ ? nullptr : d.is_full && d.full_idx == 0 ? trace_ + 16 : !d.is_full && d.lin_idx == 0 ? trace_ + 48 : nullptr;
     m.E = c.n_experts;
     m.k = c.top_k;
     m.gate = d.gate;
@@ -513,6 +534,8 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.out = x_;
     const bool fused = opt_.fused_router && m.router.cols == m.gate.m.cols;
     m.early_route = fused && opt_.early_route && !opt_.skips("gate_up");
+    m.route_packed = opt_.route_packed;
+    m.down_waiter = opt_.down_waiter;
     if (fused) {
       if (!opt_.skips("gate_up")) moe_route_gate_up(m, s, pdl);
       mark("moe router + gate_up");

@@ -28,6 +28,8 @@ struct CudaOptions {
   bool prefill_attn_precise = true;  // LILY_CUDA_PREFILL_ATTN_PRECISE=0: bf16 flash attention in the fp16 modes
   bool fused_router = true;  // LILY_CUDA_FUSED_ROUTER=0: MoE router and gate_up as two launches
   bool early_route = true;   // LILY_CUDA_MOE_EARLY_ROUTE=0: MoE down reads the routing after its PDL wait
+  bool route_packed = true;  // LILY_CUDA_MOE_ROUTE_PACKED=0: the routing published as a flag (down then reads the ids)
+  bool down_waiter = true;   // LILY_CUDA_MOE_DOWN_WAITER=0: every warp of MoE down executes the PDL wait
   bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
   // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step
   // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
@@ -88,7 +90,7 @@ class CudaBackend : public Backend {
   DStack upload_stack(const ExpertStack& s, const char* what);
   float* upload_f32(const std::vector<float>& v);
   void enqueue_step(cudaStream_t s, bool sample);
-  void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s);
+  void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s, unsigned long long* trace = nullptr);
   void begin(CudaState& st, int n_given);
   void run_step(bool sample = false);  // sample: lm_head + the device step sampler instead of argmax
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
@@ -122,7 +124,10 @@ class CudaBackend : public Backend {
   float* rlogits_ = nullptr;    // [E]
   float* shg_ = nullptr;        // [1]
   unsigned int* route_done_ = nullptr;  // router last-block counter
-  unsigned long long* trace_ = nullptr; // [32] LILY_CUDA_TRACE stamps (attention 0-6, MoE 16-28)
+  static constexpr int kTraceSlots = 64;
+  unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_CUDA_TRACE stamps (attention 0-6, its MoE 16-28; first
+                                        // DeltaNet layer: in_proj 32-34, gdn 35-38, out_proj 39-41, its MoE 48-60)
+  void print_trace() const;  // LILY_CUDA_TRACE stamps, at exit
   float* act_ = nullptr;        // [k I + Is]
   int32_t* ridx_ = nullptr;     // [k]
   float* rw_ = nullptr;         // [k]

@@ -74,6 +74,13 @@ __device__ __forceinline__ void trace_at(unsigned long long* trace, int i) {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   trace[i] = t;
 }
+// The latest of several blocks: each block's thread 0 calls it once (slot starts zeroed; the last step's max stays).
+__device__ __forceinline__ void trace_max(unsigned long long* trace, int i) {
+  if (!trace) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  atomicMax(trace + i, t);
+}
 
 // ---- grid sizing: blocks of `kern` that fit on the device at once (one wave; more blocks would run a second
 // wave after the first drains). Cached per (kernel, dynamic smem). ----
@@ -127,11 +134,18 @@ __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {  // gpu-
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-// One block past a spin wait on *waited: counts itself on *seen; the last of n resets both (so that the next launch
-// starts from zero; it counts only after this one completed). Called by one thread of the block.
-__device__ __forceinline__ void count_past(unsigned* waited, unsigned* seen, unsigned n) {
+__device__ __forceinline__ unsigned long long ld_acquire_u64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+// One block past a spin wait on *waited (and *also, when given): counts itself on *seen; the last of n resets them
+// (so that the next launch starts from zero; it counts only after this one completed). Called by one thread.
+__device__ __forceinline__ void count_past(unsigned* waited, unsigned* seen, unsigned n,
+                                           unsigned long long* also = nullptr) {
   if (atomicAdd(seen, 1u) == n - 1u) {
     *waited = 0;
+    if (also) *also = 0ull;
     *seen = 0;
   }
 }

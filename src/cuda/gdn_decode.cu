@@ -50,6 +50,8 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   const int key_dim = g.Hk * Dk, conv_dim = 2 * key_dim + g.Hv * Dv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (g.early_trigger) pdl_trigger();
+  const bool tr = g.trace && threadIdx.x == 0 && blockIdx.x == 0;
+  if (tr) trace_at(g.trace, 0);
 
   // The state (S, conv ring, pos) was last written by earlier steps, never by the kernel just before this one,
   // so it is read before waiting on that kernel (PDL).
@@ -87,6 +89,7 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   const float dt_bias = g.dt_bias[j], a_neg = g.a_neg[j];
   const float nrm_w = t < Dv ? g.norm_w[t] : 0.f;
   pdl_wait();
+  if (tr) trace_at(g.trace, 1);
   const float xin = t < nconv ? g.qkv[ch] : 0.f;
   const float zt = t < Dv ? g.z[j * Dv + t] : 0.f;
   const float bj = g.b[j], aj = g.a[j];
@@ -150,12 +153,17 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   }
   __syncthreads();
   pdl_trigger();
+  if (tr) trace_at(g.trace, 2);
   // 4. gated RMSNorm
   float oo = 0.f;
   for (int i = threadIdx.x; i < Dv; i += blockDim.x) oo += so[i] * so[i];
   oo = block_sum(oo, red);
   const float r = rsqrtf(oo / float(Dv) + g.eps);
   if (t < Dv) g.y[j * Dv + t] = so[t] * r * nrm_w * silu_f(zt);  // Dv <= blockDim.x
+  if (g.trace) {  // uniform over the launch
+    __syncthreads();
+    if (threadIdx.x == 0) trace_max(g.trace, 3);
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ struct GemvParams {  // passed by value (kernel parameter space)
   const float* norm_w;
   float eps;
   int cols;
+  unsigned long long* trace;  // LILY_CUDA_TRACE: [3] entry and x loaded (block 0), last block done; or null
 };
 
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
@@ -52,12 +53,15 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
       mp[i] = &p.seg[sg[i]].m;
     }
   };
+  const bool tr = p.trace && threadIdx.x == 0 && blockIdx.x == 0;
+  if (tr) trace_at(p.trace, 0);
   resolve_set();
   if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   pdl_wait();
   load_x(p.x, nw, p.eps, p.cols, xv, red);
   pdl_trigger();
+  if (tr) trace_at(p.trace, 1);
 
   while (rr[0] >= 0) {  // R rows per warp in flight, the next R loaded before this set's reductions
     float acc[R];
@@ -82,6 +86,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
           const GemvSeg& g = p.seg[cs[i]];
           g.y[cr[i]] = g.accumulate ? g.y[cr[i]] + acc[i] : acc[i];
         }
+  }
+  if (p.trace) {  // uniform over the launch
+    __syncthreads();
+    if (threadIdx.x == 0) trace_max(p.trace, 2);
   }
 }
 
@@ -120,13 +128,14 @@ bool use_int8_x(int fmt, int cols) { return g_int8_x && fmt == kQ4 && cols % 32 
 size_t gemv_smem_bytes(int cols) { return size_t(cols) * 8 + size_t(cols / 16) * 4; }  // x, staged norm_w, sums
 
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
-          bool pdl) {
+          bool pdl, unsigned long long* trace) {
   if (nseg < 1 || nseg > kMaxSegs) throw Error("gemv: bad segment count");
   GemvParams p = {};
   p.nseg = nseg;
   p.x = x;
   p.norm_w = norm_w;
   p.eps = eps;
+  p.trace = trace;
   p.cols = segs[0].m.cols;
   for (int i = 0; i < nseg; ++i) {
     if (segs[i].m.fmt != segs[0].m.fmt || segs[i].m.cols != p.cols)

@@ -75,8 +75,9 @@ bool use_int8_x(int fmt, int cols);  // the int8 path serves this matrix shape (
 // ---- launchers (all asynchronous on `s`; they check the launch) ----
 // Row-parallel fused GEMV over up to kMaxSegs matrices sharing x (cols): optional RMSNorm prologue
 // (xn = x / rms(x) * norm_w when norm_w != null). All segments must have the same fmt and cols.
+// trace (LILY_CUDA_TRACE): [3] globaltimer stamps (block 0 entry, block 0 x loaded, last block done) or null.
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
-          bool pdl);
+          bool pdl, unsigned long long* trace = nullptr);
 
 // Embedding: x[H] = dequant(embed row in_ids[ctl->cursor]).
 void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, cudaStream_t s, bool pdl);
@@ -129,11 +130,16 @@ struct MoeArgs {
   int32_t* route_idx = nullptr;    // [k]
   float* route_w = nullptr;        // [k]
   float* out = nullptr;            // residual [H], accumulated by down
-  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-12)
+  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-14; fused: 6-7 last block, down 8-9, 15)
   int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)
   int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
   int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])
+  int route_packed = 0;            // set by the caller, with early_route: the fused kernel publishes the k expert ids in
+                                   // one word (route_done[6..7], when E <= 256 and 2 <= k <= 8), so down needs no second read
+  int down_waiter = 0;             // set by the caller, with early_route: down gets one extra warp per block that alone
+                                   // executes the PDL wait (the row warps wait at a block barrier)
+  int fixed_route = 0;             // measurement only (LILY_CUDA_MOE_FIXED): 1 experts 0..k-1, 2 every E/k-th
   int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
                                    // the routing through route_done[4] and down reads it before its PDL wait
                                    // (route_done[5]: down blocks past the flag; both left zeroed)
@@ -160,6 +166,7 @@ struct GdnArgs {
   float* y = nullptr;           // [Hv*Dv] gated-normed output
   const StepCtl* ctl = nullptr; // pos, S, conv
   int early_trigger = 0;        // signal PDL dependents at entry (set by gdn_decode from LILY_CUDA_EARLY_TRIGGER)
+  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [4] block 0 entry, after wait, rows done; last block done
 };
 void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl);
 
