@@ -65,8 +65,6 @@ CudaOptions CudaOptions::from_env() {
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
   o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);
-  o.route_packed = env_on("LILY_CUDA_MOE_ROUTE_PACKED", true);
-  o.down_waiter = env_on("LILY_CUDA_MOE_DOWN_WAITER", true);
   if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
   o.trace = env_on("LILY_CUDA_TRACE", false);
   return o;
@@ -534,8 +532,6 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.out = x_;
     const bool fused = opt_.fused_router && m.router.cols == m.gate.m.cols;
     m.early_route = fused && opt_.early_route && !opt_.skips("gate_up");
-    m.route_packed = opt_.route_packed;
-    m.down_waiter = opt_.down_waiter;
     if (fused) {
       if (!opt_.skips("gate_up")) moe_route_gate_up(m, s, pdl);
       mark("moe router + gate_up");

@@ -28,14 +28,12 @@ struct CudaOptions {
   bool prefill_attn_precise = true;  // LILY_CUDA_PREFILL_ATTN_PRECISE=0: bf16 flash attention in the fp16 modes
   bool fused_router = true;  // LILY_CUDA_FUSED_ROUTER=0: MoE router and gate_up as two launches
   bool early_route = true;   // LILY_CUDA_MOE_EARLY_ROUTE=0: MoE down reads the routing after its PDL wait
-  bool route_packed = true;  // LILY_CUDA_MOE_ROUTE_PACKED=0: the routing published as a flag (down then reads the ids)
-  bool down_waiter = true;   // LILY_CUDA_MOE_DOWN_WAITER=0: every warp of MoE down executes the PDL wait
   bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
   // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step
   // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
   std::string skip;
   bool skips(const char* name) const;
-  bool trace = false;  // LILY_CUDA_TRACE=1: globaltimer stamps inside the first attention layer's kernels, printed at exit
+  bool trace = false;  // LILY_CUDA_TRACE=1: globaltimer stamps in the first attention and DeltaNet layers, printed at exit
   static CudaOptions from_env();
 };
 

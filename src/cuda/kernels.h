@@ -135,10 +135,6 @@ struct MoeArgs {
   int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
   int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])
-  int route_packed = 0;            // set by the caller, with early_route: the fused kernel publishes the k expert ids in
-                                   // one word (route_done[6..7], when E <= 256 and 2 <= k <= 8), so down needs no second read
-  int down_waiter = 0;             // set by the caller, with early_route: down gets one extra warp per block that alone
-                                   // executes the PDL wait (the row warps wait at a block barrier)
   int fixed_route = 0;             // measurement only (LILY_CUDA_MOE_FIXED): 1 experts 0..k-1, 2 every E/k-th
   int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
                                    // the routing through route_done[4] and down reads it before its PDL wait

@@ -491,15 +491,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
       __threadfence();
     }
     __syncwarp();
-    if (a.early_route && threadIdx.x == 0) {  // published: down may read it now
-      if (a.route_packed) {  // the k (distinct, < 256) experts in one nonzero word: down needs no second read
-        unsigned long long v = 0ull;
-        for (int j = 0; j < a.k; ++j) v |= static_cast<unsigned long long>(s_idx[j]) << (8 * j);
-        atomicExch(reinterpret_cast<unsigned long long*>(a.route_done + 6), v);
-      } else {
-        atomicExch(a.route_done + 4, 1u);
-      }
-    }
+    if (a.early_route && threadIdx.x == 0) atomicExch(a.route_done + 4, 1u);  // published: down may read it now
   }
   if (a.gu_pairs) {  // two routed rows per warp in flight
     for (int row = warp; row < a.k * I; row += 2 * nwarps)
@@ -514,7 +506,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
 }
 
 template <int FMT, class X>
-__global__ void __launch_bounds__(kThreads + 32) k_moe_down(const MoeArgs a) {
+__global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   extern __shared__ float4 smem4[];
   const int I = a.down.m.cols, Is = a.sh_down.cols, H = a.down.m.rows;
   const int n = a.k * I + Is;
@@ -523,42 +515,29 @@ __global__ void __launch_bounds__(kThreads + 32) k_moe_down(const MoeArgs a) {
   __shared__ float s_w[kMaxK + 1];
   __shared__ DMat s_m[kMaxK + 1];
   const int lane = threadIdx.x & 31;
-  // down_waiter: warp kThreads/32 of each block holds no row; it alone executes the PDL wait (its loads empty)
-  const bool waiter = (threadIdx.x >> 5) == kThreads / 32;
+  const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
   const int nwarps = gridDim.x * (kThreads / 32);
-  const int warp = waiter ? H + nwarps : blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);  // waiter: past all rows
   constexpr int E = FmtInfo<FMT>::kElems;
   const int cpr = I / E, cprs = Is / E;  // chunks per row: routed, shared
   if (a.early_trigger) pdl_trigger();
   const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(a.trace, 10);
   if (a.trace && threadIdx.x == 0) trace_max(a.trace, 13);  // the last block's entry
-  // route_packed: the expert indices in the word route_done[6..7]
-  unsigned long long* packed = reinterpret_cast<unsigned long long*>(a.route_done + 6);
-  __shared__ unsigned long long s_packed;
   if (a.early_route) {  // the routing is published (flag route_done[4]) by the fused kernel right after its top-k
-    if (threadIdx.x == 0) {
-      if (a.route_packed)
-        while ((s_packed = ld_acquire_u64(packed)) == 0ull) __nanosleep(32);
-      else
-        while (ld_acquire_u32(a.route_done + 4) == 0u) __nanosleep(32);
-    }
+    if (threadIdx.x == 0)
+      while (ld_acquire_u32(a.route_done + 4) == 0u) __nanosleep(32);
     __syncthreads();
   } else {
     pdl_wait();
   }
   if (tr) trace_at(a.trace, 11);
-  auto load_w = [&] {  // through L2 (.cg): written by a kernel that may still be running
-    if (threadIdx.x < a.k) s_w[threadIdx.x] = __ldcg(a.route_w + threadIdx.x);
-    else if (threadIdx.x == a.k) s_w[a.k] = sigmoid_f(__ldcg(a.shg));
-  };
-  if (a.route_packed) {
-    if (threadIdx.x < a.k) s_m[threadIdx.x] = expert(a.down, int((s_packed >> (8 * threadIdx.x)) & 0xffu));
-  } else {
-    load_w();
-    if (threadIdx.x < a.k) s_m[threadIdx.x] = expert(a.down, __ldcg(a.route_idx + threadIdx.x));
+  if (threadIdx.x < a.k) {  // through L2 (.cg): written by a kernel that may still be running
+    s_w[threadIdx.x] = __ldcg(a.route_w + threadIdx.x);
+    s_m[threadIdx.x] = expert(a.down, __ldcg(a.route_idx + threadIdx.x));
+  } else if (threadIdx.x == a.k) {
+    s_w[a.k] = sigmoid_f(__ldcg(a.shg));
+    s_m[a.k] = a.sh_down;
   }
-  if (threadIdx.x == a.k) s_m[a.k] = a.sh_down;
   __syncthreads();
   // this warp's first weight loads go out before the act prologue, so their DRAM latency overlaps it
   const int nch = a.k * cpr + cprs;
@@ -580,15 +559,11 @@ __global__ void __launch_bounds__(kThreads + 32) k_moe_down(const MoeArgs a) {
     }
   };
   if (warp < H) issue(warp, 0);
-  if (a.route_packed) load_w();  // the weights are first used after load_x's barrier
   const bool tre = tr && a.early_route;  // slots 8, 9, 15 belong to the separate gate_up kernel otherwise
   if (tre) trace_at(a.trace, 9);
   if (a.early_route) {
-    if (blockDim.x == kThreads || waiter) pdl_wait();  // act, and out's other writers
-    const int counter = blockDim.x == kThreads ? 32 : kThreads;
-    if (threadIdx.x == counter)  // this block read the flag
-      count_past(a.route_done + 4, a.route_done + 5, gridDim.x, a.route_packed ? packed : nullptr);
-    if (blockDim.x != kThreads) __syncthreads();  // the waiter's wait covers the block
+    pdl_wait();  // act, and out's other writers
+    if (threadIdx.x == 32) count_past(a.route_done + 4, a.route_done + 5, gridDim.x);  // this block read the flag
   }
   if (tre) trace_at(a.trace, 15);
   load_x(a.act, nullptr, 0.f, n, xv, red);
@@ -637,12 +612,6 @@ bool moe_shared_late_on() {
 bool moe_router_barrier_on() {
   static const bool on = env_default_on("LILY_CUDA_MOE_ROUTER_BARRIER");
   return on;
-}
-
-// The routing is published as one word where the caller asks for it (route_packed) and it fits (early_route,
-// E <= 256, 2 <= k <= 8); else as a flag after which down reads route_idx. Both launchers decide from the same inputs.
-int route_packed(const MoeArgs& a) {  // k >= 2 distinct ids: the word is never 0 (0 = not yet published)
-  return a.route_packed && a.early_route && a.E <= 256 && a.k >= 2 && a.k <= 8 ? 1 : 0;
 }
 
 void check(const MoeArgs& a) {
@@ -706,7 +675,6 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     return v ? std::atoi(v) : 0;
   }();
   a.fixed_route = fixed;
-  a.route_packed = route_packed(a);
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1 ||
       a.router.cols != a.gate.m.cols)
     throw Error("moe_route_gate_up: router and shared gate must share format and cols with the experts' input");
@@ -743,15 +711,13 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   check(args);
   MoeArgs a = args;
   a.early_trigger = early_trigger_on();
-  a.route_packed = route_packed(a);
   const int n = a.k * a.down.m.cols + a.sh_down.cols;
   const int H = a.down.m.rows;
   const size_t smem = size_t(n) * 4 + size_t(n / 16) * 4;
-  const int threads = a.down_waiter && a.early_route ? kThreads + 32 : kThreads;  // + the waiter warp
   auto run = [&](auto kern) {
     allow_smem(kern, smem);
-    const int blocks = std::min((H + 7) / 8, resident_grid(kern, threads, smem));
-    launch(kern, dim3(blocks), dim3(threads), smem, s, pdl, a);
+    const int blocks = std::min((H + 7) / 8, resident_grid(kern, kThreads, smem));
+    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, a);
   };
   switch (a.down.m.fmt) {
     case kQ4:
