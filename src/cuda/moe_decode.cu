@@ -8,6 +8,8 @@
 //    (down row . act), and adds it into the residual.
 #include <cfloat>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "cuda/device_util.cuh"
@@ -672,7 +674,10 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   a.router_barrier = moe_router_barrier_on();
   static const int fixed = [] {  // LILY_CUDA_MOE_FIXED=1: experts 0..k-1, =2: spread over E (measurement only)
     const char* v = std::getenv("LILY_CUDA_MOE_FIXED");
-    return v ? std::atoi(v) : 0;
+    if (!v || !*v || std::strcmp(v, "0") == 0) return 0;
+    if (std::strcmp(v, "1") == 0) return 1;
+    if (std::strcmp(v, "2") == 0) return 2;
+    throw Error(std::string("LILY_CUDA_MOE_FIXED: expected 0, 1 or 2, got '") + v + "'");
   }();
   a.fixed_route = fixed;
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1 ||
