@@ -190,9 +190,7 @@ TEST(CudaLmHead, LogitsArgmaxAndStepAdvance) {
     int32_t* dout = dev.up(std::vector<int32_t>(4, -1));
     cuda::StepCtl c;
     c.n_given = 1;
-    cuda::StepCtl* dc = nullptr;
-    CK(cudaMalloc(reinterpret_cast<void**>(&dc), sizeof c));
-    CK(cudaMemcpy(dc, &c, sizeof c, cudaMemcpyHostToDevice));
+    cuda::StepCtl* dc = dev.up(std::vector<cuda::StepCtl>{c});
     for (int step = 0; step < 2; ++step) {
       cuda::lm_head_argmax(m.d, dx, dn, 1e-6f, dl, din, dout, dc, nullptr, false);
       CK(cudaDeviceSynchronize());
@@ -202,19 +200,15 @@ TEST(CudaLmHead, LogitsArgmaxAndStepAdvance) {
       int best = 0;
       for (int i = 1; i < rows; ++i)
         if (got[size_t(i)] > got[size_t(best)]) best = i;
-      std::vector<int32_t> o(4), in(4);
-      CK(cudaMemcpy(o.data(), dout, 16, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(in.data(), din, 16, cudaMemcpyDeviceToHost));
+      const std::vector<int32_t> o = down(dout, 4), in = down(din, 4);
       EXPECT_EQ(o[size_t(step)], best) << "step " << step;
       EXPECT_EQ(in[size_t(step) + 1], best) << "the id feeds the next step's input";
-      cuda::StepCtl h;
-      CK(cudaMemcpy(&h, dc, sizeof h, cudaMemcpyDeviceToHost));
+      const cuda::StepCtl h = down(dc, 1)[0];
       EXPECT_EQ(h.cursor, step + 1);
       EXPECT_EQ(h.pos, step + 1);
       EXPECT_EQ(h.best, 0ull);
       EXPECT_EQ(h.lm_done, 0u);
     }
-    cudaFree(dc);
   }
 }
 

@@ -1,23 +1,15 @@
 // Per-kernel latency probe (not part of the build): a CUDA graph of N GEMV-like kernels chained through a
 // 2048-float vector (each kernel reads the previous one's output, PDL on), each streaming `bytes` of "weights"
-// with 16-byte loads (4 per lane in flight), from its own slice of a buffer of `span` bytes (cold, like the
+// with 16-byte loads (4 per lane in flight), from its own slice of a buffer of kProbeSpan bytes (cold, like the
 // decode step's 19.5 GB of weights) or all from the same slice (L2/TLB hot). Prints us per kernel and GB/s.
 // nvcc -O3 -arch=sm_90 -o /tmp/latency_probe tools/latency_probe.cu && /tmp/latency_probe
-#include <cuda_runtime.h>
+#include "probe_util.cuh"
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); std::exit(1); } } while (0)
 
-__device__ __forceinline__ uint4 ldg_stream(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
 
 __global__ void __launch_bounds__(256) k_step(const float* xin, float* xout, const uint8_t* w, int64_t bytes,
                                               int pdl) {
@@ -49,16 +41,10 @@ int main() {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::setvbuf(stdout, nullptr, _IONBF, 0);
-  const int64_t span = int64_t(18) << 30;
-  uint8_t* buf = nullptr;
-  if (cudaMalloc(&buf, span) != cudaSuccess) { std::printf("alloc failed\n"); return 1; }
-  CK(cudaMemset(buf, 1, span));
+  uint8_t* buf = probe_buffer();
   float* xv = nullptr;
   cudaMalloc(&xv, 2 * 2048 * 4);
   cudaMemset(xv, 0, 2 * 2048 * 4);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   const int N = 240, R = 50;
   for (int pdl = 1; pdl >= 0; --pdl)
     for (int hot = 0; hot < 2; ++hot)
@@ -66,10 +52,9 @@ int main() {
         for (int grid : {132, 264, 528}) {
           const int64_t bytes = kb << 10;
           cudaGraph_t g;
-          cudaGraphExec_t ge;
           CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
           for (int i = 0; i < N; ++i) {
-            const int64_t off = hot ? 0 : (int64_t(i) * 73 % N) * (span / N / (2 << 20) * (2 << 20));  // scattered 2 MB-aligned slices
+            const int64_t off = hot ? 0 : scattered_slice(i, N);
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = dim3(grid);
             cfg.blockDim = dim3(256);
@@ -85,19 +70,9 @@ int main() {
             CK(cudaLaunchKernelEx(&cfg, k_step, xi, xo, wp, bytes, pdl));
           }
           CK(cudaStreamEndCapture(s, &g));
-          CK(cudaGraphInstantiate(&ge, g, 0));
-          for (int i = 0; i < 3; ++i) cudaGraphLaunch(ge, s);
-          cudaEventRecord(e0, s);
-          for (int i = 0; i < R; ++i) cudaGraphLaunch(ge, s);
-          cudaEventRecord(e1, s);
-          CK(cudaEventSynchronize(e1));
-          float ms;
-          cudaEventElapsedTime(&ms, e0, e1);
-          const double us = 1e3 * ms / R / N;
+          const double us = 1e3 * time_graph_ms(g, s, 3, R) / N;
           std::printf("pdl=%d %s bytes=%6lld KB grid=%3d: %6.2f us/kernel  %7.1f GB/s\n", pdl, hot ? "hot " : "cold",
                       (long long)kb, grid, us, bytes / us / 1e3);
-          cudaGraphExecDestroy(ge);
-          cudaGraphDestroy(g);
         }
   std::printf("err: %s\n", cudaGetErrorString(cudaGetLastError()));
   return 0;

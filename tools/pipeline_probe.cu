@@ -9,22 +9,14 @@
 //   smem-late: smem, but launch_dependents after the wait (the next kernel launches later)
 // Prints ms per step (240 kernels), us per kernel and GB/s.
 // nvcc -O3 -arch=sm_90 -o /tmp/pipeline_probe tools/pipeline_probe.cu && /tmp/pipeline_probe
-#include <cuda_runtime.h>
+#include "probe_util.cuh"
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); std::exit(1); } } while (0)
 
-__device__ __forceinline__ uint4 ldg_stream(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
 __device__ __forceinline__ void cp16(void* smem, const void* g) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
@@ -113,16 +105,10 @@ int main() {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int64_t span = int64_t(18) << 30;
-  uint8_t* buf = nullptr;
-  if (cudaMalloc(&buf, span) != cudaSuccess) { std::printf("alloc failed\n"); return 1; }
-  CK(cudaMemset(buf, 1, span));
+  uint8_t* buf = probe_buffer();
   float* xv = nullptr;
   CK(cudaMalloc(&xv, 2 * 2048 * 4));
   CK(cudaMemset(xv, 0, 2 * 2048 * 4));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   const double mix_mb[6] = {14.2, 2.1, 4.7, 1.5, 9.4, 5.3};
   struct V { const char* name; Kern k; int grid; bool stage; };
   for (int cap_kb : {48, 96, 112}) {
@@ -140,11 +126,10 @@ int main() {
         std::vector<int64_t> bytes(N);
         for (int i = 0; i < N; ++i) bytes[i] = mix ? int64_t(mix_mb[i % 6] * 1e6) / 1024 * 1024 : int64_t(8) << 20;
         cudaGraph_t g;
-        cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
         double total = 0;
         for (int i = 0; i < N; ++i) {
-          const int64_t off = (int64_t(i) * 73 % N) * (span / N / (2 << 20) * (2 << 20));
+          const int64_t off = scattered_slice(i, N);
           cudaLaunchConfig_t cfg = {};
           cfg.gridDim = dim3(v.grid);
           cfg.blockDim = dim3(256);
@@ -160,19 +145,9 @@ int main() {
                                 (const uint8_t*)(buf + off), bytes[i], cap_rows));
         }
         CK(cudaStreamEndCapture(s, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
-        cudaEventRecord(e0, s);
-        for (int i = 0; i < R; ++i) cudaGraphLaunch(ge, s);
-        cudaEventRecord(e1, s);
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        const double step_ms = ms / R;
+        const double step_ms = time_graph_ms(g, s, 3, R);
         std::printf("%-9s cap=%3d KB %s: %.3f ms/step  %.2f us/kernel  %.0f GB/s\n", v.name, cap_kb,
                     mix ? "mix " : "8 MB", step_ms, 1e3 * step_ms / N, total / step_ms / 1e6);
-        cudaGraphExecDestroy(ge);
-        cudaGraphDestroy(g);
       }
     }
   }

@@ -6,21 +6,13 @@
 // A CUDA graph of N kernels, each on its own 2 MB-aligned slice of an 18 GB buffer (cold, like the decode step's
 // weights), no PDL; prints us per kernel and GB/s (the launch cost is in both: compare against bytes=0).
 // nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/stream_probe tools/stream_probe.cu && /tmp/stream_probe
-#include <cuda_runtime.h>
+#include "probe_util.cuh"
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); std::exit(1); } } while (0)
 
-__device__ __forceinline__ uint4 ldg_stream(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
 __device__ __forceinline__ float use(uint4 v) { return float(v.x & 15) + float(v.y >> 28) + float(v.z & 3) + float(v.w & 1); }
 
 template <int R>
@@ -94,15 +86,9 @@ int main() {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::setvbuf(stdout, nullptr, _IONBF, 0);
-  const int64_t span = int64_t(18) << 30;
-  uint8_t* buf = nullptr;
-  if (cudaMalloc(&buf, span) != cudaSuccess) { std::printf("alloc failed\n"); return 1; }
-  CK(cudaMemset(buf, 1, span));
+  uint8_t* buf = probe_buffer();
   float* out = nullptr;
   CK(cudaMalloc(&out, 64));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int N = 240, reps = 20, grid = 2 * sms;
@@ -115,26 +101,14 @@ int main() {
     for (int64_t kb : {0, 4096, 8192, 16384}) {
       const int64_t rows = (kb << 10) / 1024;
       cudaGraph_t g;
-      cudaGraphExec_t ge;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
       for (int i = 0; i < N; ++i) {
-        const int64_t off = (int64_t(i) * 73 % N) * (span / N / (2 << 20) * (2 << 20));  // scattered 2 MB-aligned slices
-        m.k<<<grid, 256, smem, s>>>(buf + off, rows, out);
+        m.k<<<grid, 256, smem, s>>>(buf + scattered_slice(i, N), rows, out);
       }
       CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      for (int i = 0; i < 2; ++i) CK(cudaGraphLaunch(ge, s));
-      cudaEventRecord(e0, s);
-      for (int i = 0; i < reps; ++i) cudaGraphLaunch(ge, s);
-      cudaEventRecord(e1, s);
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      cudaEventElapsedTime(&ms, e0, e1);
-      const double us = 1e3 * ms / reps / N;
+      const double us = 1e3 * time_graph_ms(g, s, 2, reps) / N;
       std::printf("%-4s R=%d grid=%d bytes=%6lld KB: %6.2f us/kernel %7.1f GB/s\n", m.name, m.R, grid, (long long)kb, us,
                   (kb << 10) / us / 1e3);
-      cudaGraphExecDestroy(ge);
-      cudaGraphDestroy(g);
     }
   }
   std::printf("err: %s\n", cudaGetErrorString(cudaGetLastError()));

@@ -67,11 +67,6 @@ constexpr int kDefaultMinSplit = 64;  // positions per split at least (fewer spl
                        // blocks and fewer positions per warp); LILY_CUDA_ATTN_MIN_SPLIT overrides (measurements)
 constexpr int kKvInFlight = 4;  // K/V rows per warp loaded before any is used
 
-// Merges n partials of one kv head (pk + s * stride: acc [G*HD] relative to m, then m [G], l [G]). Weights per
-// split and head first (one warp per head, lanes over the splits, all (m, l) loads in flight), into wsp [n][G];
-// then each thread sums 4 consecutive outputs over the splits, MU splits' loads in flight at a time.
-// dst != null: writes the merged partial there (acc relative to the new max, m, l: a group of the two-level merge);
-// dst == null: writes the normalised output times the sigmoid gate to a.out. Starts and ends with a barrier.
 // Merge weights of n partials of one kv head (pk + s * stride: acc [G*HD] relative to m, then m [G], l [G]): one
 // warp per head, lanes over the splits, all (m, l) loads in flight; wsp [n][G] = 2^(m_s - M) (divided by the
 // denominator when dst == null; else dst gets the merged m and l: a group of the two-level merge). Starts with a

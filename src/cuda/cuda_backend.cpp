@@ -517,7 +517,9 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.logits = rlogits_;
     m.shg = shg_;
     m.route_done = route_done_;
-    m.trace = !trace_ ? nullptr : d.is_full && d.full_idx == 0 ? trace_ + 16 : !d.is_full && d.lin_idx == 0 ? trace_ + 48 : nullptr;
+    m.trace = nullptr;  // LILY_CUDA_TRACE: MoE of the first attention (slots 16..) and DeltaNet (48..) layers
+    if (trace_ && d.is_full && d.full_idx == 0) m.trace = trace_ + 16;
+    if (trace_ && !d.is_full && d.lin_idx == 0) m.trace = trace_ + 48;
     m.E = c.n_experts;
     m.k = c.top_k;
     m.gate = d.gate;

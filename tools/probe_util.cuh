@@ -1,0 +1,56 @@
+// Shared by the standalone probes in tools/ (not part of the build; each compiles alone:
+// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/p tools/NAME.cu): error check, the cold streaming load, the 18 GB buffer of
+// "weights" with its scattered slices, and the timing of a captured graph.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); std::exit(1); } } while (0)
+
+// 16 bytes, read-only, not kept in L1 (as the decode kernels stream weights)
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+constexpr int64_t kProbeSpan = int64_t(18) << 30;  // like the decode step's 19.5 GB of weights
+
+// The span, filled (exits when the device has no room).
+inline uint8_t* probe_buffer() {
+  uint8_t* buf = nullptr;
+  if (cudaMalloc(&buf, kProbeSpan) != cudaSuccess) { std::printf("alloc failed\n"); std::exit(1); }
+  CK(cudaMemset(buf, 1, kProbeSpan));
+  return buf;
+}
+
+// Kernel i of n reads its own 2 MB-aligned slice of the span, in a scattered order (cold in L2 and TLB).
+inline int64_t scattered_slice(int i, int n) {
+  return (int64_t(i) * 73 % n) * (kProbeSpan / n / (2 << 20) * (2 << 20));
+}
+
+// Instantiates a captured graph, launches it `warm` times, then times `reps` launches; ms per launch. Destroys both.
+inline double time_graph_ms(cudaGraph_t g, cudaStream_t s, int warm, int reps) {
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < warm; ++i) CK(cudaGraphLaunch(ge, s));
+  CK(cudaEventRecord(e0, s));
+  for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, s));
+  CK(cudaEventRecord(e1, s));
+  CK(cudaEventSynchronize(e1));
+  float ms = 0.f;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return double(ms) / reps;
+}
