@@ -306,8 +306,13 @@ TEST_P(CudaAttnDecode, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Lengths, CudaAttnDecode, ::testing::Values(1, 129, 300, 800, 5000, 20000));
 
-TEST(CudaDecodeKernels, GdnStepMatchesReference) {
+// split: the split form (Dv / 32 blocks per head, y without the RMS factor + per-part sums of o^2, finished here as
+// the out_proj GEMV's HeadNorm does); else one 1024-thread block per head.
+class CudaGdnStep : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaGdnStep, MatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const bool split = GetParam();
   const int Hk = 16, Hv = 32, Dk = 128, Dv = 128, K = 4, layer = 1, nlayer = 2, pos = 9;
   const int KD = Hk * Dk, C = 2 * KD + Hv * Dv;
   std::mt19937 rng(5);
@@ -378,14 +383,29 @@ TEST(CudaDecodeKernels, GdnStepMatchesReference) {
   ga.eps = 1e-6f;
   ga.y = dev.poisoned(size_t(Hv) * Dv);
   ga.ctl = dctl;
+  const int P = cuda::gdn_split_parts(Dv);
+  if (split) ga.hss = dev.poisoned(size_t(Hv) * P);
   cuda::gdn_decode(ga, nullptr, true);
   CK(cudaDeviceSynchronize());
-  EXPECT_LT(testmetrics::rms_rel_err(down(ga.y, size_t(Hv) * Dv), want), 1e-4);
+  std::vector<float> y = down(ga.y, size_t(Hv) * Dv);
+  if (split) {
+    ASSERT_EQ(P, Dv / 32);
+    const std::vector<float> ss = down(ga.hss, size_t(Hv) * P);
+    for (int j = 0; j < Hv; ++j) {
+      float t = 0.f;
+      for (int p = 0; p < P; ++p) t += ss[size_t(j) * P + p];
+      const float r = 1.f / std::sqrt(t / float(Dv) + 1e-6f);
+      for (int v = 0; v < Dv; ++v) y[size_t(j) * Dv + v] *= r;
+    }
+  }
+  EXPECT_LT(testmetrics::rms_rel_err(y, want), 1e-4);
   const std::vector<float> S2 = down(ctl.S + size_t(layer) * Hv * Dv * Dk, size_t(Hv) * Dv * Dk);
   EXPECT_LT(testmetrics::rms_rel_err(S2, Sref), 1e-5);
   const std::vector<float> ring2 = down(ctl.conv + (size_t(layer) * K + pos % K) * C, C);
   EXPECT_LT(testmetrics::rms_rel_err(ring2, qkv), 1e-7);  // this position's raw inputs stored in its ring slot
 }
+
+INSTANTIATE_TEST_SUITE_P(Forms, CudaGdnStep, ::testing::Bool());
 
 }  // namespace
 

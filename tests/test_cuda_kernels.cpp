@@ -13,6 +13,7 @@
 #include "cuda_test_buffers.h"
 #include "test_metrics.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/kernels.h"
@@ -161,6 +162,57 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaGemv,
                          ::testing::Combine(::testing::Values(int(cuda::kQ4), int(cuda::kQ8), int(cuda::kBF16)),
                                             ::testing::Values(128, 2048, 4096), ::testing::Bool(),
                                             ::testing::Bool(), ::testing::Bool()));
+
+// The GEMV's per-head scale prologue (HeadNorm: the DeltaNet gated norm's RMS factor, finished by out_proj): x read
+// as heads of 128, head h times rsqrt(sum of its 4 partial sums / 128 + eps), against the reference matvec of the
+// scaled x; 4-bit weights with f32 and with int8 x, and bf16.
+TEST(CudaGemv, HeadNormScalesEachHead) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  struct Restore {
+    bool v = cuda::decode_int8_x();
+    ~Restore() { cuda::set_decode_int8_x(v); }
+  } restore;
+  const int cols = 4096, rows = 2048, dim = 128, parts = 4, heads = cols / dim;
+  for (const int fmt : {int(cuda::kQ4), int(cuda::kBF16)})
+    for (const bool int8x : {false, true}) {
+      if (int8x && fmt != cuda::kQ4) continue;
+      SCOPED_TRACE("fmt " + std::to_string(fmt) + (int8x ? " int8 x" : " f32 x"));
+      cuda::set_decode_int8_x(int8x);
+      std::mt19937 rng(31 + fmt + int8x);
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      TestMat m;
+      make_mat(m, rows, cols, fmt, rng);
+      std::vector<float> x(cols), ss(size_t(heads) * parts), xs(cols), want(rows);
+      for (auto& v : x) v = u(rng);
+      for (auto& v : ss) v = 10.f * (1.f + u(rng));  // heads of very different scale
+      for (int h = 0; h < heads; ++h) {
+        float t = 0.f;
+        for (int q = 0; q < parts; ++q) t += ss[size_t(h) * parts + q];
+        const float r = 1.f / std::sqrt(t / float(dim) + 1e-6f);
+        for (int i = 0; i < dim; ++i) xs[size_t(h) * dim + i] = x[size_t(h) * dim + i] * r;
+      }
+      ref::matvec(m.q, xs.data(), want.data());
+      float *dx, *dss, *dy;
+      CK(cudaMalloc(reinterpret_cast<void**>(&dx), cols * 4));
+      CK(cudaMalloc(reinterpret_cast<void**>(&dss), ss.size() * 4));
+      CK(cudaMalloc(reinterpret_cast<void**>(&dy), rows * 4));
+      CK(cudaMemcpy(dx, x.data(), cols * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dss, ss.data(), ss.size() * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemset(dy, 0xFF, rows * 4));
+      cuda::GemvSeg seg = {m.d, dy, 0};
+      const cuda::HeadNorm hn = {dss, dim, parts, 1e-6f};
+      cuda::gemv(&seg, 1, dx, nullptr, 1e-6f, nullptr, false, nullptr, &hn);
+      CK(cudaDeviceSynchronize());
+      std::vector<float> got(rows);
+      CK(cudaMemcpy(got.data(), dy, rows * 4, cudaMemcpyDeviceToHost));
+      const cuda::HeadNorm bad = {dss, 96, parts, 1e-6f};  // 4096 % 96 != 0: rejected before any launch
+      EXPECT_THROW(cuda::gemv(&seg, 1, dx, nullptr, 1e-6f, nullptr, false, nullptr, &bad), lily::Error);
+      cudaFree(dx);
+      cudaFree(dss);
+      cudaFree(dy);
+      EXPECT_LT(testmetrics::rms_rel_err(got, want), int8x ? 5e-5 : 1e-5);  // the bounds of the GEMV test above
+    }
+}
 
 // lm_head + greedy pick on the device: logits against the reference matvec of the normed x (int8 x for 4-bit
 // weights: the error model bound of the GEMV test), the chosen id = the argmax of the logits it wrote (lowest id on

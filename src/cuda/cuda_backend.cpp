@@ -65,6 +65,7 @@ CudaOptions CudaOptions::from_env() {
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
   o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);
+  o.gdn_split = env_on("LILY_CUDA_GDN_SPLIT", true);
   if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
   o.trace = env_on("LILY_CUDA_TRACE", false);
   return o;
@@ -238,7 +239,7 @@ float* CudaBackend::upload_f32(const std::vector<float>& v) {
 CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(std::move(w)), opt_(opt) {
   cfg_ = w_->cfg;
   const ModelConfig& c = cfg_;
-  set_decode_int8_x(opt_.int8_x);  // process-wide: the kernels read it when the step is (re)captured
+  set_decode_int8_x(opt_.int8_x);  // process-wide; set again by each enqueue_step (backends may differ)
   if (!opt_.skip.empty())
     std::fprintf(stderr, "lily: LILY_CUDA_SKIP=%s: kernels left out of the decode step, results are WRONG "
                          "(timing only)\n", opt_.skip.c_str());
@@ -293,6 +294,8 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   y_ = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
   rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
   shg_ = static_cast<float*>(dev_alloc(16));
+  if (cfg_.lin_v_dim % 32 || cfg_.lin_v_dim > 256) opt_.gdn_split = false;  // the split form: Dv % 32 == 0, <= 256
+  hss_ = static_cast<float*>(dev_alloc(size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4));
   if (opt_.trace) {
     trace_ = static_cast<unsigned long long*>(dev_alloc(kTraceSlots * 8));
     LILY_CUDA_CHECK(cudaMemset(trace_, 0, kTraceSlots * 8));
@@ -387,7 +390,8 @@ void CudaBackend::print_trace() const {
                           "attn published (block 0)", "attn last block starts merge", "attn merge done"};
   const char* gdn[16] = {"in_proj entry (b0)", "in_proj x loaded (b0)", "in_proj last block done", "gdn entry (b0)",
                          "gdn after pdl_wait (b0)", "gdn rows done (b0)", "gdn last block done", "out_proj entry (b0)",
-                         "out_proj x loaded (b0)", "out_proj last block done"};
+                         "out_proj x loaded (b0)", "out_proj last block done", "gdn conv done (b0)",
+                         "gdn norms done (b0)"};
   auto print = [&](const char* title, int base, const char* const* first) {
     if (!t[base]) return;
     std::fprintf(stderr, "cuda trace (%s, last step; us from its first stamp):\n", title);
@@ -443,6 +447,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
   const ModelConfig& c = cfg_;
   const float eps = c.rms_eps;
   const bool pdl = opt_.pdl;
+  set_decode_int8_x(opt_.int8_x);  // the launchers below read it (this backend's choice, not the last constructed)
   mark(nullptr);
   embed(embed_, in_ids_, ctl_, x_, s, false);
   mark("embed");
@@ -473,10 +478,13 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       g.y = y_;
       g.ctl = ctl_;
       g.trace = gtr ? gtr + 3 : nullptr;
+      g.hss = opt_.gdn_split ? hss_ : nullptr;  // split form: out_proj applies the gated norm's RMS factor
       if (!opt_.skips("gdn")) gdn_decode(g, s, pdl);
       mark("gdn recurrence");
       GemvSeg o = {d.out, x_, 1};
-      if (!opt_.skips("gdn_out")) gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr);
+      const HeadNorm hn = {hss_, c.lin_v_dim, gdn_split_parts(c.lin_v_dim), eps};
+      if (!opt_.skips("gdn_out"))
+        gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, opt_.gdn_split ? &hn : nullptr);
       mark("gdn out_proj gemv");
     } else {
       const int qr = c.q_proj_rows(), kvd = c.kv_dim();

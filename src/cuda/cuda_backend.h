@@ -28,6 +28,7 @@ struct CudaOptions {
   bool prefill_attn_precise = true;  // LILY_CUDA_PREFILL_ATTN_PRECISE=0: bf16 flash attention in the fp16 modes
   bool fused_router = true;  // LILY_CUDA_FUSED_ROUTER=0: MoE router and gate_up as two launches
   bool early_route = true;   // LILY_CUDA_MOE_EARLY_ROUTE=0: MoE down reads the routing after its PDL wait
+  bool gdn_split = true;     // LILY_CUDA_GDN_SPLIT=0: one 1024-thread DeltaNet block per value head (gated norm inside)
   bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
   // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step
   // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
@@ -121,6 +122,7 @@ class CudaBackend : public Backend {
   float* y_ = nullptr;          // [max(vd, nq hd)]
   float* rlogits_ = nullptr;    // [E]
   float* shg_ = nullptr;        // [1]
+  float* hss_ = nullptr;        // [lin_v_heads][gdn_split_parts(lin_v_dim)] DeltaNet o^2 partial sums (split form)
   unsigned int* route_done_ = nullptr;  // router last-block counter
   static constexpr int kTraceSlots = 64;
   unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_CUDA_TRACE stamps (attention 0-6, its MoE 16-28; first

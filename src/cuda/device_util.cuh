@@ -297,21 +297,35 @@ struct XQ {
 // (float4) are all issued before any is used. Requires n % 32 == 0; XQ also n <= 32 * blockDim.x (host-checked).
 // norm_w may point to global or (staged by stage_vec) shared memory.
 // out2 (optional, f32 form): the same values also written there, from the same loads and norm.
+// hn (optional: hn.ss != null, with norm_w == null): per-head scale (HeadNorm in kernels.h), its sums loaded with x.
 template <class X>
 __device__ __forceinline__ void load_x(const float* __restrict__ x, const float* __restrict__ norm_w, float eps,
-                                       int n, X& out, float* red, XF* out2 = nullptr) {
+                                       int n, X& out, float* red, XF* out2 = nullptr, HeadNorm hn = {}) {
   constexpr int kMaxG = 2;  // groups of x held in registers per thread (longer x: plain loop below)
   const int ng = n / 16;
   float4 v[kMaxG][4];
+  float hr[kMaxG];  // hn: the group's head sum of squares, then its scale
 #pragma unroll
   for (int k = 0; k < kMaxG; ++k) {
     const int g = threadIdx.x + k * blockDim.x;
+    hr[k] = 0.f;
     if (g < ng) {
       const float4* xp = reinterpret_cast<const float4*>(x) + g * 4;
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[k][i] = xp[i];
+      if (hn.ss) {  // all of the head's sums in flight at once (parts <= kHeadNormMaxParts, host-checked)
+        float t[kHeadNormMaxParts];
+#pragma unroll
+        for (int q = 0; q < kHeadNormMaxParts; ++q)
+          t[q] = q < hn.parts ? hn.ss[(g * 16 / hn.dim) * hn.parts + q] : 0.f;
+#pragma unroll
+        for (int q = 0; q < kHeadNormMaxParts; ++q) hr[k] += t[q];
+      }
     }
   }
+  if (hn.ss)
+#pragma unroll
+    for (int k = 0; k < kMaxG; ++k) hr[k] = rsqrtf(hr[k] / float(hn.dim) + hn.eps);
   float r = 1.f;
   if (norm_w) {
     cp_async_wait_all();  // norm_w may be staged in shared memory (stage_vec); block_sum's barrier publishes it
@@ -345,6 +359,9 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) a[i] = scale(v[k][i], w[i]);
+      if (hn.ss)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = make_float4(a[i].x * hr[k], a[i].y * hr[k], a[i].z * hr[k], a[i].w * hr[k]);
     }
     out.put(g, valid, a);
     if (out2) out2->put(g, valid, a);
@@ -355,6 +372,12 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       const float4* wp = reinterpret_cast<const float4*>(norm_w) + g * 4;
       float4 a[4];
       for (int i = 0; i < 4; ++i) a[i] = norm_w ? scale(xp[i], wp[i]) : xp[i];
+      if (hn.ss) {
+        float h = 0.f;
+        for (int q = 0; q < hn.parts; ++q) h += hn.ss[(g * 16 / hn.dim) * hn.parts + q];
+        h = rsqrtf(h / float(hn.dim) + hn.eps);
+        for (int i = 0; i < 4; ++i) a[i] = make_float4(a[i].x * h, a[i].y * h, a[i].z * h, a[i].w * h);
+      }
       out.put(g, true, a);
       if (out2) out2->put(g, true, a);
     }

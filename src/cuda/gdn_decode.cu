@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
     else sv[t - 2 * Dk] = y;
   }
   __syncthreads();
+  if (tr) trace_at(g.trace, 7);
   // 2. l2 norms and gates
   // both sums in one pass: warp w < 16 reduces q, the others k (Dk <= 256 elements, 32 warps)
   float qq = 0.f, kk = 0.f;
@@ -133,6 +134,7 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   float qr[NPL], kr[NPL];
 #pragma unroll
   for (int i = 0; i < NPL; ++i) { qr[i] = sq[lane * NPL + i] * rq; kr[i] = sk[lane * NPL + i] * rk; }
+  if (tr) trace_at(g.trace, 8);
 
   // 3. rows of S (loaded before pdl_wait above)
 #pragma unroll
@@ -166,13 +168,166 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   }
 }
 
+// Split form (GdnArgs::hss set): Dv / 32 blocks of 256 threads per value head j; block (j, p) owns rows
+// v in [32p, 32p + 32) of S_j (4 per warp), redoes its key head's conv + l2 norms (2*Dk channels) beside its 32 v
+// channels, and writes y = o * norm_w * silu(z) without the RMS factor plus its sum of o^2 to hss[j * P + p]; the
+// out_proj GEMV's x prologue (HeadNorm) applies rsqrt(sum_p hss[j * P + p] / Dv + eps). Its blocks fit beside other
+// kernels' blocks (a 1024-thread block needs a whole SM) and each reads 16 KB of S instead of 64 KB.
+constexpr int kSplitThreads = 256, kSplitRows = 32;
+
+template <int NPL>
+__global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
+  constexpr int RPW = kSplitRows / (kSplitThreads / 32);
+  __shared__ float sq[kMaxD], sk[kMaxD], sv[kSplitRows], so[kSplitRows];
+  __shared__ float red[kSplitThreads / 32];
+  const int P = g.Dv / kSplitRows;
+  const int j = blockIdx.x / P, part = blockIdx.x % P, v0 = part * kSplitRows;
+  const int ratio = g.Hv / g.Hk, hk = j / ratio;
+  const int Dk = 32 * NPL, Dv = g.Dv, K = g.K;
+  const int key_dim = g.Hk * Dk, conv_dim = 2 * key_dim + g.Hv * Dv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = threadIdx.x;
+  if (g.early_trigger) pdl_trigger();
+  const bool tr = g.trace && threadIdx.x == 0 && blockIdx.x == 0;
+  if (tr) trace_at(g.trace, 0);
+
+  // before the wait, as k_gdn: this block's rows of S, conv taps and ring inputs, per-head constants
+  const StepCtl& c = *g.ctl;
+  const int pos = c.pos;
+  float* ring = c.conv + int64_t(g.layer) * K * conv_dim;
+  float* S = c.S + (int64_t(g.layer) * g.Hv + j) * int64_t(Dv) * Dk;
+  float s[RPW][NPL];
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) load_row<NPL>(S + int64_t(v0 + warp + 8 * i) * Dk + lane * NPL, s[i]);
+  // channels t and t + 256 of this block: [0, Dk) q, [Dk, 2Dk) k of key head hk, [2Dk, 2Dk + 32) its v rows
+  const int nconv = 2 * Dk + kSplitRows;
+  int ch[2];
+  float cw[2][kMaxK], cr[2][kMaxK];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int cc = t + h * kSplitThreads;
+    ch[h] = cc < Dk ? hk * Dk + cc : cc < 2 * Dk ? key_dim + hk * Dk + (cc - Dk) : 2 * key_dim + j * Dv + v0 + (cc - 2 * Dk);
+#pragma unroll
+    for (int tap = 0; tap < kMaxK; ++tap) {
+      cw[h][tap] = 0.f;
+      cr[h][tap] = 0.f;
+      if (cc < nconv && tap < K) {
+        cw[h][tap] = g.conv_w[int64_t(ch[h]) * K + tap];
+        const int p = pos - (K - 1) + tap;
+        if (tap < K - 1 && p >= 0) cr[h][tap] = ring[int64_t(p % K) * conv_dim + ch[h]];
+      }
+    }
+  }
+  const float dt_bias = g.dt_bias[j], a_neg = g.a_neg[j];
+  const float nrm_w = t < kSplitRows ? g.norm_w[v0 + t] : 0.f;
+  pdl_wait();
+  if (tr) trace_at(g.trace, 1);
+  float xin[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) xin[h] = t + h * kSplitThreads < nconv ? g.qkv[ch[h]] : 0.f;
+  const float zt = t < kSplitRows ? g.z[j * Dv + v0 + t] : 0.f;
+  const float bj = g.b[j], aj = g.a[j];
+
+  // 1. conv + SiLU; the ring slot of this position: q/k channels by part 0 of the group's first value head
+  const bool write_qk = (j % ratio) == 0 && part == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int cc = t + h * kSplitThreads;
+    if (cc >= nconv) continue;
+    float acc = 0.f;
+#pragma unroll
+    for (int tap = 0; tap < kMaxK; ++tap) {
+      if (tap < K - 1) acc += cw[h][tap] * cr[h][tap];
+      else if (tap == K - 1) acc += cw[h][tap] * xin[h];
+    }
+    if (cc >= 2 * Dk || write_qk) ring[int64_t(pos % K) * conv_dim + ch[h]] = xin[h];
+    const float y = silu_f(acc);
+    if (cc < Dk) sq[cc] = y;
+    else if (cc < 2 * Dk) sk[cc - Dk] = y;
+    else sv[cc - 2 * Dk] = y;
+  }
+  __syncthreads();
+  if (tr) trace_at(g.trace, 7);
+  // 2. l2 norms (warps 0..3: q, 4..7: k) and gates
+  {
+    const int half = kSplitThreads / 2, i = t % half;
+    const bool isk = t >= half;
+    float acc = 0.f;
+    for (int e = i; e < Dk; e += half) acc += isk ? sk[e] * sk[e] : sq[e] * sq[e];
+    acc = warp_sum(acc);
+    if (lane == 0) red[warp] = acc;
+  }
+  __syncthreads();
+  float qq = 0.f, kk = 0.f;
+#pragma unroll
+  for (int w = 0; w < kSplitThreads / 64; ++w) {
+    qq += red[w];
+    kk += red[kSplitThreads / 64 + w];
+  }
+  const float rq = rsqrtf(qq + 1e-6f) * rsqrtf(float(Dk)), rk = rsqrtf(kk + 1e-6f);
+  const float beta = sigmoid_f(bj);
+  const float xa = aj + dt_bias;
+  const float sp = xa > 20.f ? xa : log1pf(__expf(xa));
+  const float alpha = __expf(a_neg * sp);
+  float qr[NPL], kr[NPL];
+#pragma unroll
+  for (int i = 0; i < NPL; ++i) { qr[i] = sq[lane * NPL + i] * rq; kr[i] = sk[lane * NPL + i] * rk; }
+  if (tr) trace_at(g.trace, 8);
+
+  // 3. this block's rows of S
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int r = warp + 8 * i;
+    float u = 0.f;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) { s[i][e] *= alpha; u += s[i][e] * kr[e]; }
+    u = warp_sum(u);
+    const float d = beta * (sv[r] - u);
+    float o = 0.f;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) { s[i][e] += kr[e] * d; o += s[i][e] * qr[e]; }
+    o = warp_sum(o);
+    store_row<NPL>(S + int64_t(v0 + r) * Dk + lane * NPL, s[i]);
+    if (lane == 0) so[r] = o;
+  }
+  __syncthreads();
+  pdl_trigger();
+  if (tr) trace_at(g.trace, 2);
+  // 4. the gated norm's own part: y without the RMS factor, and this block's sum of o^2
+  if (warp == 0) {  // kSplitRows == 32: one row per lane
+    const float o = so[lane];
+    g.y[j * Dv + v0 + lane] = o * nrm_w * silu_f(zt);
+    const float ss = warp_sum(o * o);
+    if (lane == 0) g.hss[j * P + part] = ss;
+  }
+  if (g.trace) {  // uniform over the launch
+    __syncthreads();
+    if (threadIdx.x == 0) trace_max(g.trace, 3);
+  }
+}
+
 }  // namespace
+
+int gdn_split_parts(int Dv) { return Dv / kSplitRows; }
 
 void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
   GdnArgs g = args;
   g.early_trigger = early_trigger_on();
   if (g.Dk > kMaxD || g.Dv > kMaxD || g.Dk % 32 || g.Hv % g.Hk || g.K < 1)
     throw Error("gdn_decode: unsupported head sizes (Dk, Dv <= 256, Dk % 32 == 0, Hv % Hk == 0)");
+  if (g.hss) {  // split form
+    if (g.Dv % kSplitRows || g.Dv / kSplitRows > kHeadNormMaxParts)
+      throw Error("gdn_decode: split form needs Dv % 32 == 0 and Dv <= 256");
+    if (g.Dk > 128) throw Error("gdn_decode: split form needs Dk <= 128");
+    if (g.K > kMaxK) throw Error("gdn_decode: conv kernel > 8");
+    const dim3 grid(g.Hv * (g.Dv / kSplitRows));
+    switch (g.Dk / 32) {
+      case 1: launch(k_gdn_split<1>, grid, dim3(kSplitThreads), 0, s, pdl, g); break;
+      case 2: launch(k_gdn_split<2>, grid, dim3(kSplitThreads), 0, s, pdl, g); break;
+      case 4: launch(k_gdn_split<4>, grid, dim3(kSplitThreads), 0, s, pdl, g); break;
+      default: throw Error("gdn_decode: Dk must be 32, 64 or 128");
+    }
+    return;
+  }
   if (g.Dv > 32 * 4) throw Error("gdn_decode: Dv > 128 not instantiated");
   if (g.K > kMaxK || 2 * g.Dk + g.Dv > kThreads) throw Error("gdn_decode: conv kernel > 8 or 2*Dk + Dv > 1024");
   switch (g.Dk / 32) {

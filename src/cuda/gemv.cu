@@ -18,6 +18,7 @@ struct GemvParams {  // passed by value (kernel parameter space)
   float eps;
   int cols;
   unsigned long long* trace;  // LILY_CUDA_TRACE: [3] entry and x loaded (block 0), last block done; or null
+  HeadNorm hn;                // per-head scale of x (hn.ss null: none)
 };
 
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   pdl_wait();
-  load_x(p.x, nw, p.eps, p.cols, xv, red);
+  load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
 
@@ -128,9 +129,15 @@ bool use_int8_x(int fmt, int cols) { return g_int8_x && fmt == kQ4 && cols % 32 
 size_t gemv_smem_bytes(int cols) { return size_t(cols) * 8 + size_t(cols / 16) * 4; }  // x, staged norm_w, sums
 
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
-          bool pdl, unsigned long long* trace) {
+          bool pdl, unsigned long long* trace, const HeadNorm* hn) {
   if (nseg < 1 || nseg > kMaxSegs) throw Error("gemv: bad segment count");
   GemvParams p = {};
+  if (hn) {
+    if (norm_w || !hn->ss || hn->dim < 16 || hn->dim % 16 || segs[0].m.cols % hn->dim || hn->parts < 1 ||
+        hn->parts > kHeadNormMaxParts)
+      throw Error("gemv: head norm needs no norm_w, sums, dim a multiple of 16 dividing cols, 1..8 parts");
+    p.hn = *hn;
+  }
   p.nseg = nseg;
   p.x = x;
   p.norm_w = norm_w;

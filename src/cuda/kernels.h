@@ -76,8 +76,16 @@ bool use_int8_x(int fmt, int cols);  // the int8 path serves this matrix shape (
 // Row-parallel fused GEMV over up to kMaxSegs matrices sharing x (cols): optional RMSNorm prologue
 // (xn = x / rms(x) * norm_w when norm_w != null). All segments must have the same fmt and cols.
 // trace (LILY_CUDA_TRACE): [3] globaltimer stamps (block 0 entry, block 0 x loaded, last block done) or null.
+// hn (optional): x is read as consecutive heads of hn->dim elements, head h scaled by
+// rsqrt(sum_p hn->ss[h * hn->parts + p] / dim + eps) (the DeltaNet gated norm finished by its out_proj).
+constexpr int kHeadNormMaxParts = 8;
+struct HeadNorm {
+  const float* ss = nullptr;  // [n / dim][parts] partial sums of squares
+  int dim = 0, parts = 0;     // dim % 16 == 0, 1 <= parts <= kHeadNormMaxParts
+  float eps = 1e-6f;
+};
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
-          bool pdl, unsigned long long* trace = nullptr);
+          bool pdl, unsigned long long* trace = nullptr, const HeadNorm* hn = nullptr);
 
 // Embedding: x[H] = dequant(embed row in_ids[ctl->cursor]).
 void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, cudaStream_t s, bool pdl);
@@ -159,12 +167,16 @@ struct GdnArgs {
   int layer = 0;                // index among the linear layers (state slot)
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
   float eps = 1e-6f;
-  float* y = nullptr;           // [Hv*Dv] gated-normed output
+  float* y = nullptr;           // [Hv*Dv] gated-normed output (split form: without the RMS factor)
+  float* hss = nullptr;         // split form when set: [Hv][gdn_split_parts(Dv)] partial sums of o^2 per head,
+                                // for the consumer's HeadNorm {hss, Dv, parts, eps}
   const StepCtl* ctl = nullptr; // pos, S, conv
   int early_trigger = 0;        // signal PDL dependents at entry (set by gdn_decode from LILY_CUDA_EARLY_TRIGGER)
-  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [4] block 0 entry, after wait, rows done; last block done
+  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: block 0 entry, after wait, rows done [0..2]; last block
+                                        // done [3]; block 0 conv done, norms done [7..8] ([4..6]: out_proj's)
 };
 void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl);
+int gdn_split_parts(int Dv);  // blocks per value head in the split form (Dv / 32)
 
 // Gated full attention decode for one layer: q/k RMSNorm, partial NeoX RoPE, KV append (bf16), GQA attention over
 // positions 0..pos with split-KV, sigmoid output gate.
