@@ -1,5 +1,5 @@
-// L2 latency probe (not part of the build; written for the next device session, NOT YET RUN): does an L2 hit wait
-// behind DRAM misses? One kernel of 2 blocks x 256 threads per SM (the decode GEMVs' shape). Warps 0..6 of every
+// L2 latency probe (not part of the build; results in docs/cuda-decode.md, night 4): does an L2 hit wait behind
+// DRAM misses? One kernel of 2 blocks x 256 threads per SM (the decode GEMVs' shape). Warps 0..6 of every
 // block stream cold 1 KB rows from an 18 GB buffer (4 rows per warp in flight, as the GEMVs do) until the chase
 // ends; lane 0 of warp 7 of block 0 walks a pointer chain through a 1 MB table read just before (L2-resident), one
 // dependent load per hop, and reports ns per hop. Modes:
@@ -8,25 +8,14 @@
 //   2: as 1, and the chasing warp first issues 4 KB of its own cold loads (as a decode kernel's warp issues its
 //      weight rows before it reads x).
 // nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/l2p tools/l2_latency_probe.cu && /tmp/l2p
-#include <cuda_runtime.h>
+#include "probe_util.cuh"
 
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
+#include <utility>
 #include <vector>
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); std::exit(1); } } while (0)
 
 constexpr int kHops = 64;
 constexpr int kStride = 32;  // u32 elements between chain entries: one 128-byte line each
 
-__device__ __forceinline__ uint4 ldg_cold(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -55,7 +44,7 @@ __global__ void __launch_bounds__(256, 2) k_probe(const uint8_t* w, int64_t rows
     while (now_ns() - t0 < 3000) {}
     uint4 own[4] = {};
     if (mode == 2)  // 4 KB of this warp's own cold loads in flight at the chase (used only after it)
-      for (int i = 0; i < 4; ++i) own[i] = ldg_cold(w + (int64_t(i) * 1031 + 77) * 1024 + lane * 32);
+      for (int i = 0; i < 4; ++i) own[i] = ldg_stream(w + (int64_t(i) * 1031 + 77) * 1024 + lane * 32);
     if (lane == 0) {
       uint32_t p = 0;
       const unsigned long long a = now_ns();
@@ -76,7 +65,7 @@ __global__ void __launch_bounds__(256, 2) k_probe(const uint8_t* w, int64_t rows
       for (int i = 0; i < 4; ++i)
         if (r0 + i * nw < rows)
 #pragma unroll
-          for (int u = 0; u < 2; ++u) v[i][u] = ldg_cold(w + (r0 + i * nw) * 1024 + (lane + 32 * u) * 16);
+          for (int u = 0; u < 2; ++u) v[i][u] = ldg_stream(w + (r0 + i * nw) * 1024 + (lane + 32 * u) * 16);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         if (r0 + i * nw < rows) acc += float(v[i][0].x & 1) + float(v[i][1].y & 1);
@@ -87,10 +76,7 @@ __global__ void __launch_bounds__(256, 2) k_probe(const uint8_t* w, int64_t rows
 
 int main() {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
-  const int64_t span = int64_t(18) << 30;
-  uint8_t* buf = nullptr;
-  if (cudaMalloc(&buf, span) != cudaSuccess) { std::printf("alloc failed\n"); return 1; }
-  CK(cudaMemset(buf, 1, span));
+  uint8_t* buf = probe_buffer();
   const int n = (1 << 20) / 4;  // 1 MB table
   const int entries = n / kStride;
   std::vector<uint32_t> h(n, 0), order(entries);

@@ -39,6 +39,37 @@ __device__ __forceinline__ void store_row(float* p, const float (&s)[NPL]) {
   }
 }
 
+// Steps 2-3 of one value head after the conv: the l2-normalised q (also scaled by 1/sqrt(Dk)) and k of this lane's
+// NPL dims (from the sums of squares qq, kk of the block's sq, sk), the gates, and the delta rule on one row of S.
+template <int NPL>
+struct DeltaStep {
+  float qr[NPL], kr[NPL], alpha, beta;
+  __device__ DeltaStep(const float* sq, const float* sk, float qq, float kk, float bj, float aj, float dt_bias,
+                       float a_neg, int lane) {
+    const float rq = rsqrtf(qq + 1e-6f) * rsqrtf(float(32 * NPL)), rk = rsqrtf(kk + 1e-6f);
+    beta = sigmoid_f(bj);
+    const float xa = aj + dt_bias;
+    const float sp = xa > 20.f ? xa : log1pf(__expf(xa));
+    alpha = __expf(a_neg * sp);
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) { qr[i] = sq[lane * NPL + i] * rq; kr[i] = sk[lane * NPL + i] * rk; }
+  }
+  // Row v of S (this lane's NPL entries in s; v_in = v's input): S *= alpha; u = S k; S += k beta (v_in - u);
+  // returns o = S q (every lane) after storing the row at Srow.
+  __device__ __forceinline__ float row(float (&s)[NPL], float v_in, float* Srow, int lane) const {
+    float u = 0.f;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) { s[e] *= alpha; u += s[e] * kr[e]; }
+    u = warp_sum(u);
+    const float d = beta * (v_in - u);
+    float o = 0.f;
+#pragma unroll
+    for (int e = 0; e < NPL; ++e) { s[e] += kr[e] * d; o += s[e] * qr[e]; }
+    store_row<NPL>(Srow + lane * NPL, s);
+    return warp_sum(o);
+  }
+};
+
 // NPL: Dk = 32 * NPL; RPW: rows of S per warp (Dv <= 32 * RPW with 32 warps).
 template <int NPL, int RPW>
 __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
@@ -126,14 +157,7 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
     qq = warp_sum(a0);
     kk = warp_sum(a1);
   }
-  const float rq = rsqrtf(qq + 1e-6f) * rsqrtf(float(Dk)), rk = rsqrtf(kk + 1e-6f);
-  const float beta = sigmoid_f(bj);
-  const float xa = aj + dt_bias;
-  const float sp = xa > 20.f ? xa : log1pf(__expf(xa));
-  const float alpha = __expf(a_neg * sp);
-  float qr[NPL], kr[NPL];
-#pragma unroll
-  for (int i = 0; i < NPL; ++i) { qr[i] = sq[lane * NPL + i] * rq; kr[i] = sk[lane * NPL + i] * rk; }
+  const DeltaStep<NPL> D(sq, sk, qq, kk, bj, aj, dt_bias, a_neg, lane);
   if (tr) trace_at(g.trace, 8);
 
   // 3. rows of S (loaded before pdl_wait above)
@@ -141,16 +165,7 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   for (int i = 0; i < RPW; ++i) {
     const int v = warp + i * nw;
     if (v >= Dv) continue;
-    float u = 0.f;
-#pragma unroll
-    for (int e = 0; e < NPL; ++e) { s[i][e] *= alpha; u += s[i][e] * kr[e]; }
-    u = warp_sum(u);
-    const float d = beta * (sv[v] - u);
-    float o = 0.f;
-#pragma unroll
-    for (int e = 0; e < NPL; ++e) { s[i][e] += kr[e] * d; o += s[i][e] * qr[e]; }
-    o = warp_sum(o);
-    store_row<NPL>(S + int64_t(v) * Dk + lane * NPL, s[i]);
+    const float o = D.row(s[i], sv[v], S + int64_t(v) * Dk, lane);
     if (lane == 0) so[v] = o;
   }
   __syncthreads();
@@ -205,7 +220,9 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int cc = t + h * kSplitThreads;
-    ch[h] = cc < Dk ? hk * Dk + cc : cc < 2 * Dk ? key_dim + hk * Dk + (cc - Dk) : 2 * key_dim + j * Dv + v0 + (cc - 2 * Dk);
+    ch[h] = cc < Dk       ? hk * Dk + cc
+            : cc < 2 * Dk ? key_dim + hk * Dk + (cc - Dk)
+                          : 2 * key_dim + j * Dv + v0 + (cc - 2 * Dk);
 #pragma unroll
     for (int tap = 0; tap < kMaxK; ++tap) {
       cw[h][tap] = 0.f;
@@ -263,30 +280,14 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
     qq += red[w];
     kk += red[kSplitThreads / 64 + w];
   }
-  const float rq = rsqrtf(qq + 1e-6f) * rsqrtf(float(Dk)), rk = rsqrtf(kk + 1e-6f);
-  const float beta = sigmoid_f(bj);
-  const float xa = aj + dt_bias;
-  const float sp = xa > 20.f ? xa : log1pf(__expf(xa));
-  const float alpha = __expf(a_neg * sp);
-  float qr[NPL], kr[NPL];
-#pragma unroll
-  for (int i = 0; i < NPL; ++i) { qr[i] = sq[lane * NPL + i] * rq; kr[i] = sk[lane * NPL + i] * rk; }
+  const DeltaStep<NPL> D(sq, sk, qq, kk, bj, aj, dt_bias, a_neg, lane);
   if (tr) trace_at(g.trace, 8);
 
   // 3. this block's rows of S
 #pragma unroll
   for (int i = 0; i < RPW; ++i) {
     const int r = warp + 8 * i;
-    float u = 0.f;
-#pragma unroll
-    for (int e = 0; e < NPL; ++e) { s[i][e] *= alpha; u += s[i][e] * kr[e]; }
-    u = warp_sum(u);
-    const float d = beta * (sv[r] - u);
-    float o = 0.f;
-#pragma unroll
-    for (int e = 0; e < NPL; ++e) { s[i][e] += kr[e] * d; o += s[i][e] * qr[e]; }
-    o = warp_sum(o);
-    store_row<NPL>(S + int64_t(v0 + r) * Dk + lane * NPL, s[i]);
+    const float o = D.row(s[i], sv[r], S + int64_t(v0 + r) * Dk, lane);
     if (lane == 0) so[r] = o;
   }
   __syncthreads();
