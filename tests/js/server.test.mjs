@@ -205,27 +205,36 @@ test('error cases', async () => {
 });
 
 test('client disconnect mid-stream does not hurt the server', async () => {
-  const ac = new AbortController();
-  const stream = await client.chat.completions.create(
-    chatArgs({ stream: true, max_tokens: 400 }), { signal: ac.signal });
-  let n = 0;
+  // Its own server with a longer context: the abandoned greedy stream runs ~2,000 tokens (it ends at a stop token
+  // then; ~0.2 s on the demo model) instead of 400 (~35 ms), which a loaded 2-core machine could finish writing into
+  // the socket before the client had read its 3 chunks and gone (then nothing is left to cancel).
+  const s2 = await startServer(['--ctx', '4096']);
   try {
-    // abort, then leave the loop: awaiting another read after an abort can hang in the fetch body reader
-    for await (const _ of stream) { if (++n === 3) { ac.abort(); break; } }
-  } catch {
-    // the client reports the abort; either way the connection is gone
+    const c2 = openaiClient(s2);
+    const ac = new AbortController();
+    const stream = await c2.chat.completions.create(
+      chatArgs({ stream: true, max_tokens: 4000, temperature: 0 }), { signal: ac.signal });
+    let n = 0;
+    try {
+      // abort, then leave the loop: awaiting another read after an abort can hang in the fetch body reader
+      for await (const _ of stream) { if (++n === 3) { ac.abort(); break; } }
+    } catch {
+      // the client reports the abort; either way the connection is gone
+    }
+    assert.ok(n >= 3);
+    // the server is alive and serves the next request
+    const r = await c2.chat.completions.create(chatArgs({ max_tokens: 3 }));
+    assert.equal(r.choices[0].message.role, 'assistant');
+    let cancelled = 0;
+    for (let i = 0; i < 50 && cancelled === 0; i++) {
+      const m = await (await fetch(s2.url + '/metrics')).text();
+      cancelled = Number(m.match(/^lily_requests_cancelled_total (\d+)/m)?.[1] || 0);
+      if (!cancelled) await new Promise((res) => setTimeout(res, 100));
+    }
+    assert.ok(cancelled >= 1, 'the abandoned request was cancelled');
+  } finally {
+    assert.equal(await stopServer(s2), 0, 'graceful shutdown exits 0');
   }
-  assert.ok(n >= 3);
-  // the server is alive and serves the next request
-  const r = await client.chat.completions.create(chatArgs({ max_tokens: 3 }));
-  assert.equal(r.choices[0].message.role, 'assistant');
-  let cancelled = 0;
-  for (let i = 0; i < 50 && cancelled === 0; i++) {
-    const m = await (await fetch(srv.url + '/metrics')).text();
-    cancelled = Number(m.match(/^lily_requests_cancelled_total (\d+)/m)?.[1] || 0);
-    if (!cancelled) await new Promise((res) => setTimeout(res, 100));
-  }
-  assert.ok(cancelled >= 1, 'the abandoned request was cancelled');
 });
 
 test('metrics', async () => {
