@@ -295,7 +295,9 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
   shg_ = static_cast<float*>(dev_alloc(16));
   if (cfg_.lin_v_dim % 32 || cfg_.lin_v_dim > 256) opt_.gdn_split = false;  // the split form: Dv % 32 == 0, <= 256
-  hss_ = static_cast<float*>(dev_alloc(size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4));
+  const size_t hss_bytes = size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4;
+  hss_ = static_cast<float*>(dev_alloc(hss_bytes));
+  LILY_CUDA_CHECK(cudaMemset(hss_, 0, hss_bytes));  // finite even when LILY_CUDA_SKIP leaves the DeltaNet step out
   if (opt_.trace) {
     trace_ = static_cast<unsigned long long*>(dev_alloc(kTraceSlots * 8));
     LILY_CUDA_CHECK(cudaMemset(trace_, 0, kTraceSlots * 8));
