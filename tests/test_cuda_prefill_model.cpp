@@ -98,8 +98,6 @@ class CudaPrefillTiny : public ::testing::TestWithParam<std::tuple<const char*, 
     be = make_be(std::getenv("LILY_CUDA_GDN_CHUNKED"));  // the default GDN form unless the caller's env picks one
     ScopedEnv no_prefill("LILY_CUDA_PREFILL", "0");
     tok = make_cuda_backend(w);  // prompts token by token through the decode step
-    ScopedEnv f32x("LILY_CUDA_INT8_X", "0");
-    tok_f32 = make_cuda_backend(w);  // the same with f32 activations (exact GEMV inputs)
     V = w->cfg.vocab;
   }
   // a prefill backend with this test's precision and LILY_CUDA_GDN_CHUNKED = gdn (null: the default, auto)
@@ -117,7 +115,7 @@ class CudaPrefillTiny : public ::testing::TestWithParam<std::tuple<const char*, 
   }
   std::shared_ptr<ModelWeights> w;
   std::shared_ptr<const SafetensorsFile> ref;
-  std::unique_ptr<Backend> be, tok, tok_f32;
+  std::unique_ptr<Backend> be, tok;
   int V = 0;
   std::string layout, prec;
   Tol tol{};
@@ -160,6 +158,11 @@ TEST_P(CudaPrefillTiny, ChunkedEqualsWholeAndMatchesTokenByToken) {
   const int L = int(ids.size());
   const std::vector<float> whole = long_last8(*be, ids, 2048, V);
   std::vector<float> tbt(whole.size(), NAN);
+  std::unique_ptr<Backend> tok_f32;  // token by token with f32 activations (exact GEMV inputs)
+  {
+    ScopedEnv no_prefill("LILY_CUDA_PREFILL", "0"), f32x("LILY_CUDA_INT8_X", "0");
+    tok_f32 = make_cuda_backend(w);
+  }
   auto s3 = tok_f32->new_state(1024);
   tok_f32->forward(*s3, ids.data(), L, 8, tbt.data(), {});
   const Cmp t = compare(whole.data(), tbt.data(), 8, V);

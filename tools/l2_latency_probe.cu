@@ -16,11 +16,6 @@
 constexpr int kHops = 64;
 constexpr int kStride = 32;  // u32 elements between chain entries: one 128-byte line each
 
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 __device__ __forceinline__ uint32_t ld_cg(const uint32_t* p) {  // L2, not L1
   uint32_t v;
   asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p));

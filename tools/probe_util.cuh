@@ -1,6 +1,6 @@
 // Shared by the standalone probes in tools/ (not part of the build; each compiles alone:
 // nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/p tools/NAME.cu): error check, the cold streaming load, the 18 GB buffer of
-// "weights" with its scattered slices, and the timing of a captured graph.
+// "weights" with its scattered slices, the timing of a captured graph, and a device clock.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -17,6 +17,13 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
+}
+
+// %globaltimer in ns (the in-graph stamps of LILY_CUDA_TRACE use the same clock)
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
 }
 
 constexpr int64_t kProbeSpan = int64_t(18) << 30;  // like the decode step's 19.5 GB of weights

@@ -294,7 +294,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   y_ = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
   rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
   shg_ = static_cast<float*>(dev_alloc(16));
-  if (cfg_.lin_v_dim % 32 || cfg_.lin_v_dim > 256) opt_.gdn_split = false;  // the split form: Dv % 32 == 0, <= 256
+  if (gdn_split_parts(cfg_.lin_v_dim) == 0) opt_.gdn_split = false;
   const size_t hss_bytes = size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4;
   hss_ = static_cast<float*>(dev_alloc(hss_bytes));
   LILY_CUDA_CHECK(cudaMemset(hss_, 0, hss_bytes));  // finite even when LILY_CUDA_SKIP leaves the DeltaNet step out

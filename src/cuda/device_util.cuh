@@ -292,6 +292,18 @@ struct XQ {
   __device__ __forceinline__ float dot(uint4 raw, uint32_t sb, int xc) const;
 };
 
+// HeadNorm (kernels.h): the sum of the partial sums of squares of 16-element group g's head, all loads in flight at
+// once (parts <= kHeadNormMaxParts, host-checked).
+__device__ __forceinline__ float head_sum(const HeadNorm& hn, int g) {
+  float t[kHeadNormMaxParts];
+#pragma unroll
+  for (int q = 0; q < kHeadNormMaxParts; ++q) t[q] = q < hn.parts ? hn.ss[(g * 16 / hn.dim) * hn.parts + q] : 0.f;
+  float s = 0.f;
+#pragma unroll
+  for (int q = 0; q < kHeadNormMaxParts; ++q) s += t[q];
+  return s;
+}
+
 // Loads x[0..n) into the representation `out`, times rsqrt(mean(x^2)+eps)*norm_w when norm_w != null.
 // red: 32 floats of scratch. Ends with __syncthreads(). Each thread owns whole 16-element groups; its x loads
 // (float4) are all issued before any is used. Requires n % 32 == 0; XQ also n <= 32 * blockDim.x (host-checked).
@@ -313,14 +325,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       const float4* xp = reinterpret_cast<const float4*>(x) + g * 4;
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[k][i] = xp[i];
-      if (hn.ss) {  // all of the head's sums in flight at once (parts <= kHeadNormMaxParts, host-checked)
-        float t[kHeadNormMaxParts];
-#pragma unroll
-        for (int q = 0; q < kHeadNormMaxParts; ++q)
-          t[q] = q < hn.parts ? hn.ss[(g * 16 / hn.dim) * hn.parts + q] : 0.f;
-#pragma unroll
-        for (int q = 0; q < kHeadNormMaxParts; ++q) hr[k] += t[q];
-      }
+      if (hn.ss) hr[k] = head_sum(hn, g);
     }
   }
   if (hn.ss)
@@ -373,9 +378,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       float4 a[4];
       for (int i = 0; i < 4; ++i) a[i] = norm_w ? scale(xp[i], wp[i]) : xp[i];
       if (hn.ss) {
-        float h = 0.f;
-        for (int q = 0; q < hn.parts; ++q) h += hn.ss[(g * 16 / hn.dim) * hn.parts + q];
-        h = rsqrtf(h / float(hn.dim) + hn.eps);
+        const float h = rsqrtf(head_sum(hn, g) / float(hn.dim) + hn.eps);
         for (int i = 0; i < 4; ++i) a[i] = make_float4(a[i].x * h, a[i].y * h, a[i].z * h, a[i].w * h);
       }
       out.put(g, true, a);

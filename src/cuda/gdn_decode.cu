@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
 
 }  // namespace
 
-int gdn_split_parts(int Dv) { return Dv / kSplitRows; }
+int gdn_split_parts(int Dv) { return Dv % kSplitRows || Dv / kSplitRows > kHeadNormMaxParts ? 0 : Dv / kSplitRows; }
 
 void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
   GdnArgs g = args;
@@ -316,7 +316,7 @@ void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
   if (g.Dk > kMaxD || g.Dv > kMaxD || g.Dk % 32 || g.Hv % g.Hk || g.K < 1)
     throw Error("gdn_decode: unsupported head sizes (Dk, Dv <= 256, Dk % 32 == 0, Hv % Hk == 0)");
   if (g.hss) {  // split form
-    if (g.Dv % kSplitRows || g.Dv / kSplitRows > kHeadNormMaxParts)
+    if (gdn_split_parts(g.Dv) == 0)
       throw Error("gdn_decode: split form needs Dv % 32 == 0 and Dv <= 256");
     if (g.Dk > 128) throw Error("gdn_decode: split form needs Dk <= 128");
     if (g.K > kMaxK) throw Error("gdn_decode: conv kernel > 8");

@@ -176,7 +176,7 @@ struct GdnArgs {
                                         // done [3]; block 0 conv done, norms done [7..8] ([4..6]: out_proj's)
 };
 void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl);
-int gdn_split_parts(int Dv);  // blocks per value head in the split form (Dv / 32)
+int gdn_split_parts(int Dv);  // blocks per value head in the split form (Dv / 32); 0: Dv has no split form
 
 // Gated full attention decode for one layer: q/k RMSNorm, partial NeoX RoPE, KV append (bf16), GQA attention over
 // positions 0..pos with split-KV, sigmoid output gate.
