@@ -117,9 +117,10 @@ __device__ void route_block(const float* sl, int E, int k, int* idx, float* w, f
 // (shared); the caller syncs the block before reading them. Used where every block routes for itself.
 // Each round is two single-instruction warp reductions (redux.sync, sm_80+) on 32-bit keys: the largest ordered
 // logit, then the lowest index holding it (a 64-bit shuffle argmax took ~3.3 us for the 8 rounds).
+// kPer: logits per lane (E <= 32 * kPer); the fused kernel takes 8 for E <= 256 (half the compares of kMaxE / 32).
+template <int kPer>
 __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w) {
   const int lane = threadIdx.x & 31;
-  constexpr int kPer = kMaxE / 32;
   uint32_t key[kPer];  // element e = lane + 32 i: its ordered logit bits (route_key's high word); 0 = taken / none
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
@@ -467,7 +468,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     grid_barrier(a.route_done);
   }
   if (tr) trace_at(a.trace, 4);
-  if (threadIdx.x < 32) route_warp(a.logits, a.E, a.k, s_idx, s_w);
+  if (threadIdx.x < 32) {
+    if (a.E <= 256) route_warp<8>(a.logits, a.E, a.k, s_idx, s_w);
+    else route_warp<kMaxE / 32>(a.logits, a.E, a.k, s_idx, s_w);
+  }
   if (a.fixed_route && threadIdx.x < a.k) {  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
     s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
   }
