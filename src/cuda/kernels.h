@@ -147,6 +147,7 @@ struct MoeArgs {
   int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
                                    // the routing through route_done[4] and down reads it before its PDL wait
                                    // (route_done[5]: down blocks past the flag; both left zeroed)
+  int act_first = 0;               // down (with early_route): PDL wait, act staged by cp.async, then the weights
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);

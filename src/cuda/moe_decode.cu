@@ -117,9 +117,10 @@ __device__ void route_block(const float* sl, int E, int k, int* idx, float* w, f
 // (shared); the caller syncs the block before reading them. Used where every block routes for itself.
 // Each round is two single-instruction warp reductions (redux.sync, sm_80+) on 32-bit keys: the largest ordered
 // logit, then the lowest index holding it (a 64-bit shuffle argmax took ~3.3 us for the 8 rounds).
+// kPer: logits per lane (E <= 32 * kPer); the fused kernel takes 8 for E <= 256 (half the compares of kMaxE / 32).
+template <int kPer>
 __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w) {
   const int lane = threadIdx.x & 31;
-  constexpr int kPer = kMaxE / 32;
   uint32_t key[kPer];  // element e = lane + 32 i: its ordered logit bits (route_key's high word); 0 = taken / none
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
@@ -467,7 +468,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     grid_barrier(a.route_done);
   }
   if (tr) trace_at(a.trace, 4);
-  if (threadIdx.x < 32) route_warp(a.logits, a.E, a.k, s_idx, s_w);
+  if (threadIdx.x < 32) {
+    if (a.E <= 256) route_warp<8>(a.logits, a.E, a.k, s_idx, s_w);
+    else route_warp<kMaxE / 32>(a.logits, a.E, a.k, s_idx, s_w);
+  }
   if (a.fixed_route && threadIdx.x < a.k) {  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
     s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
   }
@@ -541,6 +545,14 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
     s_m[a.k] = a.sh_down;
   }
   __syncthreads();
+  // act_first (LILY_CUDA_MOE_DOWN_ACT_FIRST=1, experiment): wait, then act into shared memory by cp.async ahead of
+  // the weight requests, so the act read is not queued behind this SM's ~40 KB of weight requests
+  const float* act = a.act;
+  if (a.act_first) {
+    pdl_wait();
+    if (threadIdx.x == 32) count_past(a.route_done + 4, a.route_done + 5, gridDim.x);  // this block read the flag
+    act = stage_vec(a.act, n, reinterpret_cast<float*>(smem4) + (X::bytes(n) + 15) / 16 * 4);
+  }
   // this warp's first weight loads go out before the act prologue, so their DRAM latency overlaps it
   const int nch = a.k * cpr + cprs;
   constexpr int U = 5;  // chunks per lane in flight (144 chunks per row for k=8, I=Is=512 at 4 bits)
@@ -563,12 +575,16 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   if (warp < H) issue(warp, 0);
   const bool tre = tr && a.early_route;  // slots 8, 9, 15 belong to the separate gate_up kernel otherwise
   if (tre) trace_at(a.trace, 9);
-  if (a.early_route) {
+  if (a.early_route && !a.act_first) {
     pdl_wait();  // act, and out's other writers
     if (threadIdx.x == 32) count_past(a.route_done + 4, a.route_done + 5, gridDim.x);  // this block read the flag
   }
   if (tre) trace_at(a.trace, 15);
-  load_x(a.act, nullptr, 0.f, n, xv, red);
+  if (a.act_first) {
+    cp_async_wait_all();
+    __syncthreads();
+  }
+  load_x(act, nullptr, 0.f, n, xv, red);
   pdl_trigger();
   if (tre) trace_at(a.trace, 8);
   for (int row = warp; row < H; row += nwarps) {
@@ -716,9 +732,13 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   check(args);
   MoeArgs a = args;
   a.early_trigger = early_trigger_on();
+  static const bool act_first = std::getenv("LILY_CUDA_MOE_DOWN_ACT_FIRST") &&
+                                std::strcmp(std::getenv("LILY_CUDA_MOE_DOWN_ACT_FIRST"), "1") == 0;
+  a.act_first = act_first && a.early_route ? 1 : 0;
   const int n = a.k * a.down.m.cols + a.sh_down.cols;
   const int H = a.down.m.rows;
-  const size_t smem = size_t(n) * 4 + size_t(n / 16) * 4;
+  // the activation form, then (act_first) the f32 act staged by cp.async
+  const size_t smem = (XF::bytes(n) + 15) / 16 * 16 + (a.act_first ? size_t(n) * 4 : 0);
   auto run = [&](auto kern) {
     allow_smem(kern, smem);
     const int blocks = std::min((H + 7) / 8, resident_grid(kern, kThreads, smem));
