@@ -77,10 +77,11 @@ void make_stack(AffStack& st, int n, int rows, int cols, int bits, std::mt19937&
   st.d.sb_stride = int64_t(ng);
 }
 
-class CudaMoeDecode : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+class CudaMoeDecode : public ::testing::TestWithParam<std::tuple<bool, bool, int>> {};
 
 // Router + routing + gate_up + down vs the reference MoE; the 4-bit experts with f32 x and with int8 hi+lo x (dp4a);
-// router and gate_up as two launches or as one (moe_route_gate_up, with its grid barrier).
+// router and gate_up as two launches or as one (moe_route_gate_up, with its grid barrier); E = 64 and the model's 256
+// (the fused kernel's top-k with 8 logits per lane) and 300 (16 per lane).
 TEST_P(CudaMoeDecode, MatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const bool int8x = std::get<0>(GetParam()), fused = std::get<1>(GetParam());
@@ -89,7 +90,7 @@ TEST_P(CudaMoeDecode, MatchesReference) {
     ~Restore() { cuda::set_decode_int8_x(v); }
   } restore;
   cuda::set_decode_int8_x(int8x);
-  const int H = 512, E = 64, K = 8, I = 128, Is = 192;
+  const int H = 512, E = std::get<2>(GetParam()), K = 8, I = 128, Is = 192;
   std::mt19937 rng(77);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   Dev dev;
@@ -206,7 +207,8 @@ TEST_P(CudaMoeDecode, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(ActivationsLaunches, CudaMoeDecode, ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(ActivationsLaunchesExperts, CudaMoeDecode,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Values(64, 256, 300)));
 
 class CudaAttnDecode : public ::testing::TestWithParam<int> {};
 

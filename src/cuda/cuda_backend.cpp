@@ -389,11 +389,13 @@ void CudaBackend::print_trace() const {
     for (int i = 0; i < 16; ++i) moe[i] = fused[i];
   }
   const char* attn[16] = {"attn entry", "attn after pdl_wait", "attn prologue done", "attn scan done (block 0)",
-                          "attn published (block 0)", "attn last block starts merge", "attn merge done"};
+                          "attn published (block 0)", "attn last block starts merge", "attn merge done", 0, 0, 0, 0, 0,
+                          "MoE x loads landed (b0)", "MoE x norm reduced (b0)", "down act loads landed (b0)"};
   const char* gdn[16] = {"in_proj entry (b0)", "in_proj x loaded (b0)", "in_proj last block done", "gdn entry (b0)",
                          "gdn after pdl_wait (b0)", "gdn rows done (b0)", "gdn last block done", "out_proj entry (b0)",
                          "out_proj x loaded (b0)", "out_proj last block done", "gdn conv done (b0)",
-                         "gdn norms done (b0)"};
+                         "gdn norms done (b0)", "MoE x loads landed (b0)", "MoE x norm reduced (b0)",
+                         "down act loads landed (b0)"};
   auto print = [&](const char* title, int base, const char* const* first) {
     if (!t[base]) return;
     std::fprintf(stderr, "cuda trace (%s, last step; us from its first stamp):\n", title);
@@ -530,6 +532,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.trace = nullptr;  // LILY_CUDA_TRACE: MoE of the first attention (slots 16..) and DeltaNet (48..) layers
     if (trace_ && d.is_full && d.full_idx == 0) m.trace = trace_ + 16;
     if (trace_ && !d.is_full && d.lin_idx == 0) m.trace = trace_ + 48;
+    m.trace_x = m.trace ? m.trace - 4 : nullptr;  // slots 12..14 / 44..46 (free in the mixer's range)
     m.E = c.n_experts;
     m.k = c.top_k;
     m.gate = d.gate;

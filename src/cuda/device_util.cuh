@@ -310,9 +310,11 @@ __device__ __forceinline__ float head_sum(const HeadNorm& hn, int g) {
 // norm_w may point to global or (staged by stage_vec) shared memory.
 // out2 (optional, f32 form): the same values also written there, from the same loads and norm.
 // hn (optional: hn.ss != null, with norm_w == null): per-head scale (HeadNorm in kernels.h), its sums loaded with x.
+// tr (optional, LILY_CUDA_TRACE): stamps when this thread's x loads have landed (tr[0]) and the norm is reduced (tr[1]).
 template <class X>
 __device__ __forceinline__ void load_x(const float* __restrict__ x, const float* __restrict__ norm_w, float eps,
-                                       int n, X& out, float* red, XF* out2 = nullptr, HeadNorm hn = {}) {
+                                       int n, X& out, float* red, XF* out2 = nullptr, HeadNorm hn = {},
+                                       unsigned long long* tr = nullptr) {
   constexpr int kMaxG = 2;  // groups of x held in registers per thread (longer x: plain loop below)
   const int ng = n / 16;
   float4 v[kMaxG][4];
@@ -332,6 +334,12 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
 #pragma unroll
     for (int k = 0; k < kMaxG; ++k) hr[k] = rsqrtf(hr[k] / float(hn.dim) + hn.eps);
   float r = 1.f;
+  if (tr) {  // a use of the loaded values orders the stamp after their arrival
+    float t = 0.f;
+#pragma unroll
+    for (int k = 0; k < kMaxG; ++k) t += v[k][0].x + v[k][3].w;
+    if (t != 12345.f) trace_at(tr, 0);
+  }
   if (norm_w) {
     cp_async_wait_all();  // norm_w may be staged in shared memory (stage_vec); block_sum's barrier publishes it
     float ss = 0.f;
@@ -344,6 +352,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       for (int e = 0; e < 16; ++e) ss += x[g * 16 + e] * x[g * 16 + e];
     ss = block_sum(ss, red);
     r = rsqrtf(ss / float(n) + eps);
+    if (tr && r != 12345.f) trace_at(tr, 1);
   }
   auto scale = [&](float4 a, float4 b) {
     return norm_w ? make_float4(a.x * r * b.x, a.y * r * b.y, a.z * r * b.z, a.w * r * b.w) : a;

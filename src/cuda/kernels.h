@@ -139,6 +139,7 @@ struct MoeArgs {
   float* route_w = nullptr;        // [k]
   float* out = nullptr;            // residual [H], accumulated by down
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-14; fused: 6-7 last block, down 8-9, 15)
+  unsigned long long* trace_x = nullptr;  // LILY_CUDA_TRACE: [3] fused x loads landed, x norm reduced, down act landed (b0)
   int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)
   int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
@@ -147,7 +148,6 @@ struct MoeArgs {
   int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
                                    // the routing through route_done[4] and down reads it before its PDL wait
                                    // (route_done[5]: down blocks past the flag; both left zeroed)
-  int act_first = 0;               // down (with early_route): PDL wait, act staged by cp.async, then the weights
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);

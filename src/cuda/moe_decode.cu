@@ -453,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
-  load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr);  // one pass: both representations
+  load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr);  // both representations
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
   if (rrow) router_row<RFMT>(a, m, mrow, sh, warp, raw, sb, xr, lane);
@@ -545,14 +545,6 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
     s_m[a.k] = a.sh_down;
   }
   __syncthreads();
-  // act_first (LILY_CUDA_MOE_DOWN_ACT_FIRST=1, experiment): wait, then act into shared memory by cp.async ahead of
-  // the weight requests, so the act read is not queued behind this SM's ~40 KB of weight requests
-  const float* act = a.act;
-  if (a.act_first) {
-    pdl_wait();
-    if (threadIdx.x == 32) count_past(a.route_done + 4, a.route_done + 5, gridDim.x);  // this block read the flag
-    act = stage_vec(a.act, n, reinterpret_cast<float*>(smem4) + (X::bytes(n) + 15) / 16 * 4);
-  }
   // this warp's first weight loads go out before the act prologue, so their DRAM latency overlaps it
   const int nch = a.k * cpr + cprs;
   constexpr int U = 5;  // chunks per lane in flight (144 chunks per row for k=8, I=Is=512 at 4 bits)
@@ -575,16 +567,12 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   if (warp < H) issue(warp, 0);
   const bool tre = tr && a.early_route;  // slots 8, 9, 15 belong to the separate gate_up kernel otherwise
   if (tre) trace_at(a.trace, 9);
-  if (a.early_route && !a.act_first) {
+  if (a.early_route) {
     pdl_wait();  // act, and out's other writers
     if (threadIdx.x == 32) count_past(a.route_done + 4, a.route_done + 5, gridDim.x);  // this block read the flag
   }
   if (tre) trace_at(a.trace, 15);
-  if (a.act_first) {
-    cp_async_wait_all();
-    __syncthreads();
-  }
-  load_x(act, nullptr, 0.f, n, xv, red);
+  load_x(a.act, nullptr, 0.f, n, xv, red, nullptr, {}, tr && a.trace_x ? a.trace_x + 2 : nullptr);
   pdl_trigger();
   if (tre) trace_at(a.trace, 8);
   for (int row = warp; row < H; row += nwarps) {
@@ -732,13 +720,9 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   check(args);
   MoeArgs a = args;
   a.early_trigger = early_trigger_on();
-  static const bool act_first = std::getenv("LILY_CUDA_MOE_DOWN_ACT_FIRST") &&
-                                std::strcmp(std::getenv("LILY_CUDA_MOE_DOWN_ACT_FIRST"), "1") == 0;
-  a.act_first = act_first && a.early_route ? 1 : 0;
   const int n = a.k * a.down.m.cols + a.sh_down.cols;
   const int H = a.down.m.rows;
-  // the activation form, then (act_first) the f32 act staged by cp.async
-  const size_t smem = (XF::bytes(n) + 15) / 16 * 16 + (a.act_first ? size_t(n) * 4 : 0);
+  const size_t smem = size_t(n) * 4 + size_t(n / 16) * 4;
   auto run = [&](auto kern) {
     allow_smem(kern, smem);
     const int blocks = std::min((H + 7) / 8, resident_grid(kern, kThreads, smem));
