@@ -395,7 +395,7 @@ void CudaBackend::print_trace() const {
                          "gdn after pdl_wait (b0)", "gdn rows done (b0)", "gdn last block done", "out_proj entry (b0)",
                          "out_proj x loaded (b0)", "out_proj last block done", "gdn conv done (b0)",
                          "gdn norms done (b0)", "MoE x loads landed (b0)", "MoE x norm reduced (b0)",
-                         "down act loads landed (b0)"};
+                         "down act loads landed (b0)", "gdn before pdl_wait (b0)"};
   auto print = [&](const char* title, int base, const char* const* first) {
     if (!t[base]) return;
     std::fprintf(stderr, "cuda trace (%s, last step; us from its first stamp):\n", title);

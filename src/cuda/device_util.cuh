@@ -129,6 +129,36 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {  // read-only, do n
                : "l"(p));
   return r;
 }
+// Decode weight chunks (chunk_load: GEMVs, MoE, lm_head) are read with an L2 evict-first policy (sm_80+), so the
+// ~1.9 GB per step weight stream pushes the step's small tensors and state out of L2 less (+0.7% at 4K on the H200).
+// Compile with -DLILY_L2_EVICT_FIRST=0 for plain loads (the values read are the same either way).
+#ifndef LILY_L2_EVICT_FIRST
+#define LILY_L2_EVICT_FIRST 1
+#endif
+__device__ __forceinline__ uint4 ldg_weight(const void* p) {
+#if LILY_L2_EVICT_FIRST && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint4 r;
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p), "l"(pol));
+  return r;
+#else
+  return ldg_stream(p);
+#endif
+}
+__device__ __forceinline__ uint32_t ldg_weight_u32(const uint32_t* p) {
+#if LILY_L2_EVICT_FIRST && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t r;
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  asm volatile("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(p), "l"(pol));
+  return r;
+#else
+  return __ldg(p);
+#endif
+}
 __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {  // gpu-scope acquire (flags, counters)
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -518,9 +548,9 @@ __device__ __forceinline__ float XQ::dot(uint4 raw, uint32_t sb, int xc) const {
 // Loads of chunk c of row `row` of m: the 16 bytes and the (scale, bias) word of its group.
 template <int FMT>
 __device__ __forceinline__ void chunk_load(const DMat& m, int64_t row, int c, uint4& raw, uint32_t& sb) {
-  raw = ldg_stream(m.w + row * m.row_bytes + int64_t(c) * 16);
+  raw = ldg_weight(m.w + row * m.row_bytes + int64_t(c) * 16);
   if constexpr (FMT != kBF16) {
-    sb = __ldg(m.sb + row * m.sb_row + (c * FmtInfo<FMT>::kElems) / m.group);
+    sb = ldg_weight_u32(m.sb + row * m.sb_row + (c * FmtInfo<FMT>::kElems) / m.group);
   } else {
     sb = 0;
   }

@@ -236,6 +236,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   }
   const float dt_bias = g.dt_bias[j], a_neg = g.a_neg[j];
   const float nrm_w = t < kSplitRows ? g.norm_w[v0 + t] : 0.f;
+  if (tr) trace_at(g.trace, 12);
   pdl_wait();
   if (tr) trace_at(g.trace, 1);
   float xin[2];
