@@ -135,25 +135,29 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {  // read-only, do n
 #ifndef LILY_L2_EVICT_FIRST
 #define LILY_L2_EVICT_FIRST 1
 #endif
-__device__ __forceinline__ uint4 ldg_weight(const void* p) {
 #if LILY_L2_EVICT_FIRST && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint4 r;
+#define LILY_L2_EF_LOADS 1
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t pol;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+#endif
+__device__ __forceinline__ uint4 ldg_weight(const void* p) {
+#ifdef LILY_L2_EF_LOADS
+  uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p), "l"(pol));
+               : "l"(p), "l"(l2_evict_first_policy()));
   return r;
 #else
   return ldg_stream(p);
 #endif
 }
 __device__ __forceinline__ uint32_t ldg_weight_u32(const uint32_t* p) {
-#if LILY_L2_EVICT_FIRST && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#ifdef LILY_L2_EF_LOADS
   uint32_t r;
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-  asm volatile("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(p), "l"(pol));
+  asm volatile("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(p), "l"(l2_evict_first_policy()));
   return r;
 #else
   return __ldg(p);
