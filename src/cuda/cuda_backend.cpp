@@ -407,6 +407,10 @@ void CudaBackend::print_trace() const {
   };
   print("first attention layer + its MoE", 0, attn);
   print("first DeltaNet layer + its MoE", 32, gdn);
+  const char* extra[2] = {"gdn StepCtl read (b0)", "gdn pre-wait loads issued (b0)"};  // slots 64.. (DeltaNet base)
+  for (int i = 0; i < 2; ++i)
+    if (t[32] && t[64 + i])
+      std::fprintf(stderr, "  %-34s %8.2f\n", extra[i], double(int64_t(t[64 + i] - t[32])) / 1e3);
 }
 
 size_t CudaBackend::step_weight_bytes() const {

@@ -124,9 +124,10 @@ class CudaBackend : public Backend {
   float* shg_ = nullptr;        // [1]
   float* hss_ = nullptr;        // [lin_v_heads][gdn_split_parts(lin_v_dim)] DeltaNet o^2 partial sums (split form)
   unsigned int* route_done_ = nullptr;  // router last-block counter
-  static constexpr int kTraceSlots = 64;
+  static constexpr int kTraceSlots = 80;
   unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_CUDA_TRACE stamps (attention 0-6, its MoE 16-28; first
-                                        // DeltaNet layer: in_proj 32-34, gdn 35-38, out_proj 39-41, its MoE 48-60)
+                                        // DeltaNet layer: in_proj 32-34, gdn 35-38 and 42-43 and 47 and 64-65,
+                                        // out_proj 39-41, MoE x prologues 12-14 / 44-46, its MoE 48-63)
   void print_trace() const;  // LILY_CUDA_TRACE stamps, at exit
   float* act_ = nullptr;        // [k I + Is]
   int32_t* ridx_ = nullptr;     // [k]

@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   const int pos = c.pos;
   float* ring = c.conv + int64_t(g.layer) * K * conv_dim;
   float* S = c.S + (int64_t(g.layer) * g.Hv + j) * int64_t(Dv) * Dk;
+  if (tr && pos >= 0 && ring && S) trace_at(g.trace, 29);  // the StepCtl read done
   float s[RPW][NPL];
 #pragma unroll
   for (int i = 0; i < RPW; ++i) load_row<NPL>(S + int64_t(v0 + warp + 8 * i) * Dk + lane * NPL, s[i]);
@@ -234,6 +235,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
       }
     }
   }
+  if (tr) trace_at(g.trace, 30);  // S, conv tap and ring loads issued
   const float dt_bias = g.dt_bias[j], a_neg = g.a_neg[j];
   const float nrm_w = t < kSplitRows ? g.norm_w[v0 + t] : 0.f;
   if (tr) trace_at(g.trace, 12);

@@ -175,7 +175,8 @@ struct GdnArgs {
   int early_trigger = 0;        // signal PDL dependents at entry (set by gdn_decode from LILY_CUDA_EARLY_TRIGGER)
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: block 0 entry, after wait, rows done [0..2]; last block
                                         // done [3]; block 0 conv done, norms done [7..8] ([4..6]: out_proj's);
-                                        // split form: block 0 before its pdl_wait [12]
+                                        // split form: block 0 before its pdl_wait [12], after its StepCtl
+                                        // read [29], its pre-wait loads issued [30]
 };
 void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl);
 int gdn_split_parts(int Dv);  // blocks per value head in the split form (Dv / 32); 0: Dv has no split form
