@@ -371,7 +371,8 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
   if (tr) {  // a use of the loaded values orders the stamp after their arrival
     float t = 0.f;
 #pragma unroll
-    for (int k = 0; k < kMaxG; ++k) t += v[k][0].x + v[k][3].w;
+    for (int k = 0; k < kMaxG; ++k)
+      if (threadIdx.x + k * blockDim.x < unsigned(ng)) t += v[k][0].x + v[k][3].w;  // this thread's groups only
     if (t != 12345.f) trace_at(tr, 0);
   }
   if (norm_w) {
