@@ -38,9 +38,7 @@ __global__ void __launch_bounds__(256) k_step(const float* xin, float* xout, con
 }
 
 int main() {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  cudaStream_t s = probe_stream();
   uint8_t* buf = probe_buffer();
   float* xv = nullptr;
   cudaMalloc(&xv, 2 * 2048 * 4);

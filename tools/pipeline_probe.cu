@@ -100,9 +100,7 @@ __global__ void __launch_bounds__(256, 2) k_reg(const float* xin, float* xout, c
 using Kern = void (*)(const float*, float*, const uint8_t*, int64_t, int);
 
 int main() {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  cudaStream_t s = probe_stream();
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   uint8_t* buf = probe_buffer();

@@ -28,6 +28,14 @@ __device__ __forceinline__ unsigned long long now_ns() {
 
 constexpr int64_t kProbeSpan = int64_t(18) << 30;  // like the decode step's 19.5 GB of weights
 
+// Probe start: stdout unbuffered (lines show as they come), a non-blocking stream for the graphs.
+inline cudaStream_t probe_stream() {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
 // The span, filled (exits when the device has no room).
 inline uint8_t* probe_buffer() {
   uint8_t* buf = nullptr;

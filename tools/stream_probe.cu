@@ -83,9 +83,7 @@ __global__ void __launch_bounds__(256) k_bulk(const uint8_t* w, int64_t rows, fl
 }
 
 int main() {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  cudaStream_t s = probe_stream();
   uint8_t* buf = probe_buffer();
   float* out = nullptr;
   CK(cudaMalloc(&out, 64));
