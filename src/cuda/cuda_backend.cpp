@@ -396,21 +396,19 @@ void CudaBackend::print_trace() const {
                          "out_proj x loaded (b0)", "out_proj last block done", "gdn conv done (b0)",
                          "gdn norms done (b0)", "MoE x loads landed (b0)", "MoE x norm reduced (b0)",
                          "down act loads landed (b0)", "gdn before pdl_wait (b0)"};
+  auto line = [&](const char* name, int slot, int base) {  // a stamp, us from the section's first one
+    if (name && t[base] && t[slot])
+      std::fprintf(stderr, "  %-34s %8.2f\n", name, double(int64_t(t[slot] - t[base])) / 1e3);
+  };
   auto print = [&](const char* title, int base, const char* const* first) {
     if (!t[base]) return;
     std::fprintf(stderr, "cuda trace (%s, last step; us from its first stamp):\n", title);
-    for (int i = 0; i < 32; ++i) {
-      const char* name = i < 16 ? first[i] : moe[i - 16];
-      if (name && t[base + i])
-        std::fprintf(stderr, "  %-34s %8.2f\n", name, double(int64_t(t[base + i] - t[base])) / 1e3);
-    }
+    for (int i = 0; i < 32; ++i) line(i < 16 ? first[i] : moe[i - 16], base + i, base);
   };
   print("first attention layer + its MoE", 0, attn);
   print("first DeltaNet layer + its MoE", 32, gdn);
-  const char* extra[2] = {"gdn StepCtl read (b0)", "gdn pre-wait loads issued (b0)"};  // slots 64.. (DeltaNet base)
-  for (int i = 0; i < 2; ++i)
-    if (t[32] && t[64 + i])
-      std::fprintf(stderr, "  %-34s %8.2f\n", extra[i], double(int64_t(t[64 + i] - t[32])) / 1e3);
+  line("gdn StepCtl read (b0)", 64, 32);  // slots 64.. belong to the DeltaNet section
+  line("gdn pre-wait loads issued (b0)", 65, 32);
 }
 
 size_t CudaBackend::step_weight_bytes() const {
