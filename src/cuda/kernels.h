@@ -144,6 +144,7 @@ struct MoeArgs {
   int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
   int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])
+  int router_xf = 0;               // fused: router blocks quantise x (int8 form) after their barrier arrival
   int fixed_route = 0;             // measurement only (LILY_CUDA_MOE_FIXED): 1 experts 0..k-1, 2 every E/k-th
   int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
                                    // the routing through route_done[4] and down reads it before its PDL wait

@@ -387,20 +387,39 @@ __device__ __forceinline__ void grid_barrier(unsigned int* ctr) {
 }
 
 // The barrier of the fused kernel when only the router's blocks must arrive (LILY_CUDA_MOE_ROUTER_BARRIER, default
-// on): arrivals ctr[0] (the router blocks, after their logits), then every block waits for n_arrive of them; ctr[1]
-// counts the blocks past the wait and the last resets both (the next launch counts only after this one completed).
-// Blocks that are not the router's no longer hold the release back (a block scheduled late, say).
-__device__ __forceinline__ void router_barrier(unsigned int* ctr, unsigned int n_arrive, bool arrive) {
+// on), in two halves so a block can work between them: arrivals ctr[0] (the router blocks, after their logits), then
+// every block waits for n_arrive of them; ctr[1] counts the blocks past the wait and the last resets both (the next
+// launch counts only after this one completed). Blocks that are not the router's no longer hold the release back (a
+// block scheduled late, say).
+__device__ __forceinline__ void router_arrive(unsigned int* ctr, bool arrive) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    if (arrive) {
-      __threadfence();
-      atomicAdd(ctr, 1u);
-    }
-    while (ld_acquire_u32(ctr) < n_arrive) __nanosleep(32);
+  if (threadIdx.x == 0 && arrive) {
+    __threadfence();
+    atomicAdd(ctr, 1u);
   }
+}
+__device__ __forceinline__ void router_wait(unsigned int* ctr, unsigned int n_arrive) {
+  if (threadIdx.x == 0)
+    while (ld_acquire_u32(ctr) < n_arrive) __nanosleep(32);
   __syncthreads();
   if (threadIdx.x == 32) count_past(ctr, ctr + 1, gridDim.x);  // warp 1: not the top-k's warp 0
+}
+
+// The XQ form of the f32 values of src (n elements; each thread quantises whole 16-element groups, as load_x does from
+// the same values, so the result is the same). Ends with __syncthreads.
+template <class X>
+__device__ __forceinline__ void requant(const XF& src, X& dst, int n) {
+  const int ng = n / 16;
+  for (int g0 = 0; g0 < ng; g0 += blockDim.x) {  // uniform over the block (XQ::put shuffles within the warp)
+    const int g = g0 + threadIdx.x;
+    const bool valid = g < ng;
+    float4 v[4] = {};
+    if (valid)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = lds4(src.xs, g >> 1, (g & 1) * 4 + i);
+    dst.put(g, valid, v);
+  }
+  __syncthreads();
 }
 
 // Router + gate_up in one launch (the default; LILY_CUDA_FUSED_ROUTER=0 runs k_moe_router then k_moe_gate_up).
@@ -453,7 +472,11 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
-  load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr);  // both representations
+  // router_xf: the router's blocks normalise x into the f32 form only (their rows need no more), arrive, and build
+  // the int8 form while the barrier is pending; the other blocks build the int8 form only
+  const bool xf_first = a.router_xf && rblock;
+  if (xf_first) load_x(a.x, nw, a.eps, H, xr, red, nullptr, {}, tr ? a.trace_x : nullptr);
+  else load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr);  // both
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
   if (rrow) router_row<RFMT>(a, m, mrow, sh, warp, raw, sb, xr, lane);
@@ -463,7 +486,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (tr) trace_at(a.trace, 3);
   if (a.router_barrier) {
     const unsigned nrb = unsigned(std::min<int>(gridDim.x, (nr + kThreads / 32 - 1) / (kThreads / 32)));
-    router_barrier(a.route_done + 2, nrb, rblock);
+    router_arrive(a.route_done + 2, rblock);
+    if (xf_first) requant(xr, xv, H);
+    router_wait(a.route_done + 2, nrb);
   } else {
     grid_barrier(a.route_done);
   }
@@ -676,6 +701,8 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   a.gu_pairs = moe_pairs_on();
   a.sh_late = moe_shared_late_on();
   a.router_barrier = moe_router_barrier_on();
+  static const bool router_xf = env_default_on("LILY_CUDA_MOE_ROUTER_XF");
+  a.router_xf = router_xf && a.sh_late && a.router_barrier && use_int8_x(kQ4, a.gate.m.cols);
   static const int fixed = [] {  // LILY_CUDA_MOE_FIXED=1: experts 0..k-1, =2: spread over E (measurement only)
     const char* v = std::getenv("LILY_CUDA_MOE_FIXED");
     if (!v || !*v || std::strcmp(v, "0") == 0) return 0;
