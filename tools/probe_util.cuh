@@ -44,6 +44,25 @@ inline uint8_t* probe_buffer() {
   return buf;
 }
 
+constexpr int kProbeKernels = 240, kProbeReps = 20;  // kernels per graph, timed launches of it
+
+// The streaming probes' start: stream, filled span, a 64-byte scratch the kernels write to keep their loads, and
+// the grid of 2 blocks of 256 threads per SM (the decode GEMVs' shape).
+struct ProbeSetup {
+  cudaStream_t s;
+  uint8_t* buf;
+  float* out;
+  int grid;
+};
+inline ProbeSetup probe_setup() {
+  ProbeSetup p{probe_stream(), probe_buffer(), nullptr, 0};
+  CK(cudaMalloc(&p.out, 64));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  p.grid = 2 * sms;
+  return p;
+}
+
 // Kernel i of n reads its own 2 MB-aligned slice of the span, in a scattered order (cold in L2 and TLB).
 inline int64_t scattered_slice(int i, int n) {
   return (int64_t(i) * 73 % n) * (kProbeSpan / n / (2 << 20) * (2 << 20));

@@ -67,13 +67,8 @@ __global__ void __launch_bounds__(256) k_sb(const uint8_t* w, int64_t rows, floa
 }
 
 int main() {
-  cudaStream_t s = probe_stream();
-  uint8_t* buf = probe_buffer();
-  float* out = nullptr;
-  CK(cudaMalloc(&out, 64));
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int N = 240, reps = 20, grid = 2 * sms;
+  const auto [s, buf, out, grid] = probe_setup();
+  constexpr int N = kProbeKernels, reps = kProbeReps;
   struct Mode { const char* name; void (*k)(const uint8_t*, int64_t, float*); int64_t row_bytes; };
   const Mode modes[] = {{"w", k_sb<0>, 1024}, {"w+sb", k_sb<1>, 1152}, {"w+sb ef", k_sb<2>, 1152},
                         {"inter", k_sb<3>, 1152}};

@@ -41,13 +41,8 @@ __global__ void __launch_bounds__(256) k_scatter(const uint8_t* w, Pieces p, int
 }
 
 int main() {
-  cudaStream_t s = probe_stream();
-  uint8_t* buf = probe_buffer();
-  float* out = nullptr;
-  CK(cudaMalloc(&out, 64));
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int N = 240, reps = 20, grid = 2 * sms;
+  const auto [s, buf, out, grid] = probe_setup();
+  constexpr int N = kProbeKernels, reps = kProbeReps;
   std::mt19937_64 rng(5);
   const int64_t pages = kProbeSpan / (2 << 20) - 8;
   for (int rep = 0; rep < 2; ++rep)

@@ -83,13 +83,8 @@ __global__ void __launch_bounds__(256) k_bulk(const uint8_t* w, int64_t rows, fl
 }
 
 int main() {
-  cudaStream_t s = probe_stream();
-  uint8_t* buf = probe_buffer();
-  float* out = nullptr;
-  CK(cudaMalloc(&out, 64));
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int N = 240, reps = 20, grid = 2 * sms;
+  const auto [s, buf, out, grid] = probe_setup();
+  constexpr int N = kProbeKernels, reps = kProbeReps;
   struct Mode { const char* name; void (*k)(const uint8_t*, int64_t, float*); int R; bool bulk; };
   const Mode modes[] = {{"ldg", k_ldg<2>, 2, false},   {"ldg", k_ldg<4>, 4, false},   {"ldg", k_ldg<8>, 8, false},
                         {"bulk", k_bulk<2>, 2, true}, {"bulk", k_bulk<4>, 4, true}, {"bulk", k_bulk<8>, 8, true}};
