@@ -702,7 +702,8 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   a.sh_late = moe_shared_late_on();
   a.router_barrier = moe_router_barrier_on();
   static const bool router_xf = env_default_on("LILY_CUDA_MOE_ROUTER_XF");
-  a.router_xf = router_xf && a.sh_late && a.router_barrier && use_int8_x(kQ4, a.gate.m.cols);
+  a.router_xf = router_xf && a.sh_late && a.router_barrier && a.gate.m.fmt == kQ4 &&
+                use_int8_x(kQ4, a.gate.m.cols);  // the int8 form exists (4-bit experts)
   static const int fixed = [] {  // LILY_CUDA_MOE_FIXED=1: experts 0..k-1, =2: spread over E (measurement only)
     const char* v = std::getenv("LILY_CUDA_MOE_FIXED");
     if (!v || !*v || std::strcmp(v, "0") == 0) return 0;
