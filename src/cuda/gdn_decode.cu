@@ -70,26 +70,42 @@ struct DeltaStep {
   }
 };
 
+// One value head j's geometry and its state in the StepCtl (S_j, the layer's conv ring, pos), read by both step
+// kernels before their PDL wait: the state was last written by earlier steps, never by the kernel just before.
+struct GdnHead {
+  int ratio, hk, Dv, K, key_dim, conv_dim, pos;
+  float* ring;  // [K][conv_dim] of this layer
+  float* S;     // S_j [Dv][Dk]
+};
+template <int NPL>
+__device__ __forceinline__ GdnHead gdn_head(const GdnArgs& g, int j) {
+  constexpr int Dk = 32 * NPL;
+  GdnHead h;
+  h.ratio = g.Hv / g.Hk;
+  h.hk = j / h.ratio;
+  h.Dv = g.Dv;
+  h.K = g.K;
+  h.key_dim = g.Hk * Dk;
+  h.conv_dim = 2 * h.key_dim + g.Hv * g.Dv;
+  const StepCtl& c = *g.ctl;
+  h.pos = c.pos;
+  h.ring = c.conv + int64_t(g.layer) * h.K * h.conv_dim;
+  h.S = c.S + (int64_t(g.layer) * g.Hv + j) * int64_t(g.Dv) * Dk;
+  return h;
+}
+
 // NPL: Dk = 32 * NPL; RPW: rows of S per warp (Dv <= 32 * RPW with 32 warps).
 template <int NPL, int RPW>
 __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   __shared__ float sq[kMaxD], sk[kMaxD], sv[kMaxD], so[kMaxD];
   __shared__ float red[32];
   const int j = blockIdx.x;
-  const int ratio = g.Hv / g.Hk, hk = j / ratio;
-  const int Dk = 32 * NPL, Dv = g.Dv, K = g.K;
-  const int key_dim = g.Hk * Dk, conv_dim = 2 * key_dim + g.Hv * Dv;
+  constexpr int Dk = 32 * NPL;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (g.early_trigger) pdl_trigger();
   const bool tr = g.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(g.trace, 0);
-
-  // The state (S, conv ring, pos) was last written by earlier steps, never by the kernel just before this one,
-  // so it is read before waiting on that kernel (PDL).
-  const StepCtl& c = *g.ctl;
-  const int pos = c.pos;
-  float* ring = c.conv + int64_t(g.layer) * K * conv_dim;
-  float* S = c.S + (int64_t(g.layer) * g.Hv + j) * int64_t(Dv) * Dk;
+  const auto [ratio, hk, Dv, K, key_dim, conv_dim, pos, ring, S] = gdn_head<NPL>(g, j);  // read before the wait
   const bool write_qk = (j % ratio) == 0;
   const int nw = blockDim.x >> 5;
   float s[RPW][NPL];
@@ -197,19 +213,14 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   __shared__ float red[kSplitThreads / 32];
   const int P = g.Dv / kSplitRows;
   const int j = blockIdx.x / P, part = blockIdx.x % P, v0 = part * kSplitRows;
-  const int ratio = g.Hv / g.Hk, hk = j / ratio;
-  const int Dk = 32 * NPL, Dv = g.Dv, K = g.K;
-  const int key_dim = g.Hk * Dk, conv_dim = 2 * key_dim + g.Hv * Dv;
+  constexpr int Dk = 32 * NPL;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = threadIdx.x;
   if (g.early_trigger) pdl_trigger();
   const bool tr = g.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(g.trace, 0);
 
   // before the wait, as k_gdn: this block's rows of S, conv taps and ring inputs, per-head constants
-  const StepCtl& c = *g.ctl;
-  const int pos = c.pos;
-  float* ring = c.conv + int64_t(g.layer) * K * conv_dim;
-  float* S = c.S + (int64_t(g.layer) * g.Hv + j) * int64_t(Dv) * Dk;
+  const auto [ratio, hk, Dv, K, key_dim, conv_dim, pos, ring, S] = gdn_head<NPL>(g, j);
   if (tr && pos >= 0 && ring && S) trace_at(g.trace, 29);  // the StepCtl read done
   float s[RPW][NPL];
 #pragma unroll
