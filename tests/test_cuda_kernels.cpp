@@ -192,24 +192,17 @@ TEST(CudaGemv, HeadNormScalesEachHead) {
         for (int i = 0; i < dim; ++i) xs[size_t(h) * dim + i] = x[size_t(h) * dim + i] * r;
       }
       ref::matvec(m.q, xs.data(), want.data());
-      float *dx, *dss, *dy;
-      CK(cudaMalloc(reinterpret_cast<void**>(&dx), cols * 4));
-      CK(cudaMalloc(reinterpret_cast<void**>(&dss), ss.size() * 4));
-      CK(cudaMalloc(reinterpret_cast<void**>(&dy), rows * 4));
-      CK(cudaMemcpy(dx, x.data(), cols * 4, cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(dss, ss.data(), ss.size() * 4, cudaMemcpyHostToDevice));
-      CK(cudaMemset(dy, 0xFF, rows * 4));
+      Dev dev;
+      float* dx = dev.up(x);
+      float* dss = dev.up(ss);
+      float* dy = dev.poisoned(rows);
       cuda::GemvSeg seg = {m.d, dy, 0};
       const cuda::HeadNorm hn = {dss, dim, parts, 1e-6f};
       cuda::gemv(&seg, 1, dx, nullptr, 1e-6f, nullptr, false, nullptr, &hn);
       CK(cudaDeviceSynchronize());
-      std::vector<float> got(rows);
-      CK(cudaMemcpy(got.data(), dy, rows * 4, cudaMemcpyDeviceToHost));
+      const std::vector<float> got = down(dy, rows);
       const cuda::HeadNorm bad = {dss, 96, parts, 1e-6f};  // 4096 % 96 != 0: rejected before any launch
       EXPECT_THROW(cuda::gemv(&seg, 1, dx, nullptr, 1e-6f, nullptr, false, nullptr, &bad), lily::Error);
-      cudaFree(dx);
-      cudaFree(dss);
-      cudaFree(dy);
       EXPECT_LT(testmetrics::rms_rel_err(got, want), int8x ? 5e-5 : 1e-5);  // the bounds of the GEMV test above
     }
 }
