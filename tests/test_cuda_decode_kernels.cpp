@@ -77,7 +77,9 @@ void make_stack(AffStack& st, int n, int rows, int cols, int bits, std::mt19937&
   st.d.sb_stride = int64_t(ng);
 }
 
-class CudaMoeDecode : public ::testing::TestWithParam<std::tuple<bool, bool, int>> {};
+// (int8 x, fused router + gate_up, E, expert intermediate I: 128 with a 192-row shared expert, or 512 with 512
+// as the model has, where MoE down quantises its 4608-value act with 288 threads)
+class CudaMoeDecode : public ::testing::TestWithParam<std::tuple<bool, bool, int, int>> {};
 
 // Router + routing + gate_up + down vs the reference MoE; the 4-bit experts with f32 x and with int8 hi+lo x (dp4a);
 // router and gate_up as two launches or as one (moe_route_gate_up, with its grid barrier); E = 64 and the model's 256
@@ -90,7 +92,7 @@ TEST_P(CudaMoeDecode, MatchesReference) {
     ~Restore() { cuda::set_decode_int8_x(v); }
   } restore;
   cuda::set_decode_int8_x(int8x);
-  const int H = 512, E = std::get<2>(GetParam()), K = 8, I = 128, Is = 192;
+  const int H = 512, E = std::get<2>(GetParam()), K = 8, I = std::get<3>(GetParam()), Is = I == 512 ? 512 : 192;
   std::mt19937 rng(77);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   Dev dev;
@@ -208,7 +210,11 @@ TEST_P(CudaMoeDecode, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ActivationsLaunchesExperts, CudaMoeDecode,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Values(64, 256, 300)));
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Values(64, 256, 300),
+                                            ::testing::Values(128)));
+INSTANTIATE_TEST_SUITE_P(ModelExpertSizes, CudaMoeDecode,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(true), ::testing::Values(256),
+                                            ::testing::Values(512)));
 
 class CudaAttnDecode : public ::testing::TestWithParam<int> {};
 

@@ -536,8 +536,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   }
 }
 
-template <int FMT, class X>
-__global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
+// NT threads: 256, or 288 where the act vector has 257..288 16-element groups (k = 8, I = Is = 512: 288), so that
+// its int8 quantisation is one pass over the threads, not two.
+template <int FMT, class X, int NT = kThreads>
+__global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   extern __shared__ float4 smem4[];
   const int I = a.down.m.cols, Is = a.sh_down.cols, H = a.down.m.rows;
   const int n = a.k * I + Is;
@@ -546,8 +548,8 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(const MoeArgs a) {
   __shared__ float s_w[kMaxK + 1];
   __shared__ DMat s_m[kMaxK + 1];
   const int lane = threadIdx.x & 31;
-  const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
-  const int nwarps = gridDim.x * (kThreads / 32);
+  const int warp = blockIdx.x * (NT / 32) + (threadIdx.x >> 5);
+  const int nwarps = gridDim.x * (NT / 32);
   constexpr int E = FmtInfo<FMT>::kElems;
   const int cpr = I / E, cprs = Is / E;  // chunks per row: routed, shared
   if (a.early_trigger) pdl_trigger();
@@ -751,14 +753,18 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   const int n = a.k * a.down.m.cols + a.sh_down.cols;
   const int H = a.down.m.rows;
   const size_t smem = size_t(n) * 4 + size_t(n / 16) * 4;
-  auto run = [&](auto kern) {
+  auto run = [&](auto kern, int nt = kThreads) {
     allow_smem(kern, smem);
-    const int blocks = std::min((H + 7) / 8, resident_grid(kern, kThreads, smem));
-    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, a);
+    const int wpb = nt / 32;
+    const int blocks = std::min((H + wpb - 1) / wpb, resident_grid(kern, nt, smem));
+    launch(kern, dim3(blocks), dim3(nt), smem, s, pdl, a);
   };
+  static const bool wide = env_default_on("LILY_CUDA_DOWN_WIDE");  // 288 threads where they quantise act in one pass
+  const int ng = n / 16;
   switch (a.down.m.fmt) {
     case kQ4:
-      if (use_int8_x(kQ4, n)) run(k_moe_down<kQ4, XQ>);
+      if (use_int8_x(kQ4, n) && wide && ng > kThreads && ng <= 288) run(k_moe_down<kQ4, XQ, 288>, 288);
+      else if (use_int8_x(kQ4, n)) run(k_moe_down<kQ4, XQ>);
       else run(k_moe_down<kQ4, XF>);
       break;
     case kQ8: run(k_moe_down<kQ8, XF>); break;
