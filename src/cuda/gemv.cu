@@ -94,6 +94,50 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   }
 }
 
+// One row per warp (total_rows <= warps of the grid) with the whole row in flight before the PDL wait: NP pieces of
+// 64 chunks (the out projections' 4096-column 4-bit rows: 2), so no DRAM round trip follows the x prologue. The same
+// sums in the same order as k_gemv (piece after piece into one per-lane accumulator).
+template <int FMT, class X, int NP>
+__global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) {
+  extern __shared__ float4 smem4[];
+  float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
+  X xv(nws + p.cols, p.cols);
+  __shared__ float red[32];
+  const int lane = threadIdx.x & 31;
+  const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
+  int sg = 0, r = warp < p.total_rows ? warp : -1;
+  if (r >= 0)
+    while (sg + 1 < p.nseg && r >= p.seg[sg].m.rows) r -= p.seg[sg++].m.rows;
+  const int nch = p.cols / FmtInfo<FMT>::kElems;
+  const DMat* mp[1] = {&p.seg[sg].m};
+  const int rr[1] = {r};
+  const bool tr = p.trace && threadIdx.x == 0 && blockIdx.x == 0;
+  if (tr) trace_at(p.trace, 0);
+  RowSet<FMT, 1> P[NP];
+  if (r >= 0)
+#pragma unroll
+    for (int k = 0; k < NP; ++k) P[k].load(mp, rr, nch, 64 * k, lane);
+  const float* nw = stage_vec(p.norm_w, p.cols, nws);
+  pdl_wait();
+  load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
+  pdl_trigger();
+  if (tr) trace_at(p.trace, 1);
+  if (r >= 0) {
+    float acc[1] = {0.f};
+#pragma unroll
+    for (int k = 0; k < NP; ++k) P[k].dot(rr, xv, nch, 64 * k, lane, acc);
+    acc[0] = warp_sum(acc[0]);
+    if (lane == 0) {
+      const GemvSeg& g = p.seg[sg];
+      g.y[r] = g.accumulate ? g.y[r] + acc[0] : acc[0];
+    }
+  }
+  if (p.trace) {  // uniform over the launch
+    __syncthreads();
+    if (threadIdx.x == 0) trace_max(p.trace, 2);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) k_embed(const DMat E, const int32_t* in_ids, const StepCtl* ctl,
                                                     float* x) {
   pdl_wait();
@@ -157,6 +201,16 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
     allow_smem(kern, smem);
     return std::min((p.total_rows + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
   };
+  // LILY_CUDA_GEMV_WHOLE=0: rows of 65..128 chunks as two rounds of k_gemv even when each warp has one row
+  static const bool whole_on = env_default_on("LILY_CUDA_GEMV_WHOLE");
+  auto whole = [&](auto kw) {  // one row per warp fits in one wave: the whole row before the wait
+    const int nch = p.cols / (segs[0].m.fmt == kQ4 ? 32 : segs[0].m.fmt == kQ8 ? 16 : 8);
+    if (!whole_on || nch <= 64 || nch > 128) return false;
+    const int b = grid(kw);
+    if (p.total_rows > b * wpb) return false;
+    launch(kw, dim3(b), dim3(kThreads), smem, s, pdl, p);
+    return true;
+  };
   auto run = [&](auto k2, auto k4) {  // 4 rows per warp in flight once each warp has >= 3 rows
     const int b2 = grid(k2);
     if (gemv_rows4() && p.total_rows >= 3 * b2 * wpb) {
@@ -168,8 +222,11 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   };
   switch (segs[0].m.fmt) {
     case kQ4:
-      if (use_int8_x(kQ4, p.cols)) run(k_gemv<kQ4, XQ, 2>, k_gemv<kQ4, XQ, 4>);
-      else run(k_gemv<kQ4, XF, 2>, k_gemv<kQ4, XF, 4>);
+      if (use_int8_x(kQ4, p.cols)) {
+        if (!whole(k_gemv_whole<kQ4, XQ, 2>)) run(k_gemv<kQ4, XQ, 2>, k_gemv<kQ4, XQ, 4>);
+      } else if (!whole(k_gemv_whole<kQ4, XF, 2>)) {
+        run(k_gemv<kQ4, XF, 2>, k_gemv<kQ4, XF, 4>);
+      }
       break;
     case kQ8: run(k_gemv<kQ8, XF, 2>, k_gemv<kQ8, XF, 4>); break;
     case kBF16: run(k_gemv<kBF16, XF, 2>, k_gemv<kBF16, XF, 4>); break;
