@@ -36,18 +36,7 @@ int main() {
         if (mode == 0 && (stride > 1 || grid != 256)) continue;
         cudaGraph_t g;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-        for (int i = 0; i < N; ++i) {
-          cudaLaunchConfig_t cfg = {};
-          cfg.gridDim = dim3(grid);
-          cfg.blockDim = dim3(256);
-          cfg.stream = s;
-          cudaLaunchAttribute attr[1];
-          attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          attr[0].val.programmaticStreamSerializationAllowed = 1;
-          cfg.attrs = attr;
-          cfg.numAttrs = 1;
-          CK(cudaLaunchKernelEx(&cfg, k_atomic, acc, stride, mode));
-        }
+        for (int i = 0; i < N; ++i) probe_launch(k_atomic, grid, 0, s, true, acc, stride, mode);
         CK(cudaStreamEndCapture(s, &g));
         const double us = 1e3 * time_graph_ms(g, s, 3, R) / N;
         std::printf("%-10s stride=%2d (x8 B) blocks=%3d: %6.2f us/kernel\n", names[mode], stride, grid, us);

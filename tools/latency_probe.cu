@@ -53,19 +53,10 @@ int main() {
           CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
           for (int i = 0; i < N; ++i) {
             const int64_t off = hot ? 0 : scattered_slice(i, N);
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(grid);
-            cfg.blockDim = dim3(256);
-            cfg.stream = s;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = pdl ? 1 : 0;
             const float* xi = xv + (i & 1) * 2048;
             float* xo = xv + ((i + 1) & 1) * 2048;
             const uint8_t* wp = buf + off;
-            CK(cudaLaunchKernelEx(&cfg, k_step, xi, xo, wp, bytes, pdl));
+            probe_launch(k_step, grid, 0, s, pdl != 0, xi, xo, wp, bytes, pdl);
           }
           CK(cudaStreamEndCapture(s, &g));
           const double us = 1e3 * time_graph_ms(g, s, 3, R) / N;

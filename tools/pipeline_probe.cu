@@ -128,19 +128,9 @@ int main() {
         double total = 0;
         for (int i = 0; i < N; ++i) {
           const int64_t off = scattered_slice(i, N);
-          cudaLaunchConfig_t cfg = {};
-          cfg.gridDim = dim3(v.grid);
-          cfg.blockDim = dim3(256);
-          cfg.dynamicSmemBytes = v.stage ? dsm : 0;
-          cfg.stream = s;
-          cudaLaunchAttribute attr[1];
-          attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          attr[0].val.programmaticStreamSerializationAllowed = 1;
-          cfg.attrs = attr;
-          cfg.numAttrs = 1;
           total += double(bytes[i]);
-          CK(cudaLaunchKernelEx(&cfg, v.k, (const float*)(xv + (i & 1) * 2048), xv + ((i + 1) & 1) * 2048,
-                                (const uint8_t*)(buf + off), bytes[i], cap_rows));
+          probe_launch(v.k, v.grid, v.stage ? dsm : 0, s, true, (const float*)(xv + (i & 1) * 2048),
+                       xv + ((i + 1) & 1) * 2048, (const uint8_t*)(buf + off), bytes[i], cap_rows);
         }
         CK(cudaStreamEndCapture(s, &g));
         const double step_ms = time_graph_ms(g, s, 3, R);

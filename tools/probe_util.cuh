@@ -68,6 +68,22 @@ inline int64_t scattered_slice(int i, int n) {
   return (int64_t(i) * 73 % n) * (kProbeSpan / n / (2 << 20) * (2 << 20));
 }
 
+// Launches kern<<<grid, 256, smem>>> on s, with programmatic dependent launch (PDL) allowed when pdl is set.
+template <typename... KArgs, typename... Args>
+void probe_launch(void (*kern)(KArgs...), int grid, size_t smem, cudaStream_t s, bool pdl, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(256);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CK(cudaLaunchKernelEx(&cfg, kern, args...));
+}
+
 // Instantiates a captured graph, launches it `warm` times, then times `reps` launches; ms per launch. Destroys both.
 inline double time_graph_ms(cudaGraph_t g, cudaStream_t s, int warm, int reps) {
   cudaGraphExec_t ge;

@@ -91,19 +91,9 @@ int main() {
       auto kern = R == 0 ? k_gemv<0> : R == 1 ? k_gemv<1> : R == 2 ? k_gemv<2> : k_gemv<4>;
       cudaGraph_t g;
       CK(cudaStreamBeginCapture(p.s, cudaStreamCaptureModeRelaxed));
-      for (int i = 0; i < N; ++i) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(p.grid);
-        cfg.blockDim = dim3(256);
-        cfg.stream = p.s;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, kern, (const float*)(xv + (i & 1) * kX), xv + ((i + 1) & 1) * kX,
-                              (const uint8_t*)(p.buf + scattered_slice(i, N)), tma, st, st + 3 + i));
-      }
+      for (int i = 0; i < N; ++i)
+        probe_launch(kern, p.grid, 0, p.s, true, (const float*)(xv + (i & 1) * kX), xv + ((i + 1) & 1) * kX,
+                   (const uint8_t*)(p.buf + scattered_slice(i, N)), tma, st, st + 3 + i);
       CK(cudaStreamEndCapture(p.s, &g));
       CK(cudaMemset(st, 0, (3 + N) * 8));
       const double ms = time_graph_ms(g, p.s, 3, Rp);

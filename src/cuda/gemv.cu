@@ -21,6 +21,14 @@ struct GemvParams {  // passed by value (kernel parameter space)
   HeadNorm hn;                // per-head scale of x (hn.ss null: none)
 };
 
+// Global row -> (segment sg, local row r); r = -1 past the end.
+__device__ __forceinline__ void resolve_row(const GemvParams& p, int row, int& sg, int& r) {
+  sg = 0;
+  if (row >= p.total_rows) { r = -1; return; }
+  r = row;
+  while (sg + 1 < p.nseg && r >= p.seg[sg].m.rows) r -= p.seg[sg++].m.rows;
+}
+
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
 // R: rows per warp in flight (rows warp, warp + nwarps, ..., then the next R): 2, or 4 for matrices with >= 3
 // rows per warp (one DRAM round trip fewer per warp on the 12k-row DeltaNet in_proj).
@@ -34,13 +42,6 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
   const int nwarps = gridDim.x * (kThreads / 32);
 
-  // Resolves global row -> (segment, local row); r = -1 past the end.
-  auto resolve = [&](int row, int& sgi, int& r) {
-    if (row >= p.total_rows) { sgi = 0; r = -1; return; }
-    r = row;
-    sgi = 0;
-    while (sgi + 1 < p.nseg && r >= p.seg[sgi].m.rows) r -= p.seg[sgi++].m.rows;
-  };
   const int nch = p.cols / FmtInfo<FMT>::kElems;
   // Weights do not depend on the previous kernel: load this warp's first rows before waiting on it and before
   // the x prologue, so their latency overlaps both.
@@ -50,7 +51,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   auto resolve_set = [&] {
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      resolve(row + i * nwarps, sg[i], rr[i]);
+      resolve_row(p, row + i * nwarps, sg[i], rr[i]);
       mp[i] = &p.seg[sg[i]].m;
     }
   };
@@ -105,9 +106,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
   __shared__ float red[32];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
-  int sg = 0, r = warp < p.total_rows ? warp : -1;
-  if (r >= 0)
-    while (sg + 1 < p.nseg && r >= p.seg[sg].m.rows) r -= p.seg[sg++].m.rows;
+  int sg, r;
+  resolve_row(p, warp, sg, r);
   const int nch = p.cols / FmtInfo<FMT>::kElems;
   const DMat* mp[1] = {&p.seg[sg].m};
   const int rr[1] = {r};
