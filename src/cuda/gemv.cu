@@ -203,8 +203,8 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   };
   // LILY_CUDA_GEMV_WHOLE=0: rows of 65..128 chunks as two rounds of k_gemv even when each warp has one row
   static const bool whole_on = env_default_on("LILY_CUDA_GEMV_WHOLE");
-  auto whole = [&](auto kw) {  // one row per warp fits in one wave: the whole row before the wait
-    const int nch = p.cols / (segs[0].m.fmt == kQ4 ? 32 : segs[0].m.fmt == kQ8 ? 16 : 8);
+  auto whole = [&](auto kw) {  // 4-bit, one row per warp in one wave: the whole row (2 x 64 chunks) before the wait
+    const int nch = p.cols / FmtInfo<kQ4>::kElems;
     if (!whole_on || nch <= 64 || nch > 128) return false;
     const int b = grid(kw);
     if (p.total_rows > b * wpb) return false;

@@ -536,8 +536,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   }
 }
 
-// NT threads: 256, or 288 where the act vector has 257..288 16-element groups (k = 8, I = Is = 512: 288), so that
-// its int8 quantisation is one pass over the threads, not two.
+// NT threads: 256, or kDownWide where the act vector has 257..288 16-element groups (k = 8, I = Is = 512: 288), so
+// that its int8 quantisation is one pass over the threads, not two.
+constexpr int kDownWide = 288;
 template <int FMT, class X, int NT = kThreads>
 __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   extern __shared__ float4 smem4[];
@@ -763,7 +764,8 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   const int ng = n / 16;
   switch (a.down.m.fmt) {
     case kQ4:
-      if (use_int8_x(kQ4, n) && wide && ng > kThreads && ng <= 288) run(k_moe_down<kQ4, XQ, 288>, 288);
+      if (use_int8_x(kQ4, n) && wide && ng > kThreads && ng <= kDownWide)
+        run(k_moe_down<kQ4, XQ, kDownWide>, kDownWide);
       else if (use_int8_x(kQ4, n)) run(k_moe_down<kQ4, XQ>);
       else run(k_moe_down<kQ4, XF>);
       break;
