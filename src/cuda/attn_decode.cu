@@ -7,6 +7,7 @@
 // sigmoid output gate (merge_slice); LILY_CUDA_ATTN_MERGE=2 / 1: the last block of each group of kAttnGroup splits,
 // then the last group (or the last block of all splits) merges.
 #include <cstdlib>
+#include <type_traits>
 
 #include "cuda/device_util.cuh"
 
@@ -17,26 +18,62 @@ constexpr int kWarps = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegBig = -1e30f;
 
-// RMSNorm (weight w) + NeoX rope on the first rope_dim dims of one head held in shared memory x[hd], by one warp;
-// rc/rs: cos/sin of the rope angles at this position (shared, rope_dim/2 each).
-__device__ void norm_rope_warp(float* x, const float* w, int hd, int rope_dim, const float* rc, const float* rs,
-                               float eps, float scale) {
+// RMSNorm (weight w) + NeoX rope on the first rope_dim dims of one head held in shared memory x[HD], by one warp;
+// w, rc, rs in shared memory (rc/rs: cos/sin of the rope angles at this position, rope_dim/2 each). Lane l holds
+// dims l + 32 i in registers (all loads in flight at once); where rope_dim/2 is 32, 64, 96 or 128 a rope pair lies
+// in one lane, else the pairs go through shared memory.
+template <int HD>
+__device__ __forceinline__ void norm_rope_warp(float* x, const float* w, int rope_dim, const float* rc, const float* rs,
+                                               float eps, float scale) {
+  constexpr int N = HD / 32;
+  static_assert(HD % 32 == 0, "whole lanes per head");
   const int lane = threadIdx.x & 31;
+  float v[N];
   float ss = 0.f;
-  for (int d = lane; d < hd; d += 32) ss += x[d] * x[d];
-  ss = warp_sum(ss);
-  const float r = rsqrtf(ss / float(hd) + eps);
-  __syncwarp();
-  for (int d = lane; d < hd; d += 32) x[d] = x[d] * r * w[d];
-  __syncwarp();
-  const int half = rope_dim / 2;
-  for (int j = lane; j < half; j += 32) {
-    const float a = x[j], b = x[j + half];
-    x[j] = a * rc[j] - b * rs[j];
-    x[j + half] = b * rc[j] + a * rs[j];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    v[i] = x[lane + 32 * i];
+    ss += v[i] * v[i];
   }
-  __syncwarp();
-  for (int d = lane; d < hd; d += 32) x[d] *= scale;
+  ss = warp_sum(ss);
+  const float r = rsqrtf(ss / float(HD) + eps);
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] *= r * w[lane + 32 * i];
+  const int half = rope_dim / 2;
+  bool done = false;  // rope pairs in registers where half is 32, 64, 96 or 128 (this model: 32)
+  auto regs = [&](auto hp) {
+    constexpr int HP = decltype(hp)::value;
+    if constexpr (2 * HP <= N) {
+      if (half == 32 * HP) {
+#pragma unroll
+        for (int i = 0; i < HP; ++i) {
+          const float c = rc[lane + 32 * i], sn = rs[lane + 32 * i], lo = v[i], hi = v[i + HP];
+          v[i] = lo * c - hi * sn;
+          v[i + HP] = hi * c + lo * sn;
+        }
+        done = true;
+      }
+    }
+  };
+  regs(std::integral_constant<int, 1>{});
+  regs(std::integral_constant<int, 2>{});
+  regs(std::integral_constant<int, 3>{});
+  regs(std::integral_constant<int, 4>{});
+  if (!done && half > 0) {  // other rope sizes: the pairs through shared memory
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[lane + 32 * i] = v[i];
+    __syncwarp();
+    for (int j = lane; j < half; j += 32) {
+      const float a = x[j], b = x[j + half];
+      x[j] = a * rc[j] - b * rs[j];
+      x[j + half] = b * rc[j] + a * rs[j];
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = x[lane + 32 * i];
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) x[lane + 32 * i] = v[i] * scale;
   __syncwarp();
 }
 
@@ -207,7 +244,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   __shared__ float qs[G][HD];
   __shared__ float kn[HD], vn[HD];
   __shared__ float wm[kWarps][G], wl[kWarps][G];
-  __shared__ float rc[HD / 2], rs[HD / 2];
+  __shared__ float rc[HD / 2], rs[HD / 2], qw[HD], kw[HD];
   __shared__ int s_last;
   const int kvh = blockIdx.y, split = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -240,6 +277,12 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     }
   };
   issue(t0 + warp);
+  // the q/k norm weights into shared memory (read from global memory after the wait, each warp's strided loop paid
+  // one L2 round trip per iteration: 2.5 us of the prologue)
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    qw[d] = a.q_norm[d];
+    kw[d] = a.k_norm[d];
+  }
   // RoPE angles of this position (double, as the reference), computed once per block while waiting
   for (int j = threadIdx.x; j < a.rope_dim / 2; j += blockDim.x) {
     const double ang = double(pos) * pow(a.theta, -2.0 * j / double(a.rope_dim));
@@ -284,12 +327,14 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     }
   }
   __syncthreads();
+  if (tr) trace_at(a.trace, 7);
   const float qscale = rsqrtf(float(HD)) * kLog2e;
   for (int g = warp; g < G + 1; g += kWarps) {
-    if (g < G) norm_rope_warp(qs[g], a.q_norm, HD, a.rope_dim, rc, rs, a.eps, qscale);
-    else norm_rope_warp(kn, a.k_norm, HD, a.rope_dim, rc, rs, a.eps, 1.f);
+    if (g < G) norm_rope_warp<HD>(qs[g], qw, a.rope_dim, rc, rs, a.eps, qscale);
+    else norm_rope_warp<HD>(kn, kw, a.rope_dim, rc, rs, a.eps, 1.f);
   }
   __syncthreads();
+  if (tr) trace_at(a.trace, 8);
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {  // the cache holds bf16: use the rounded values here too
     const uint16_t kb = f2bf(kn[d]), vb = f2bf(vn[d]);
     if (split == 0) { Kc[int64_t(pos) * HD + d] = kb; Vc[int64_t(pos) * HD + d] = vb; }
@@ -355,6 +400,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
       for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(acc[g][e], corr, p * vr[e]);
     }
     }
+    if (tr && tb == t0) trace_at(a.trace, 9);
   }
   if (tr) trace_at(a.trace, 3);
   // merge warps
