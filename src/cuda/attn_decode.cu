@@ -345,11 +345,13 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
 
-  float q[G][DPL], acc[G][DPL], m[G], l[G];
+  // The online softmax state of head hg = lane / (32 / G) (the head whose score the transpose-reduce leaves in this
+  // lane): each lane computes one head's two exp2 per position, not all G heads' (the MUFU pipe was the scan's
+  // bottleneck), and the G factors reach every lane by shuffles.
+  constexpr int LPH = 32 / G;  // lanes per head after the transpose-reduce
+  float q[G][DPL], acc[G][DPL], mh = kNegBig, lh = 0.f;
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    m[g] = kNegBig;
-    l[g] = 0.f;
 #pragma unroll
     for (int e = 0; e < DPL; ++e) { q[g][e] = qs[g][lane * DPL + e]; acc[g][e] = 0.f; }
   }
@@ -389,24 +391,24 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     float tot = sc[0];
 #pragma unroll
     for (int o = 16 / G; o >= 1; o /= 2) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+    const float mn = fmaxf(mh, tot);
+    const float corr = exp2f(mh - mn), p = exp2f(tot - mn);
+    mh = mn;
+    lh = lh * corr + p;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      const float s = __shfl_sync(0xffffffffu, tot, g * (32 / G));
-      const float mn = fmaxf(m[g], s);
-      const float corr = exp2f(m[g] - mn), p = exp2f(s - mn);
-      m[g] = mn;
-      l[g] = l[g] * corr + p;
+      const float cg = __shfl_sync(0xffffffffu, corr, g * LPH), pg = __shfl_sync(0xffffffffu, p, g * LPH);
 #pragma unroll
-      for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(acc[g][e], corr, p * vr[e]);
+      for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(acc[g][e], cg, pg * vr[e]);
     }
     }
     if (tr && tb == t0) trace_at(a.trace, 9);
   }
   if (tr) trace_at(a.trace, 3);
   // merge warps
-  if (lane == 0) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) { wm[warp][g] = m[g]; wl[warp][g] = l[g]; }
+  if (lane % LPH == 0) {
+    wm[warp][lane / LPH] = mh;
+    wl[warp][lane / LPH] = lh;
   }
   __syncthreads();
   float M[G], L[G];
@@ -423,7 +425,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   float* slab = reinterpret_cast<float*>(slab4);
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    const float f = exp2f(m[g] - M[g]);
+    const float f = exp2f(wm[warp][g] - M[g]);
     float* dst = slab + (warp * G + g) * HD + lane * DPL;
 #pragma unroll
     for (int e = 0; e < DPL; ++e) dst[e] = acc[g][e] * f;
