@@ -391,15 +391,26 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     float tot = sc[0];
 #pragma unroll
     for (int o = 16 / G; o >= 1; o /= 2) tot += __shfl_xor_sync(0xffffffffu, tot, o);
-    const float mn = fmaxf(mh, tot);
+    // most positions raise no head's running max: then the acc rescale (a factor of 1) is skipped, warp-uniformly
+    const bool grow = tot > mh;
+    const float mn = grow ? tot : mh;
     const float corr = exp2f(mh - mn), p = exp2f(tot - mn);
     mh = mn;
     lh = lh * corr + p;
+    if (__any_sync(0xffffffffu, grow)) {
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const float cg = __shfl_sync(0xffffffffu, corr, g * LPH), pg = __shfl_sync(0xffffffffu, p, g * LPH);
+      for (int g = 0; g < G; ++g) {
+        const float cg = __shfl_sync(0xffffffffu, corr, g * LPH), pg = __shfl_sync(0xffffffffu, p, g * LPH);
 #pragma unroll
-      for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(acc[g][e], cg, pg * vr[e]);
+        for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(acc[g][e], cg, pg * vr[e]);
+      }
+    } else {
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float pg = __shfl_sync(0xffffffffu, p, g * LPH);
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(pg, vr[e], acc[g][e]);
+      }
     }
     }
     if (tr && tb == t0) trace_at(a.trace, 9);
