@@ -11,14 +11,11 @@
 #include <cstdint>
 #include <cstdio>
 
-constexpr int kX = 2048, kMaxBlocks = 512;
+constexpr int kX = kProbeX, kMaxBlocks = 512;
 constexpr size_t kSmem = 96 << 10;
 
 __device__ unsigned g_epoch;
 
-__device__ __forceinline__ float dot16(uint4 v, const float* xs, int i) {
-  return float(v.x & 15) * xs[i] + float(v.y & 15) * xs[i + 1] + float(v.z >> 28) + float(v.w & 7);
-}
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -64,19 +61,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv(const float* xin, float* xout, 
     atomicAdd(stats, now_ns() - t0);
     atomicAdd(stats + 1, 1ull);
   }
-  float acc = 0.f;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int u = 0; u < 2; ++u) acc += dot16(v[r][u], xs, (lane * 8 + u) & (kX - 2));
-  {  // one more row after the wait
-    const int64_t row = warp + R * nw;
-    uint4 q0 = ldg_stream(w + row * 1024 + lane * 16), q1 = ldg_stream(w + row * 1024 + (lane + 32) * 16);
-    acc += dot16(q0, xs, lane * 2) + dot16(q1, xs, lane * 2 + 64);
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0 && warp < kX) xout[warp] = acc * 1e-30f + xs[warp];
+  probe_rows_tail<R>(v, xs, w, warp, nw, xout);
   if (mode == 1) {
     __syncthreads();
     if (threadIdx.x == 0) {

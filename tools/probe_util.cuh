@@ -104,3 +104,29 @@ inline double time_graph_ms(cudaGraph_t g, cudaStream_t s, int warm, int reps) {
   cudaGraphDestroy(g);
   return double(ms) / reps;
 }
+
+// The GEMV-like probes (xload_probe, flag_probe): x is kProbeX floats in shared memory; each warp dots the R rows of
+// 1 KB it loaded before the wait (v) and one more row it loads after, and writes its sum to xout[warp] (keeping the
+// loads live; the 1e-30 keeps x stable across the chain).
+constexpr int kProbeX = 2048;
+__device__ __forceinline__ float probe_dot16(uint4 v, const float* xs, int i) {
+  return float(v.x & 15) * xs[i] + float(v.y & 15) * xs[i + 1] + float(v.z >> 28) + float(v.w & 7);
+}
+template <int R, int RV>
+__device__ __forceinline__ void probe_rows_tail(const uint4 (&v)[RV][2], const float* xs, const uint8_t* w,
+                                                int64_t warp, int64_t nw, float* xout) {
+  const int lane = threadIdx.x & 31;
+  float acc = 0.f;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) acc += probe_dot16(v[r][u], xs, (lane * 8 + u) & (kProbeX - 2));
+  {  // one more row after the wait
+    const int64_t row = warp + R * nw;
+    uint4 q0 = ldg_stream(w + row * 1024 + lane * 16), q1 = ldg_stream(w + row * 1024 + (lane + 32) * 16);
+    acc += probe_dot16(q0, xs, lane * 2) + probe_dot16(q1, xs, lane * 2 + 64);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0 && warp < kProbeX) xout[warp] = acc * 1e-30f + xs[warp];
+}
