@@ -1,6 +1,7 @@
 // Launch-cost probe (not part of the build): time per kernel of N empty kernels replayed as a CUDA graph,
-// with and without programmatic dependent launch, and launched directly. nvcc -O2 -arch=sm_90 launch_probe.cu
-#include <cuda_runtime.h>
+// with and without programmatic dependent launch, and launched directly.
+// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/p tools/launch_probe.cu && /tmp/p
+#include "probe_util.cuh"
 
 #include <cstdio>
 
@@ -14,23 +15,13 @@ __global__ void k_empty_pdl(int* p) {
 }
 
 static void launch(bool pdl, int grid, cudaStream_t s) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(256);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
   int* np = nullptr;
-  if (pdl) cudaLaunchKernelEx(&cfg, k_empty_pdl, np);
-  else cudaLaunchKernelEx(&cfg, k_empty, np);
+  if (pdl) probe_launch(k_empty_pdl, grid, 0, s, true, np);
+  else probe_launch(k_empty, grid, 0, s, false, np);
 }
 
 int main() {
-  cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaStream_t s = probe_stream();
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
@@ -38,21 +29,12 @@ int main() {
   for (int pdl = 0; pdl < 2; ++pdl)
     for (int grid : {1, 132, 528}) {
       cudaGraph_t g;
-      cudaGraphExec_t ge;
-      cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed);
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
       for (int i = 0; i < N; ++i) launch(pdl, grid, s);
-      cudaStreamEndCapture(s, &g);
-      cudaGraphInstantiate(&ge, g, 0);
-      cudaGraphUpload(ge, s);
-      for (int i = 0; i < 5; ++i) cudaGraphLaunch(ge, s);
-      cudaEventRecord(e0, s);
-      for (int i = 0; i < R; ++i) cudaGraphLaunch(ge, s);
-      cudaEventRecord(e1, s);
-      cudaEventSynchronize(e1);
-      float ms;
-      cudaEventElapsedTime(&ms, e0, e1);
-      std::printf("graph  pdl=%d grid=%4d: %.3f ms per %d-kernel graph, %.2f us/kernel\n", pdl, grid, ms / R, N,
-                  1e3 * ms / R / N);
+      CK(cudaStreamEndCapture(s, &g));
+      float ms = float(time_graph_ms(g, s, 5, R));
+      std::printf("graph  pdl=%d grid=%4d: %.3f ms per %d-kernel graph, %.2f us/kernel\n", pdl, grid, ms, N,
+                  1e3 * ms / N);
       // direct launches
       cudaEventRecord(e0, s);
       for (int i = 0; i < R; ++i)
@@ -62,8 +44,6 @@ int main() {
       cudaEventElapsedTime(&ms, e0, e1);
       std::printf("direct pdl=%d grid=%4d: %.3f ms per %d kernels, %.2f us/kernel\n", pdl, grid, ms / R, N,
                   1e3 * ms / R / N);
-      cudaGraphExecDestroy(ge);
-      cudaGraphDestroy(g);
     }
   std::printf("err: %s\n", cudaGetErrorString(cudaGetLastError()));
   return 0;
