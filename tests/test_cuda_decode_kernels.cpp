@@ -15,10 +15,12 @@
 #include "cuda_test_buffers.h"
 #include "test_metrics.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/kernels.h"
 #include "int8x_model.h"
+#include "xq_image_host.h"
 
 using namespace lily;
 
@@ -26,6 +28,7 @@ namespace {
 
 using testcuda::Dev;
 using testcuda::down;
+using testcuda::xq_decode;
 
 
 
@@ -314,13 +317,14 @@ TEST_P(CudaAttnDecode, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Lengths, CudaAttnDecode, ::testing::Values(1, 129, 300, 800, 5000, 20000));
 
-// split: the split form (Dv / 32 blocks per head, y without the RMS factor + per-part sums of o^2, finished here as
-// the out_proj GEMV's HeadNorm does); else one 1024-thread block per head.
-class CudaGdnStep : public ::testing::TestWithParam<bool> {};
+// Forms: 0 one 1024-thread block per head; 1 the split form (Dv / 32 blocks per head, y without the RMS factor +
+// per-part sums of o^2, finished here as the out_proj GEMV's HeadNorm does); 2 the split form writing y as an XQ
+// image (decoded here; its chunk sums checked against the decoded values).
+class CudaGdnStep : public ::testing::TestWithParam<int> {};
 
 TEST_P(CudaGdnStep, MatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const bool split = GetParam();
+  const bool split = GetParam() >= 1, yq = GetParam() == 2;
   const int Hk = 16, Hv = 32, Dk = 128, Dv = 128, K = 4, layer = 1, nlayer = 2, pos = 9;
   const int KD = Hk * Dk, C = 2 * KD + Hv * Dv;
   std::mt19937 rng(5);
@@ -393,9 +397,23 @@ TEST_P(CudaGdnStep, MatchesReference) {
   ga.ctl = dctl;
   const int P = cuda::gdn_split_parts(Dv);
   if (split) ga.hss = dev.poisoned(size_t(Hv) * P);
+  const int n = Hv * Dv;
+  if (yq) ga.yq = dev.poisoned<uint8_t>(cuda::xq_image_bytes(n));
   cuda::gdn_decode(ga, nullptr, true);
   CK(cudaDeviceSynchronize());
-  std::vector<float> y = down(ga.y, size_t(Hv) * Dv);
+  std::vector<float> y = down(ga.y, size_t(n));
+  if (yq) {
+    std::vector<float> xs32;
+    xq_decode(down(static_cast<uint8_t*>(ga.yq), cuda::xq_image_bytes(n)), n, y, xs32);
+    for (int c = 0; c < n / 32; ++c) {
+      float sum = 0.f, amax = 0.f;
+      for (int e = 0; e < 32; ++e) {
+        sum += y[size_t(c) * 32 + e];
+        amax = std::max(amax, std::fabs(y[size_t(c) * 32 + e]));
+      }
+      ASSERT_NEAR(xs32[size_t(c)], sum, 1e-5f + 32.f * amax / 64516.f) << "chunk " << c;
+    }
+  }
   if (split) {
     ASSERT_EQ(P, Dv / 32);
     const std::vector<float> ss = down(ga.hss, size_t(Hv) * P);
@@ -413,7 +431,15 @@ TEST_P(CudaGdnStep, MatchesReference) {
   EXPECT_LT(testmetrics::rms_rel_err(ring2, qkv), 1e-7);  // this position's raw inputs stored in its ring slot
 }
 
-INSTANTIATE_TEST_SUITE_P(Forms, CudaGdnStep, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(Forms, CudaGdnStep, ::testing::Values(0, 1, 2));
+
+TEST(CudaGdnStepArgs, XqImageNeedsSplitForm) {  // no device needed: checked before any CUDA call
+  cuda::GdnArgs ga;
+  ga.Hk = 16; ga.Hv = 32; ga.Dk = 128; ga.Dv = 128; ga.K = 4;
+  uint8_t img = 0;
+  ga.yq = &img;  // never written: rejected before any launch
+  EXPECT_THROW(cuda::gdn_decode(ga, nullptr, false), lily::Error);
+}
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 
 #include "cuda_test_buffers.h"
 #include "test_metrics.h"
+#include "xq_image_host.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cpu/ref_ops.h"
@@ -22,6 +23,7 @@
 using namespace lily;
 using lily::testcuda::Dev;
 using lily::testcuda::down;
+using lily::testcuda::xq_encode;
 
 namespace {
 
@@ -165,7 +167,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaGemv,
 
 // The GEMV's per-head scale prologue (HeadNorm: the DeltaNet gated norm's RMS factor, finished by out_proj): x read
 // as heads of 128, head h times rsqrt(sum of its 4 partial sums / 128 + eps), against the reference matvec of the
-// scaled x; 4-bit weights with f32 and with int8 x, and bf16.
+// scaled x; 4-bit weights with f32 and with int8 x, and bf16; x as an XQ image (4-bit, int8 x only).
 TEST(CudaGemv, HeadNormScalesEachHead) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   struct Restore {
@@ -204,6 +206,18 @@ TEST(CudaGemv, HeadNormScalesEachHead) {
       const cuda::HeadNorm bad = {dss, 96, parts, 1e-6f};  // 4096 % 96 != 0: rejected before any launch
       EXPECT_THROW(cuda::gemv(&seg, 1, dx, nullptr, 1e-6f, nullptr, false, nullptr, &bad), lily::Error);
       EXPECT_LT(testmetrics::rms_rel_err(got, want), int8x ? 5e-5 : 1e-5);  // the bounds of the GEMV test above
+      // x given as its producer's XQ image (quantised without the heads' factors): the int8 path's bound
+      const std::vector<uint8_t> img = xq_encode(x);
+      const cuda::HeadNorm hq = {dss, dim, parts, 1e-6f, dev.up(img)};
+      if (!int8x) {  // f32 x, or not 4-bit: rejected
+        EXPECT_THROW(cuda::gemv(&seg, 1, dx, nullptr, 1e-6f, nullptr, false, nullptr, &hq), lily::Error);
+        continue;
+      }
+      float* dy2 = dev.poisoned(rows);
+      cuda::GemvSeg seg2 = {m.d, dy2, 0};
+      cuda::gemv(&seg2, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, &hq);
+      CK(cudaDeviceSynchronize());
+      EXPECT_LT(testmetrics::rms_rel_err(down(dy2, rows), want), 5e-5);
     }
 }
 

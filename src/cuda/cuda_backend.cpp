@@ -66,6 +66,7 @@ CudaOptions CudaOptions::from_env() {
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
   o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);
   o.gdn_split = env_on("LILY_CUDA_GDN_SPLIT", true);
+  o.gdn_xq = env_on("LILY_CUDA_GDN_XQ", true);
   if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
   o.trace = env_on("LILY_CUDA_TRACE", false);
   return o;
@@ -298,6 +299,10 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   const size_t hss_bytes = size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4;
   hss_ = static_cast<float*>(dev_alloc(hss_bytes));
   LILY_CUDA_CHECK(cudaMemset(hss_, 0, hss_bytes));  // finite even when LILY_CUDA_SKIP leaves the DeltaNet step out
+  if (opt_.gdn_split) {
+    yq_ = dev_alloc(xq_image_bytes(c.value_dim()));
+    LILY_CUDA_CHECK(cudaMemset(yq_, 0, xq_image_bytes(c.value_dim())));  // as hss_
+  }
   if (opt_.trace) {
     trace_ = static_cast<unsigned long long*>(dev_alloc(kTraceSlots * 8));
     LILY_CUDA_CHECK(cudaMemset(trace_, 0, kTraceSlots * 8));
@@ -486,10 +491,13 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       g.ctl = ctl_;
       g.trace = gtr ? gtr + 3 : nullptr;
       g.hss = opt_.gdn_split ? hss_ : nullptr;  // split form: out_proj applies the gated norm's RMS factor
+      // and y goes to out_proj in its int8 form where out_proj takes that path
+      const bool yq = opt_.gdn_split && opt_.gdn_xq && use_int8_x(d.out.fmt, d.out.cols);
+      g.yq = yq ? yq_ : nullptr;
       if (!opt_.skips("gdn")) gdn_decode(g, s, pdl);
       mark("gdn recurrence");
       GemvSeg o = {d.out, x_, 1};
-      const HeadNorm hn = {hss_, c.lin_v_dim, gdn_split_parts(c.lin_v_dim), eps};
+      const HeadNorm hn = {hss_, c.lin_v_dim, gdn_split_parts(c.lin_v_dim), eps, g.yq};
       if (!opt_.skips("gdn_out"))
         gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, opt_.gdn_split ? &hn : nullptr);
       mark("gdn out_proj gemv");

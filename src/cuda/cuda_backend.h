@@ -29,6 +29,8 @@ struct CudaOptions {
   bool fused_router = true;  // LILY_CUDA_FUSED_ROUTER=0: MoE router and gate_up as two launches
   bool early_route = true;   // LILY_CUDA_MOE_EARLY_ROUTE=0: MoE down reads the routing after its PDL wait
   bool gdn_split = true;     // LILY_CUDA_GDN_SPLIT=0: one 1024-thread DeltaNet block per value head (gated norm inside)
+  bool gdn_xq = true;        // LILY_CUDA_GDN_XQ=0: the split DeltaNet step writes f32 y, quantised by out_proj (else
+                             // its blocks write y's int8 form, an XQ image, where out_proj runs the int8-x path)
   bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
   // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step
   // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
@@ -123,6 +125,7 @@ class CudaBackend : public Backend {
   float* rlogits_ = nullptr;    // [E]
   float* shg_ = nullptr;        // [1]
   float* hss_ = nullptr;        // [lin_v_heads][gdn_split_parts(lin_v_dim)] DeltaNet o^2 partial sums (split form)
+  void* yq_ = nullptr;          // [xq_image_bytes(vd)] bytes: y as an XQ image (split form, gdn_xq)
   unsigned int* route_done_ = nullptr;  // router last-block counter
   static constexpr int kTraceSlots = 80;
   unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_CUDA_TRACE stamps (attention 0-6, its MoE 16-28; first

@@ -326,6 +326,28 @@ struct XQ {
   __device__ __forceinline__ float dot(uint4 raw, uint32_t sb, int xc) const;
 };
 
+// The XQ form in global memory (an "XQ image", xq_image_bytes(n) in kernels.h): the shared-memory layout of XQ,
+// written by the producer of x so that its consumer copies it instead of quantising. xq_put_chunk: one warp writes
+// chunk c (elements 32c .. 32c+31, lane e holding element 32c+e) with the formulas of XQ::put.
+__device__ __forceinline__ void xq_put_chunk(void* img, int n, int c, float v, int lane) {
+  const float amax = warp_max(fabsf(v)), sum = warp_sum(v);
+  const float dx = amax * (1.f / 127.f);
+  const float inv = amax > 0.f ? 127.f / amax : 0.f, inv2 = amax > 0.f ? 32258.f / amax : 0.f;
+  const float hv = rintf(v * inv);
+  const int h = int(hv), l = max(-127, min(127, int(rintf(fmaf(-hv, dx, v) * inv2))));
+  // byte of element e in piece p = e / 16 (XQ's nibble order): word ((e % 16) / 8) * 2 + e % 2, byte (e % 8) / 2
+  const int e = lane & 15, slot = (lane >> 4) * (n / 32) + c;
+  const int off = slot * 16 + (((e >> 3) << 1) | (e & 1)) * 4 + ((e & 7) >> 1);
+  int8_t* xh = static_cast<int8_t*>(img);
+  xh[off] = int8_t(h);
+  xh[n + off] = int8_t(l);
+  if (lane == 0) {
+    float* d = reinterpret_cast<float*>(xh + 2 * n);
+    d[c] = dx * (1.f / 254.f);
+    d[n / 32 + c] = sum;
+  }
+}
+
 // HeadNorm (kernels.h): the sum of the partial sums of squares of 16-element group g's head, all loads in flight at
 // once (parts <= kHeadNormMaxParts, host-checked).
 __device__ __forceinline__ float head_sum(const HeadNorm& hn, int g) {
@@ -428,6 +450,20 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       out.put(g, true, a);
       if (out2) out2->put(g, true, a);
     }
+  }
+  __syncthreads();
+}
+// x given as an XQ image (xq_put_chunk) of n elements: copied into `out`; with hn.ss, chunk c's scale and sum times
+// its head's factor rsqrt(sum of hn's partial sums / dim + eps) (the producer quantised x without it). Ends with
+// __syncthreads().
+__device__ __forceinline__ void load_xq_image(const void* img, int n, XQ& out, const HeadNorm& hn) {
+  const int4* src = static_cast<const int4*>(img);
+  for (int i = threadIdx.x; i < n / 8; i += blockDim.x) out.xh[i] = src[i];  // xh then xl: n / 16 int4 each
+  const float* d = reinterpret_cast<const float*>(src + n / 8);
+  for (int c = threadIdx.x; c < n / 32; c += blockDim.x) {
+    const float r = hn.ss ? rsqrtf(head_sum(hn, 2 * c) / float(hn.dim) + hn.eps) : 1.f;
+    out.d[c] = d[c] * r;
+    out.xs32[c] = d[n / 32 + c] * r;
   }
   __syncthreads();
 }

@@ -307,10 +307,12 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   __syncthreads();
   pdl_trigger();
   if (tr) trace_at(g.trace, 2);
-  // 4. the gated norm's own part: y without the RMS factor, and this block's sum of o^2
+  // 4. the gated norm's own part: y without the RMS factor (or its XQ chunk), and this block's sum of o^2
   if (warp == 0) {  // kSplitRows == 32: one row per lane
     const float o = so[lane];
-    g.y[j * Dv + v0 + lane] = o * nrm_w * silu_f(zt);
+    const float yv = o * nrm_w * silu_f(zt);
+    if (g.yq) xq_put_chunk(g.yq, g.Hv * Dv, (j * Dv + v0) / 32, yv, lane);
+    else g.y[j * Dv + v0 + lane] = yv;
     const float ss = warp_sum(o * o);
     if (lane == 0) g.hss[j * P + part] = ss;
   }
@@ -329,6 +331,7 @@ void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
   g.early_trigger = early_trigger_on();
   if (g.Dk > kMaxD || g.Dv > kMaxD || g.Dk % 32 || g.Hv % g.Hk || g.K < 1)
     throw Error("gdn_decode: unsupported head sizes (Dk, Dv <= 256, Dk % 32 == 0, Hv % Hk == 0)");
+  if (g.yq && !g.hss) throw Error("gdn_decode: the XQ image output (yq) needs the split form");
   if (g.hss) {  // split form
     if (gdn_split_parts(g.Dv) == 0)
       throw Error("gdn_decode: split form needs Dv % 32 == 0 and Dv <= 256");

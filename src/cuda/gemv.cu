@@ -29,6 +29,18 @@ __device__ __forceinline__ void resolve_row(const GemvParams& p, int row, int& s
   while (sg + 1 < p.nseg && r >= p.seg[sg].m.rows) r -= p.seg[sg++].m.rows;
 }
 
+// The x prologue after the PDL wait: x from p.x (normed, head-scaled), or copied from the producer's XQ image.
+template <class X>
+__device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, X& xv, float* red) {
+  if constexpr (X::kPairs) {
+    if (p.hn.xq) {
+      load_xq_image(p.hn.xq, p.cols, xv, p.hn);
+      return;
+    }
+  }
+  load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
+}
+
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
 // R: rows per warp in flight (rows warp, warp + nwarps, ..., then the next R): 2, or 4 for matrices with >= 3
 // rows per warp (one DRAM round trip fewer per warp on the 12k-row DeltaNet in_proj).
@@ -61,7 +73,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   pdl_wait();
-  load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
+  gemv_x(p, nw, xv, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
 
@@ -119,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
     for (int k = 0; k < NP; ++k) P[k].load(mp, rr, nch, 64 * k, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   pdl_wait();
-  load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
+  gemv_x(p, nw, xv, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
   if (r >= 0) {
@@ -170,6 +182,8 @@ void set_decode_int8_x(bool on) { g_int8_x = on; }
 bool decode_int8_x() { return g_int8_x; }
 bool use_int8_x(int fmt, int cols) { return g_int8_x && fmt == kQ4 && cols % 32 == 0 && cols <= 32 * 256; }
 
+size_t xq_image_bytes(int n) { return XQ::bytes(n); }
+
 size_t gemv_smem_bytes(int cols) { return size_t(cols) * 8 + size_t(cols / 16) * 4; }  // x, staged norm_w, sums
 
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
@@ -180,6 +194,8 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
     if (norm_w || !hn->ss || hn->dim < 16 || hn->dim % 16 || segs[0].m.cols % hn->dim || hn->parts < 1 ||
         hn->parts > kHeadNormMaxParts)
       throw Error("gemv: head norm needs no norm_w, sums, dim a multiple of 16 dividing cols, 1..8 parts");
+    if (hn->xq && (!use_int8_x(segs[0].m.fmt, segs[0].m.cols) || hn->dim % 32))
+      throw Error("gemv: an XQ image x needs 4-bit weights on the int8-x path and heads of a multiple of 32");
     p.hn = *hn;
   }
   p.nseg = nseg;

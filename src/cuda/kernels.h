@@ -83,7 +83,12 @@ struct HeadNorm {
   const float* ss = nullptr;  // [n / dim][parts] partial sums of squares
   int dim = 0, parts = 0;     // dim % 16 == 0, 1 <= parts <= kHeadNormMaxParts
   float eps = 1e-6f;
+  const void* xq = nullptr;   // x given instead as an XQ image (xq_image_bytes(cols); 4-bit int8-x path only,
+                              // dim % 32 == 0) quantised by its producer without the heads' factors
 };
+// Bytes of an XQ image of n elements (n % 32 == 0): x in the int8 hi + lo form of the decode GEMVs, as a producer
+// writes it for its consumer (gdn_decode's yq; HeadNorm::xq).
+size_t xq_image_bytes(int n);
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
           bool pdl, unsigned long long* trace = nullptr, const HeadNorm* hn = nullptr);
 
@@ -172,6 +177,8 @@ struct GdnArgs {
   float* y = nullptr;           // [Hv*Dv] gated-normed output (split form: without the RMS factor)
   float* hss = nullptr;         // split form when set: [Hv][gdn_split_parts(Dv)] partial sums of o^2 per head,
                                 // for the consumer's HeadNorm {hss, Dv, parts, eps}
+  void* yq = nullptr;           // split form only, optional: y written as an XQ image (xq_image_bytes(Hv*Dv))
+                                // instead of y, for a 4-bit out_proj on the int8-x path (HeadNorm::xq)
   const StepCtl* ctl = nullptr; // pos, S, conv
   int early_trigger = 0;        // signal PDL dependents at entry (set by gdn_decode from LILY_CUDA_EARLY_TRIGGER)
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: block 0 entry, after wait, rows done [0..2]; last block
