@@ -461,16 +461,34 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
   __syncthreads();
 }
 // x given as an XQ image (xq_put_chunk) of n elements: copied into `out`; with hn.ss, chunk c's scale and sum times
-// its head's factor rsqrt(sum of hn's partial sums / dim + eps) (the producer quantised x without it). Ends with
-// __syncthreads().
+// its head's factor rsqrt(sum of hn's partial sums / dim + eps) (the producer quantised x without it). All of a
+// thread's loads are issued before its first store (one L2 round trip). Needs n <= 8 * kMax * blockDim.x (8192 at
+// 256 threads: use_int8_x's limit). Ends with __syncthreads().
 __device__ __forceinline__ void load_xq_image(const void* img, int n, XQ& out, const HeadNorm& hn) {
+  constexpr int kMax = 4;
   const int4* src = static_cast<const int4*>(img);  // through L2 only (__ldcg): the L1 may hold an older image
-  for (int i = threadIdx.x; i < n / 8; i += blockDim.x) out.xh[i] = __ldcg(src + i);  // xh then xl: n / 16 int4 each
-  const float* d = reinterpret_cast<const float*>(src + n / 8);
-  for (int c = threadIdx.x; c < n / 32; c += blockDim.x) {
-    const float r = hn.ss ? rsqrtf(head_sum(hn, 2 * c) / float(hn.dim) + hn.eps) : 1.f;
-    out.d[c] = __ldcg(d + c) * r;
-    out.xs32[c] = __ldcg(d + n / 32 + c) * r;
+  const float* ds = reinterpret_cast<const float*>(src + n / 8);
+  int4 v[kMax];  // xh then xl: n / 16 int4 each
+#pragma unroll
+  for (int k = 0; k < kMax; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n / 8) v[k] = __ldcg(src + i);
+  }
+  const int c = threadIdx.x;  // chunk (n / 32 <= blockDim.x)
+  float d = 0.f, s = 0.f, r = 1.f;
+  if (c < n / 32) {
+    d = __ldcg(ds + c);
+    s = __ldcg(ds + n / 32 + c);
+    if (hn.ss) r = rsqrtf(head_sum(hn, 2 * c) / float(hn.dim) + hn.eps);
+  }
+#pragma unroll
+  for (int k = 0; k < kMax; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n / 8) out.xh[i] = v[k];  // xl follows xh in XQ
+  }
+  if (c < n / 32) {
+    out.d[c] = d * r;
+    out.xs32[c] = s * r;
   }
   __syncthreads();
 }
