@@ -102,7 +102,12 @@ template <> struct KvRaw<2> {
 
 constexpr int kDefaultMinSplit = 64;  // positions per split at least (fewer splits -> a cheaper last-block merge; more -> more
                        // blocks and fewer positions per warp); LILY_CUDA_ATTN_MIN_SPLIT overrides (measurements)
-constexpr int kKvInFlight = 4;  // K/V rows per warp loaded before any is used (8, all of a 64-position split: -1.4%)
+#ifndef LILY_ATTN_KV_IN_FLIGHT  // measurement builds: -DLILY_ATTN_KV_IN_FLIGHT=n
+#define LILY_ATTN_KV_IN_FLIGHT 6
+#endif
+// K/V rows per warp loaded before any is used: 6 (234 registers; 32K +0.5% over 4, 4K the same); 8, all of a
+// 64-position split, measured -1.4% at 252 registers (session 5)
+constexpr int kKvInFlight = LILY_ATTN_KV_IN_FLIGHT;
 
 // Merge weights of n partials of one kv head (pk + s * stride: acc [G*HD] relative to m, then m [G], l [G]): one
 // warp per head, lanes over the splits, all (m, l) loads in flight; wsp [n][G] = 2^(m_s - M) (divided by the
@@ -422,13 +427,13 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     wl[warp][lane / LPH] = lh;
   }
   __syncthreads();
-  float M[G], L[G];
+  // the block's max per head in every thread; its denominator only where it is written (thread g < G): the
+  // exp2 (16 per clock per SM) of all G x kWarps terms in every thread cost ~0.5 us
+  float M[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     M[g] = kNegBig;
     for (int w = 0; w < kWarps; ++w) M[g] = fmaxf(M[g], wm[w][g]);
-    L[g] = 0.f;
-    for (int w = 0; w < kWarps; ++w) L[g] += wl[w][g] * exp2f(wm[w][g] - M[g]);
   }
   // every warp's rescaled partial into its slab of dynamic shared memory, then each thread sums the warps for
   // its outputs (one barrier; was kWarps serial read-modify-write rounds with a barrier each: ~10 us in the graph)
@@ -454,7 +459,14 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     }
     reinterpret_cast<float4*>(part)[i4] = t;
   }
-  if (threadIdx.x < G) { part[G * HD + threadIdx.x] = M[threadIdx.x]; part[G * HD + G + threadIdx.x] = L[threadIdx.x]; }
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x;
+    float mg = kNegBig, lg = 0.f;
+    for (int w = 0; w < kWarps; ++w) mg = fmaxf(mg, wm[w][g]);
+    for (int w = 0; w < kWarps; ++w) lg += wl[w][g] * exp2f(wm[w][g] - mg);
+    part[G * HD + g] = mg;
+    part[G * HD + G + g] = lg;
+  }
   __threadfence();
   __syncthreads();
   if (tr) trace_at(a.trace, 4);
