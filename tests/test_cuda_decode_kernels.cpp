@@ -29,6 +29,7 @@ namespace {
 using testcuda::Dev;
 using testcuda::down;
 using testcuda::xq_decode;
+using testcuda::xq_encode;
 
 
 
@@ -429,6 +430,18 @@ TEST_P(CudaGdnStep, MatchesReference) {
   EXPECT_LT(testmetrics::rms_rel_err(S2, Sref), 1e-5);
   const std::vector<float> ring2 = down(ctl.conv + (size_t(layer) * K + pos % K) * C, C);
   EXPECT_LT(testmetrics::rms_rel_err(ring2, qkv), 1e-7);  // this position's raw inputs stored in its ring slot
+  if (yq) {  // the image's codes and scales are exactly the host encoder's of the f32 form of the same step
+    const std::vector<uint8_t> img = down(static_cast<uint8_t*>(ga.yq), cuda::xq_image_bytes(n));
+    CK(cudaMemcpy(ctl.S, S.data(), S.size() * 4, cudaMemcpyHostToDevice));  // the same step again
+    CK(cudaMemcpy(ctl.conv, ring.data(), ring.size() * 4, cudaMemcpyHostToDevice));
+    ga.yq = nullptr;
+    cuda::gdn_decode(ga, nullptr, true);
+    CK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> want_img = xq_encode(down(ga.y, size_t(n)));
+    ASSERT_EQ(img.size(), want_img.size());
+    const size_t codes = size_t(n) * 2 + size_t(n / 32) * 4;  // xh, xl, d; then xs32 (sums in another order)
+    for (size_t i = 0; i < codes; ++i) ASSERT_EQ(int(img[i]), int(want_img[i])) << "byte " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, CudaGdnStep, ::testing::Values(0, 1, 2));

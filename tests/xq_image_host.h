@@ -15,8 +15,9 @@ inline size_t xq_byte(int n, int c, int e) {
   return size_t(p * (n / 32) + c) * 16 + size_t(((f / 8) * 2 + f % 2) * 4 + (f % 8) / 2);
 }
 
-// The image of x, quantised as the device does (per 32-element chunk: xh = round(x / dx), dx = max|x| / 127;
-// xl = round((x - xh dx) * 254 / dx); d = dx / 254; xs32 = the chunk's exact sum).
+// The image of x, quantised as the device does, with its float operations in the same order (per 32-element chunk:
+// xh = round(x * (127 / max|x|)), dx = max|x| * (1 / 127); xl = round(fma(-xh, dx, x) * (32258 / max|x|)) in
+// [-127, 127]; d = dx * (1 / 254); xs32 = the chunk's sum): the same codes and scales as the device's.
 inline std::vector<uint8_t> xq_encode(const std::vector<float>& x) {
   const int n = int(x.size());
   std::vector<uint8_t> img(size_t(n) * 2 + size_t(n / 32) * 8, 0);
@@ -27,15 +28,16 @@ inline std::vector<uint8_t> xq_encode(const std::vector<float>& x) {
       amax = std::max(amax, std::fabs(x[size_t(c) * 32 + e]));
       sum += x[size_t(c) * 32 + e];
     }
-    const float dx = amax / 127.f;
+    const float dx = amax * (1.f / 127.f);
+    const float inv = amax > 0.f ? 127.f / amax : 0.f, inv2 = amax > 0.f ? 32258.f / amax : 0.f;
     for (int e = 0; e < 32; ++e) {
       const float v = x[size_t(c) * 32 + e];
-      const float h = amax > 0.f ? std::nearbyint(v * (127.f / amax)) : 0.f;
-      const float l = amax > 0.f ? std::nearbyint((v - h * dx) * (32258.f / amax)) : 0.f;
+      const float h = std::nearbyint(v * inv);
+      const float l = std::nearbyint(std::clamp(std::fma(-h, dx, v) * inv2, -127.f, 127.f));
       img[xq_byte(n, c, e)] = uint8_t(int8_t(h));
-      img[size_t(n) + xq_byte(n, c, e)] = uint8_t(int8_t(std::clamp(l, -127.f, 127.f)));
+      img[size_t(n) + xq_byte(n, c, e)] = uint8_t(int8_t(l));
     }
-    d[size_t(c)] = dx / 254.f;
+    d[size_t(c)] = dx * (1.f / 254.f);
     d[size_t(n / 32 + c)] = sum;
   }
   std::memcpy(img.data() + size_t(n) * 2, d.data(), d.size() * 4);
