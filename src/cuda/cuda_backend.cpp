@@ -299,7 +299,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   const size_t hss_bytes = size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4;
   hss_ = static_cast<float*>(dev_alloc(hss_bytes));
   LILY_CUDA_CHECK(cudaMemset(hss_, 0, hss_bytes));  // finite even when LILY_CUDA_SKIP leaves the DeltaNet step out
-  if (opt_.gdn_split) {
+  if (opt_.gdn_split && opt_.gdn_xq) {  // the only case enqueue_step hands it to the DeltaNet step
     yq_ = dev_alloc(xq_image_bytes(c.value_dim()));
     LILY_CUDA_CHECK(cudaMemset(yq_, 0, xq_image_bytes(c.value_dim())));  // as hss_
   }
