@@ -108,6 +108,10 @@ constexpr int kDefaultMinSplit = 64;  // positions per split at least (fewer spl
 // K/V rows per warp loaded before any is used: 6 (234 registers; 32K +0.5% over 4, 4K the same); 8, all of a
 // 64-position split, measured -1.4% at 252 registers (session 5)
 constexpr int kKvInFlight = LILY_ATTN_KV_IN_FLIGHT;
+#ifndef LILY_ATTN_ROLLING  // measurement builds: -DLILY_ATTN_ROLLING=0 keeps round-by-round K/V loads
+#define LILY_ATTN_ROLLING 1
+#endif
+constexpr bool kAttnRolling = LILY_ATTN_ROLLING != 0;
 
 // Merge weights of n partials of one kv head (pk + s * stride: acc [G*HD] relative to m, then m [G], l [G]): one
 // warp per head, lanes over the splits, all (m, l) loads in flight; wsp [n][G] = 2^(m_s - M) (divided by the
@@ -361,7 +365,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     for (int e = 0; e < DPL; ++e) { q[g][e] = qs[g][lane * DPL + e]; acc[g][e] = 0.f; }
   }
   for (int tb = t0 + warp; tb < t1; tb += U * kWarps) {
-    if (tb != t0 + warp) issue(tb);
+    if (!kAttnRolling && tb != t0 + warp) issue(tb);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
     const int t = tb + u * kWarps;
@@ -370,6 +374,13 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     if (t < pos) {
       kraw[u].unpack(kr);
       vraw[u].unpack(vr);
+      // rolling: the slot's next row (U * kWarps positions on) is requested as soon as this one is unpacked, so
+      // its DRAM latency overlaps this round's math instead of following it
+      const int tn = t + U * kWarps;
+      if (kAttnRolling && tn < t1 && tn < pos) {
+        kraw[u].load(Kc + int64_t(tn) * HD + lane * DPL);
+        vraw[u].load(Vc + int64_t(tn) * HD + lane * DPL);
+      }
     } else {
 #pragma unroll
       for (int e = 0; e < DPL; ++e) { kr[e] = kn[lane * DPL + e]; vr[e] = vn[lane * DPL + e]; }
