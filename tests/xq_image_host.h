@@ -16,8 +16,8 @@ inline size_t xq_byte(int n, int c, int e) {
 }
 
 // The image of x, quantised as the device does, with its float operations in the same order (per 32-element chunk:
-// xh = round(x * (127 / max|x|)), dx = max|x| * (1 / 127); xl = round(fma(-xh, dx, x) * (32258 / max|x|)) in
-// [-127, 127]; d = dx * (1 / 254); xs32 = the chunk's sum): the same codes and scales as the device's.
+// r = 1 / max|x|, xh = round(x * (127 r)), dx = max|x| * (1 / 127); xl = round(fma(-xh, dx, x) * (32258 r)), in
+// [-127, 127] by construction; d = dx * (1 / 254); xs32 = the chunk's sum): the same codes and scales as the device's.
 inline std::vector<uint8_t> xq_encode(const std::vector<float>& x) {
   const int n = int(x.size());
   std::vector<uint8_t> img(size_t(n) * 2 + size_t(n / 32) * 8, 0);
@@ -29,11 +29,11 @@ inline std::vector<uint8_t> xq_encode(const std::vector<float>& x) {
       sum += x[size_t(c) * 32 + e];
     }
     const float dx = amax * (1.f / 127.f);
-    const float inv = amax > 0.f ? 127.f / amax : 0.f, inv2 = amax > 0.f ? 32258.f / amax : 0.f;
+    const float ra = amax > 0.f ? 1.f / amax : 0.f, inv = 127.f * ra, inv2 = 32258.f * ra;
     for (int e = 0; e < 32; ++e) {
       const float v = x[size_t(c) * 32 + e];
       const float h = std::nearbyint(v * inv);
-      const float l = std::nearbyint(std::clamp(std::fma(-h, dx, v) * inv2, -127.f, 127.f));
+      const float l = std::nearbyint(std::fma(-h, dx, v) * inv2);
       img[xq_byte(n, c, e)] = uint8_t(int8_t(h));
       img[size_t(n) + xq_byte(n, c, e)] = uint8_t(int8_t(l));
     }
