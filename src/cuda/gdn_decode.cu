@@ -205,6 +205,10 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
 // out_proj GEMV's x prologue (HeadNorm) applies rsqrt(sum_p hss[j * P + p] / Dv + eps). Its blocks fit beside other
 // kernels' blocks (a 1024-thread block needs a whole SM) and each reads 16 KB of S instead of 64 KB.
 constexpr int kSplitThreads = 256, kSplitRows = 32;
+#ifndef LILY_GDN_TAP_VEC  // measurement builds: -DLILY_GDN_TAP_VEC=0 loads the conv taps one float at a time
+#define LILY_GDN_TAP_VEC 1
+#endif
+constexpr bool kGdnTapVec = LILY_GDN_TAP_VEC != 0;
 
 template <int NPL>
 __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
@@ -229,6 +233,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   const int nconv = 2 * Dk + kSplitRows;
   int ch[2];
   float cw[2][kMaxK], cr[2][kMaxK];
+  const bool tap_vec = kGdnTapVec && K == 4 && (reinterpret_cast<uintptr_t>(g.conv_w) & 15) == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int cc = t + h * kSplitThreads;
@@ -236,11 +241,16 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
             : cc < 2 * Dk ? key_dim + hk * Dk + (cc - Dk)
                           : 2 * key_dim + j * Dv + v0 + (cc - 2 * Dk);
 #pragma unroll
+    for (int tap = 0; tap < kMaxK; ++tap) cw[h][tap] = cr[h][tap] = 0.f;
+    // the model's 4 taps as one 16-byte load (fewer load instructions to issue beside in_proj's rows)
+    if (tap_vec && cc < nconv) {
+      const float4 w4 = __ldg(reinterpret_cast<const float4*>(g.conv_w) + ch[h]);
+      cw[h][0] = w4.x; cw[h][1] = w4.y; cw[h][2] = w4.z; cw[h][3] = w4.w;
+    }
+#pragma unroll
     for (int tap = 0; tap < kMaxK; ++tap) {
-      cw[h][tap] = 0.f;
-      cr[h][tap] = 0.f;
       if (cc < nconv && tap < K) {
-        cw[h][tap] = g.conv_w[int64_t(ch[h]) * K + tap];
+        if (!tap_vec) cw[h][tap] = g.conv_w[int64_t(ch[h]) * K + tap];
         const int p = pos - (K - 1) + tap;
         if (tap < K - 1 && p >= 0) cr[h][tap] = ring[int64_t(p % K) * conv_dim + ch[h]];
       }
