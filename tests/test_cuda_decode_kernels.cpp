@@ -345,7 +345,7 @@ TEST_P(CudaGdnStep, MatchesReference) {
   // reference
   std::vector<float> state(size_t(K - 1) * C), conv(C);
   for (int tap = 0; tap < K - 1; ++tap)  // oldest first: position pos-(K-1)+tap lives in slot (that) % K
-    for (int ch = 0; ch < C; ++ch) state[size_t(tap) * C + ch] = ring[(size_t(layer) * K + (pos - (K - 1) + tap) % K) * C + ch];
+    for (int ch = 0; ch < C; ++ch) state[size_t(tap) * C + ch] = ring[size_t(layer) * K * C + cuda::conv_ring_at(ch, K, pos - (K - 1) + tap)];
   ref::conv_step(state.data(), convw.data(), qkv.data(), C, K, conv.data());
   float* q = conv.data();
   float* kk = q + KD;
@@ -428,7 +428,9 @@ TEST_P(CudaGdnStep, MatchesReference) {
   EXPECT_LT(testmetrics::rms_rel_err(y, want), 1e-4);
   const std::vector<float> S2 = down(ctl.S + size_t(layer) * Hv * Dv * Dk, size_t(Hv) * Dv * Dk);
   EXPECT_LT(testmetrics::rms_rel_err(S2, Sref), 1e-5);
-  const std::vector<float> ring2 = down(ctl.conv + (size_t(layer) * K + pos % K) * C, C);
+  const std::vector<float> rl = down(ctl.conv + size_t(layer) * K * C, size_t(K) * C);
+  std::vector<float> ring2(C);
+  for (int ch = 0; ch < C; ++ch) ring2[ch] = rl[cuda::conv_ring_at(ch, K, pos)];
   EXPECT_LT(testmetrics::rms_rel_err(ring2, qkv), 1e-7);  // this position's raw inputs stored in its ring slot
   if (yq) {  // the image's codes and scales are exactly the host encoder's of the f32 form of the same step
     const std::vector<uint8_t> img = down(static_cast<uint8_t*>(ga.yq), cuda::xq_image_bytes(n));

@@ -74,7 +74,7 @@ struct DeltaStep {
 // kernels before their PDL wait: the state was last written by earlier steps, never by the kernel just before.
 struct GdnHead {
   int ratio, hk, Dv, K, key_dim, conv_dim, pos;
-  float* ring;  // [K][conv_dim] of this layer
+  float* ring;  // [conv_dim][K] of this layer (conv_ring_at)
   float* S;     // S_j [Dv][Dk]
 };
 template <int NPL>
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
     if (t < nconv && tap < K) {
       cw[tap] = g.conv_w[int64_t(ch) * K + tap];
       const int p = pos - (K - 1) + tap;
-      if (tap < K - 1 && p >= 0) cr[tap] = ring[int64_t(p % K) * conv_dim + ch];
+      if (tap < K - 1 && p >= 0) cr[tap] = ring[conv_ring_at(ch, K, p)];
     }
   }
   const float dt_bias = g.dt_bias[j], a_neg = g.a_neg[j];
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
       if (tap < K - 1) acc += cw[tap] * cr[tap];
       else if (tap == K - 1) acc += cw[tap] * xin;
     }
-    if (t >= 2 * Dk || write_qk) ring[int64_t(pos % K) * conv_dim + ch] = xin;
+    if (t >= 2 * Dk || write_qk) ring[conv_ring_at(ch, K, pos)] = xin;
     const float y = silu_f(acc);
     if (t < Dk) sq[t] = y;
     else if (t < 2 * Dk) sk[t - Dk] = y;
@@ -233,7 +233,10 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   const int nconv = 2 * Dk + kSplitRows;
   int ch[2];
   float cw[2][kMaxK], cr[2][kMaxK];
-  const bool tap_vec = kGdnTapVec && K == 4 && (reinterpret_cast<uintptr_t>(g.conv_w) & 15) == 0;
+  // the model's 4 taps, and a channel's 4 ring slots, as one 16-byte load each (fewer load instructions to issue
+  // beside in_proj's and out_proj's row requests)
+  const bool tap_vec = kGdnTapVec && K == 4 && ((reinterpret_cast<uintptr_t>(g.conv_w) |
+                                                 reinterpret_cast<uintptr_t>(ring)) & 15) == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int cc = t + h * kSplitThreads;
@@ -242,17 +245,25 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
                           : 2 * key_dim + j * Dv + v0 + (cc - 2 * Dk);
 #pragma unroll
     for (int tap = 0; tap < kMaxK; ++tap) cw[h][tap] = cr[h][tap] = 0.f;
-    // the model's 4 taps as one 16-byte load (fewer load instructions to issue beside in_proj's rows)
-    if (tap_vec && cc < nconv) {
+    if (cc >= nconv) continue;
+    if (tap_vec) {
       const float4 w4 = __ldg(reinterpret_cast<const float4*>(g.conv_w) + ch[h]);
+      const float4 r4 = *(reinterpret_cast<const float4*>(ring) + ch[h]);  // slot p % 4 holds position p
       cw[h][0] = w4.x; cw[h][1] = w4.y; cw[h][2] = w4.z; cw[h][3] = w4.w;
+#pragma unroll
+      for (int tap = 0; tap < 3; ++tap) {
+        const int p = pos - 3 + tap, sl = p & 3;
+        const float r = sl == 0 ? r4.x : sl == 1 ? r4.y : sl == 2 ? r4.z : r4.w;
+        cr[h][tap] = p >= 0 ? r : 0.f;
+      }
+      continue;
     }
 #pragma unroll
     for (int tap = 0; tap < kMaxK; ++tap) {
-      if (cc < nconv && tap < K) {
-        if (!tap_vec) cw[h][tap] = g.conv_w[int64_t(ch[h]) * K + tap];
+      if (tap < K) {
+        cw[h][tap] = g.conv_w[int64_t(ch[h]) * K + tap];
         const int p = pos - (K - 1) + tap;
-        if (tap < K - 1 && p >= 0) cr[h][tap] = ring[int64_t(p % K) * conv_dim + ch[h]];
+        if (tap < K - 1 && p >= 0) cr[h][tap] = ring[conv_ring_at(ch[h], K, p)];
       }
     }
   }
@@ -280,7 +291,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
       if (tap < K - 1) acc += cw[h][tap] * cr[h][tap];
       else if (tap == K - 1) acc += cw[h][tap] * xin[h];
     }
-    if (cc >= 2 * Dk || write_qk) ring[int64_t(pos % K) * conv_dim + ch[h]] = xin[h];
+    if (cc >= 2 * Dk || write_qk) ring[conv_ring_at(ch[h], K, pos)] = xin[h];
     const float y = silu_f(acc);
     if (cc < Dk) sq[cc] = y;
     else if (cc < 2 * Dk) sk[cc - Dk] = y;

@@ -49,12 +49,16 @@ constexpr int kAttnGroup = 8;  // splits per group of the two-level merge
 constexpr int kAttnPartSlots = kAttnSplits + kAttnSplits / kAttnGroup;
 constexpr int kAttnMaxKv = 8;  // kv heads the step counters hold
 
+// Index of channel ch's slot for position p in a layer's conv ring ([conv_dim][K], slot p % K holds position p).
+constexpr int64_t conv_ring_at(int ch, int K, int p) { return int64_t(ch) * K + p % K; }
+
 // Per-sequence state pointers + step control, read by the kernels through one fixed device address so that a
 // captured graph serves every sequence (the host rewrites it when switching sequences).
 struct StepCtl {
   uint16_t* kv = nullptr;     // [n_full][2 (K,V)][nkv][max_ctx][hd] bf16
   float* S = nullptr;         // [n_lin][Hv][Dv][Dk] f32 recurrent state
-  float* conv = nullptr;      // [n_lin][K][conv_dim] f32 ring of raw conv inputs (slot p % K holds position p)
+  float* conv = nullptr;      // [n_lin][conv_dim][K] f32 ring of raw conv inputs (slot p % K holds position p):
+                              // a channel's K slots are contiguous (one 16-byte load at K = 4), see conv_ring_at
   int pos = 0;                // position of the token being consumed
   int max_ctx = 0;
   int cursor = 0;             // index into in_ids / out_ids of this step

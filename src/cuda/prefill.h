@@ -124,7 +124,7 @@ struct GdnChunkArgs {
   const float* conv_w = nullptr; // [conv_dim][K]
   const float* dt_bias = nullptr, *a_neg = nullptr, *norm_w = nullptr;
   float eps = 1e-6f;
-  float* ring = nullptr;         // this layer's conv ring [K][conv_dim] (slot p % K = raw input of position p)
+  float* ring = nullptr;         // this layer's conv ring [conv_dim][K] (slot p % K = raw input of position p)
   float* S = nullptr;            // this layer's state [Hv][Dv][Dk]
   float* cbuf = nullptr;         // scratch [n][conv_dim]: conv + SiLU, q/k l2-normalised (q * 1/sqrt(Dk))
   float* obuf = nullptr;         // scratch [n][Hv*Dv]: delta-rule outputs

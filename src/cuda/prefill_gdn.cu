@@ -49,7 +49,7 @@ __global__ void k_conv(const GdnChunkArgs g) {
         const int p = t - (K - 1) + tap;  // chunk-relative
         float xin = 0.f;
         if (p >= 0) xin = g.proj[int64_t(p) * g.ldp + ch];
-        else if (g.pos0 + p >= 0) xin = g.ring[int64_t((g.pos0 + p) % K) * cd + ch];
+        else if (g.pos0 + p >= 0) xin = g.ring[conv_ring_at(ch, K, g.pos0 + p)];
         acc += w[tap] * xin;
       }
       y = silu_f(acc);
@@ -68,7 +68,7 @@ __global__ void k_ring(const GdnChunkArgs g) {
   if (ch >= cd) return;
   for (int t = max(0, g.n - (g.K - 1)); t < g.n; ++t) {
     const int p = g.pos0 + t;
-    g.ring[int64_t(p % g.K) * cd + ch] = g.proj[int64_t(t) * g.ldp + ch];
+    g.ring[conv_ring_at(ch, g.K, p)] = g.proj[int64_t(t) * g.ldp + ch];
   }
 }
 
