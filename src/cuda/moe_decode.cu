@@ -118,14 +118,33 @@ __device__ void route_block(const float* sl, int E, int k, int* idx, float* w, f
 // Each round is two single-instruction warp reductions (redux.sync, sm_80+) on 32-bit keys: the largest ordered
 // logit, then the lowest index holding it (a 64-bit shuffle argmax took ~3.3 us for the 8 rounds).
 // kPer: logits per lane (E <= 32 * kPer); the fused kernel takes 8 for E <= 256 (half the compares of kMaxE / 32).
+#ifndef LILY_ROUTE_VEC  // measurement builds: -DLILY_ROUTE_VEC=0 loads the logits one float per key
+#define LILY_ROUTE_VEC 1
+#endif
+constexpr bool kRouteVec = LILY_ROUTE_VEC != 0;
 template <int kPer>
 __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w) {
   const int lane = threadIdx.x & 31;
-  uint32_t key[kPer];  // element e = lane + 32 i: its ordered logit bits (route_key's high word); 0 = taken / none
+  // element of key i: lane + 32 i, or lane * kPer + i where all 32 * kPer logits are loaded as 16-byte vectors
+  // (kRouteVec: kPer / 4 loads per lane instead of kPer)
+  const bool vec = kRouteVec && kPer % 4 == 0 && E == 32 * kPer && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
+  auto elem = [&](int i) { return vec ? lane * kPer + i : lane + 32 * i; };
+  uint32_t key[kPer];  // its ordered logit bits (route_key's high word); 0 = taken / none
+  if (vec) {
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = lane + 32 * i;
-    key[i] = e < E ? uint32_t(route_key(__ldcg(logits + e), e) >> 32) : 0u;
+    for (int j = 0; j < kPer / 4; ++j) {
+      const float4 l4 = __ldcg(reinterpret_cast<const float4*>(logits) + lane * (kPer / 4) + j);
+      key[4 * j] = uint32_t(route_key(l4.x, 0) >> 32);
+      key[4 * j + 1] = uint32_t(route_key(l4.y, 0) >> 32);
+      key[4 * j + 2] = uint32_t(route_key(l4.z, 0) >> 32);
+      key[4 * j + 3] = uint32_t(route_key(l4.w, 0) >> 32);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      key[i] = e < E ? uint32_t(route_key(__ldcg(logits + e), e) >> 32) : 0u;
+    }
   }
   int my_e = 0;
   uint32_t my_key = 0u;
@@ -137,11 +156,11 @@ __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w
     uint32_t cand = 0xffffffffu;  // this lane's lowest index holding the maximum
 #pragma unroll
     for (int i = kPer - 1; i >= 0; --i)
-      if (key[i] == top) cand = uint32_t(lane + 32 * i);
+      if (key[i] == top) cand = uint32_t(elem(i));
     const uint32_t e = __reduce_min_sync(0xffffffffu, cand);  // ties -> lower index
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
-      if (uint32_t(lane + 32 * i) == e) key[i] = 0u;
+      if (uint32_t(elem(i)) == e) key[i] = 0u;
     if (lane == j) {
       my_e = int(e);
       my_key = top;
