@@ -279,6 +279,25 @@ struct XF {
 constexpr float kRoundBias = 12582912.f;
 __device__ __forceinline__ float round_biased(float p) { return __fadd_rn(p, kRoundBias); }
 
+// The int8 hi + lo codes of one 32-element chunk with max |x| = amax: x ~ (hi + lo / 254) * dx with dx = amax / 127;
+// code() leaves them in the low bytes of h and l (round_biased), scale() is the chunk's stored d. Shared by XQ::put
+// and xq_put_chunk so that an XQ image equals the form its consumer would build.
+struct XqCodes {
+  float dx, inv, inv2;
+  __device__ __forceinline__ explicit XqCodes(float amax) : dx(amax * (1.f / 127.f)) {
+    const float ra = amax > 0.f ? 1.f / amax : 0.f;  // one division
+    inv = 127.f * ra;
+    inv2 = 32258.f * ra;
+  }
+  __device__ __forceinline__ void code(float v, uint32_t& h, uint32_t& l) const {
+    const float hb = round_biased(v * inv), hv = hb - kRoundBias;
+    h = __float_as_uint(hb);
+    // |v - hv dx| <= dx / 2 up to a few ulps, so |l| <= 127 without a clamp
+    l = __float_as_uint(round_biased(fmaf(-hv, dx, v) * inv2));
+  }
+  __device__ __forceinline__ float scale() const { return dx * (1.f / 254.f); }
+};
+
 struct XQ {
   int4* xh;
   int4* xl;
@@ -308,16 +327,10 @@ struct XQ {
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the chunk's other half (g ^ 1)
     const float osum = __shfl_xor_sync(0xffffffffu, sum, 1);
     if (!valid) return;
-    const float dx = amax * (1.f / 127.f);
-    const float ra = amax > 0.f ? 1.f / amax : 0.f, inv = 127.f * ra, inv2 = 32258.f * ra;  // one division
+    const XqCodes q(amax);
     uint32_t h[16], l[16];  // low bytes: the codes
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const float hb = round_biased(f[i] * inv), hv = hb - kRoundBias;
-      h[i] = __float_as_uint(hb);
-      // |f - hv dx| <= dx / 2 up to a few ulps, so |l| <= 127 without a clamp
-      l[i] = __float_as_uint(round_biased(fmaf(-hv, dx, f[i]) * inv2));
-    }
+    for (int i = 0; i < 16; ++i) q.code(f[i], h[i], l[i]);
     auto pk = [](const uint32_t* t, int o) {  // the low bytes of t[o], t[o+2], t[o+4], t[o+6]
       return int(__byte_perm(__byte_perm(t[o], t[o + 2], 0x0040), __byte_perm(t[o + 4], t[o + 6], 0x0040), 0x5410));
     };
@@ -325,7 +338,7 @@ struct XQ {
     xh[slot] = make_int4(pk(h, 0), pk(h, 1), pk(h, 8), pk(h, 9));
     xl[slot] = make_int4(pk(l, 0), pk(l, 1), pk(l, 8), pk(l, 9));
     if ((g & 1) == 0) {
-      d[c] = dx * (1.f / 254.f);
+      d[c] = q.scale();
       xs32[c] = sum + osum;
     }
   }
@@ -338,10 +351,9 @@ struct XQ {
 // chunk c (elements 32c .. 32c+31, lane e holding element 32c+e) with the formulas of XQ::put.
 __device__ __forceinline__ void xq_put_chunk(void* img, int n, int c, float v, int lane) {
   const float amax = warp_max(fabsf(v)), sum = warp_sum(v);
-  const float dx = amax * (1.f / 127.f);
-  const float ra = amax > 0.f ? 1.f / amax : 0.f, inv = 127.f * ra, inv2 = 32258.f * ra;  // as XQ::put
-  const float hb = round_biased(v * inv), hv = hb - kRoundBias;
-  const uint32_t h = __float_as_uint(hb), l = __float_as_uint(round_biased(fmaf(-hv, dx, v) * inv2));
+  const XqCodes q(amax);
+  uint32_t h, l;
+  q.code(v, h, l);
   // byte of element e in piece p = e / 16 (XQ's nibble order): word ((e % 16) / 8) * 2 + e % 2, byte (e % 8) / 2
   const int e = lane & 15, slot = (lane >> 4) * (n / 32) + c;
   const int off = slot * 16 + (((e >> 3) << 1) | (e & 1)) * 4 + ((e & 7) >> 1);
@@ -350,7 +362,7 @@ __device__ __forceinline__ void xq_put_chunk(void* img, int n, int c, float v, i
   xh[n + off] = int8_t(l);
   if (lane == 0) {
     float* d = reinterpret_cast<float*>(xh + 2 * n);
-    d[c] = dx * (1.f / 254.f);
+    d[c] = q.scale();
     d[n / 32 + c] = sum;
   }
 }
