@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_aff_stack.h"
 #include "cuda_test_buffers.h"
 #include "test_metrics.h"
 #include "core/dtype.h"
@@ -26,60 +27,14 @@ using namespace lily;
 
 namespace {
 
+using testcuda::AffStack;
 using testcuda::Dev;
+using testcuda::make_stack;
 using testcuda::down;
 using testcuda::xq_decode;
 using testcuda::xq_encode;
 
 
-
-// n matrices [rows, cols] of affine `bits`/g64 stored back to back (host QMatrix views + one device stack).
-struct AffStack {
-  std::vector<uint32_t> w;
-  std::vector<uint16_t> s, b;
-  std::vector<QMatrix> q;
-  cuda::DStack d;
-};
-
-void make_stack(AffStack& st, int n, int rows, int cols, int bits, std::mt19937& rng, Dev& dev) {
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  const size_t nw = size_t(rows) * cols * bits / 32, ng = size_t(rows) * cols / 64;
-  st.w.resize(nw * n);
-  for (auto& v : st.w) v = uint32_t(rng());
-  st.s.resize(ng * n);
-  st.b.resize(ng * n);
-  std::vector<uint32_t> sb(ng * n);
-  const float sc = bits == 4 ? 0.02f : 0.002f;
-  for (size_t i = 0; i < ng * n; ++i) {
-    st.s[i] = f32_to_bf16(sc * (0.5f + 0.5f * u(rng)));
-    st.b[i] = f32_to_bf16(-0.5f * sc * float((1 << bits) - 1) + 0.01f * u(rng));
-    sb[i] = uint32_t(st.s[i]) | (uint32_t(st.b[i]) << 16);
-  }
-  for (int e = 0; e < n; ++e) {
-    QMatrix m;
-    m.kind = QMatrix::Kind::Affine;
-    m.sdtype = DType::BF16;
-    m.w = st.w.data() + nw * e;
-    m.scales = st.s.data() + ng * e;
-    m.biases = st.b.data() + ng * e;
-    m.bits = bits;
-    m.group = 64;
-    m.rows = rows;
-    m.cols = cols;
-    st.q.push_back(m);
-  }
-  cuda::DMat& d = st.d.m;
-  d.w = reinterpret_cast<const uint8_t*>(dev.up(st.w));
-  d.sb = dev.up(sb);
-  d.fmt = bits;
-  d.rows = rows;
-  d.cols = cols;
-  d.group = 64;
-  d.row_bytes = int64_t(cols) * bits / 8;
-  d.sb_row = cols / 64;
-  st.d.w_stride = int64_t(nw) * 4;
-  st.d.sb_stride = int64_t(ng);
-}
 
 // (int8 x, fused router + gate_up, E, expert intermediate I: 128 with a 192-row shared expert, or 512 with 512
 // as the model has, where MoE down quantises its 4608-value act with 288 threads)
@@ -210,6 +165,49 @@ TEST_P(CudaMoeDecode, MatchesReference) {
     } else {
       EXPECT_LT(testmetrics::rms_rel_err(down(dx, H), want), 1e-5) << "rep " << rep;
     }
+  }
+  if (!fused || E > 256) return;
+  // The router-from-y form (MoeArgs::pre): the logits before the RMS factor, W_r (nw * x), given as 3 partial
+  // vectors (summed in order by the kernel, no router rows, no barrier); the kernel scales by the factor of x.
+  std::vector<float> xs(H), raw(E);
+  for (int i = 0; i < H; ++i) xs[size_t(i)] = x[size_t(i)] * nw[size_t(i)];
+  ref::matvec(router.q[0], xs.data(), raw.data());
+  float raw_shg = 0.f;
+  ref::matvec(shgw.q[0], xs.data(), &raw_shg);
+  raw.push_back(raw_shg);  // element E
+  std::vector<float> pre(size_t(E + 1) * cuda::kMoePreStride, 0.f);
+  auto part = [&](int e, int p) -> float& { return pre[size_t(e) * cuda::kMoePreStride + p]; };
+  for (int e = 0; e <= E; ++e) {
+    part(e, 0) = 0.75f * raw[size_t(e)];
+    part(e, 1) = raw[size_t(e)] - part(e, 0);
+    part(e, 3) = 1e30f;  // past pre_parts: never read
+  }
+  double ss = 0;
+  for (float v : x) ss += double(v) * v;
+  const float r = 1.f / std::sqrt(float(ss / H) + 1e-6f);
+  std::vector<float> pl(E);  // what the kernel ranks: r * ((p0 + p1) + p2)
+  for (int e = 0; e < E; ++e) pl[size_t(e)] = r * ((part(e, 0) + part(e, 1)) + part(e, 2));
+  std::vector<int> pidx(K);
+  std::vector<float> pwt(K);
+  ref::route_topk(pl.data(), E, K, pidx.data(), pwt.data());
+  EXPECT_EQ(pidx, idx) << "the split logits rank as the reference's";
+  a.pre = dev.up(pre);
+  a.pre_parts = 3;
+  a.logits = nullptr;  // not read in this form
+  for (int rep = 0; rep < 2; ++rep) {
+    CK(cudaMemcpy(dx, x.data(), H * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(a.shg, 0xFF, 4));
+    cuda::moe_route_gate_up(a, nullptr, true);
+    cuda::moe_down(a, nullptr, true);
+    CK(cudaDeviceSynchronize());
+    std::vector<int32_t> gidx(K);
+    CK(cudaMemcpy(gidx.data(), a.route_idx, K * 4, cudaMemcpyDeviceToHost));
+    for (int j = 0; j < K; ++j) EXPECT_EQ(gidx[j], pidx[j]) << "pre rep " << rep << " slot " << j;
+    EXPECT_LT(testmetrics::rms_rel_err(down(a.route_w, K), wt), 1e-5) << "pre rep " << rep;
+    EXPECT_LT(testmetrics::rms_rel_err(down(a.shg, 1), {r}), 1e-6) << "pre rep " << rep;  // the RMS factor
+    const std::vector<uint32_t> ctr = down(a.route_done, 8);
+    for (int i : {0, 2, 3, 4, 5}) EXPECT_EQ(ctr[size_t(i)], 0u) << "pre rep " << rep << " word " << i;
+    EXPECT_LT(testmetrics::rms_rel_err(down(dx, H), int8x ? want_q : want), 1e-5) << "pre rep " << rep;
   }
 }
 

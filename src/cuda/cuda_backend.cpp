@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_factory.h"
+#include "cuda/router_y.h"
 #include "cuda/prefill_runner.h"
 #include "engine/step_sampler.h"
 
@@ -62,6 +63,11 @@ CudaOptions CudaOptions::from_env() {
   // costs 23% of the 4K prefill (22,964 vs 17,787 tok/s); bf16: 1.07 with top-1 0.875.
   o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecFP16;
   o.prefill_attn_precise = env_on("LILY_CUDA_PREFILL_ATTN_PRECISE", true);
+  if (const char* ry = std::getenv("LILY_CUDA_ROUTER_Y"); ry && *ry) {
+    if (std::strcmp(ry, "0") && std::strcmp(ry, "1") && std::strcmp(ry, "2"))
+      throw Error(std::string("LILY_CUDA_ROUTER_Y: expected 0, 1 or 2, got '") + ry + "'");
+    o.router_y = ry[0] - '0';
+  }
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
   o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);
@@ -295,6 +301,8 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   y_ = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
   rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
   shg_ = static_cast<float*>(dev_alloc(16));
+  pre_ = static_cast<float*>(dev_alloc(size_t(c.n_experts + 1) * kMoePreStride * 4));
+  LILY_CUDA_CHECK(cudaMemset(pre_, 0, size_t(c.n_experts + 1) * kMoePreStride * 4));
   if (gdn_split_parts(cfg_.lin_v_dim) == 0) opt_.gdn_split = false;
   const size_t hss_bytes = size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4;
   hss_ = static_cast<float*>(dev_alloc(hss_bytes));
@@ -350,7 +358,44 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
                                                opt_.prefill_simple, opt_.prefill_prec,
                                                opt_.prefill_attn_precise);
   }
+  if (opt_.router_y == 1) setup_router_y();
   LILY_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Router-from-y where the layer allows it: the fused MoE kernel (router over the experts' input), E <= 256 with the
+// router and shared gate in one 8-bit or bf16 format, in and out projections of whole 512-column pieces, at most
+// kMoePreMaxParts of them.
+void CudaBackend::setup_router_y() {
+  const ModelConfig& c = cfg_;
+  for (DLayer& d : layers_) {
+    const DMat& O = d.is_full ? d.o : d.out;
+    const DMat& R = d.router;
+    const int pa = c.hidden / kGemvSidePiece, pm = O.cols / kGemvSidePiece, rows = c.n_experts + 1;
+    if (!opt_.fused_router || R.cols != d.gate.m.cols || c.n_experts > 256 || (R.fmt != kQ8 && R.fmt != kBF16) ||
+        d.shg.fmt != R.fmt || d.shg.group != R.group || d.shg.row_bytes != R.row_bytes || c.hidden % kGemvSidePiece ||
+        O.cols % kGemvSidePiece || pa < 1 || pm < 1 || pa + pm > kMoePreMaxParts)
+      continue;
+    // [E + 1] rows: the router's, then the shared gate's (bytes copied as they are)
+    DMat r = R;
+    r.rows = rows;
+    uint8_t* w = static_cast<uint8_t*>(dev_alloc(size_t(rows) * R.row_bytes));
+    LILY_CUDA_CHECK(cudaMemcpy(w, R.w, size_t(c.n_experts) * R.row_bytes, cudaMemcpyDeviceToDevice));
+    LILY_CUDA_CHECK(cudaMemcpy(w + size_t(c.n_experts) * R.row_bytes, d.shg.w, R.row_bytes, cudaMemcpyDeviceToDevice));
+    r.w = w;
+    if (R.fmt != kBF16) {
+      uint32_t* sb = static_cast<uint32_t*>(dev_alloc(size_t(rows) * R.sb_row * 4));
+      LILY_CUDA_CHECK(cudaMemcpy(sb, R.sb, size_t(c.n_experts) * R.sb_row * 4, cudaMemcpyDeviceToDevice));
+      LILY_CUDA_CHECK(cudaMemcpy(sb + size_t(c.n_experts) * R.sb_row, d.shg.sb, size_t(R.sb_row) * 4,
+                                 cudaMemcpyDeviceToDevice));
+      r.sb = sb;
+    }
+    d.ry_r = r;
+    d.ry_m = static_cast<uint16_t*>(dev_alloc(size_t(rows) * O.cols * 2));
+    d.ry_m_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
+    d.ry_pa = pa;
+    d.ry_pm = pm;
+    compose_router(R, d.shg, d.post_norm, O, d.ry_m, d.ry_m_scale, stream_);
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -424,6 +469,8 @@ size_t CudaBackend::step_weight_bytes() const {
     t += d.is_full ? b(d.q) + b(d.k) + b(d.v) + b(d.o) : b(d.qkv) + b(d.z) + b(d.a) + b(d.b) + b(d.out);
     t += b(d.router) + b(d.shg) + b(d.sh_gate) + b(d.sh_up) + b(d.sh_down);
     t += size_t(cfg_.top_k) * (b(d.gate.m) + b(d.up.m) + b(d.down.m));
+    if (d.ry_m)  // M and its scales (the router's rows are read by in_proj then, as many bytes)
+      t += size_t(cfg_.n_experts + 1) * (size_t((d.is_full ? d.o : d.out).cols) * 2 + 4);
   }
   return t;
 }
@@ -443,15 +490,17 @@ void CudaBackend::fill_context_for_timing(SeqState& sst, int n) {
 }
 
 // Segments that read the same normalised x: one launch when they share a weight format, else one each.
+// side (optional): side rows of the first launch.
 void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s,
-                                unsigned long long* trace) {
+                                unsigned long long* trace, const GemvSide* side) {
   bool same = true;
   for (int i = 1; i < n; ++i) same = same && segs[i].m.fmt == segs[0].m.fmt;
   if (same) {
-    gemv(segs, n, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, trace);
+    gemv(segs, n, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, trace, nullptr, side);
     return;
   }
-  for (int i = 0; i < n; ++i) gemv(&segs[i], 1, x_, norm_w, cfg_.rms_eps, s, opt_.pdl);
+  for (int i = 0; i < n; ++i)
+    gemv(&segs[i], 1, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, nullptr, nullptr, i ? nullptr : side);
 }
 
 // One decode step: embed in_ids[cursor], all layers, lm_head + argmax (advances cursor and pos on the device).
@@ -464,12 +513,20 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
   embed(embed_, in_ids_, ctl_, x_, s, false);
   mark("embed");
   for (const DLayer& d : layers_) {
+    // router-from-y: A = W_r diag(post_norm) x as side rows of in_proj (parts 0 .. ry_pa - 1 of pre_, the router's
+    // rows on its raw x times post_norm), B = M y as side rows of the out projection (the next ry_pm parts);
+    // LILY_CUDA_SKIP=ry_a / ry_side (measurement only) leave them out
+    const bool ry = d.ry_m != nullptr;
+    const GemvSide side_a = {nullptr, nullptr, d.ry_r, pre_, ry && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa,
+                             1, kMoePreStride, d.post_norm};
+    const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa,
+                             ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, 1, kMoePreStride, nullptr};
     if (!d.is_full) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
                          {d.a, proj_ + cd + vd + hv, 0}};
       unsigned long long* gtr = trace_ && d.lin_idx == 0 ? trace_ + 32 : nullptr;  // LILY_CUDA_TRACE slots 32..
-      if (!opt_.skips("gdn_in")) gemv_shared_x(segs, 4, d.in_norm, s, gtr);
+      if (!opt_.skips("gdn_in")) gemv_shared_x(segs, 4, d.in_norm, s, gtr, &side_a);
       mark("gdn in_proj gemv");
       GdnArgs g;
       g.qkv = proj_;
@@ -499,12 +556,12 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       GemvSeg o = {d.out, x_, 1};
       const HeadNorm hn = {hss_, c.lin_v_dim, gdn_split_parts(c.lin_v_dim), eps, g.yq};
       if (!opt_.skips("gdn_out"))
-        gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, opt_.gdn_split ? &hn : nullptr);
+        gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, opt_.gdn_split ? &hn : nullptr, &side_m);
       mark("gdn out_proj gemv");
     } else {
       const int qr = c.q_proj_rows(), kvd = c.kv_dim();
       GemvSeg segs[3] = {{d.q, proj_, 0}, {d.k, proj_ + qr, 0}, {d.v, proj_ + qr + kvd, 0}};
-      if (!opt_.skips("qkv")) gemv_shared_x(segs, 3, d.in_norm, s);
+      if (!opt_.skips("qkv")) gemv_shared_x(segs, 3, d.in_norm, s, nullptr, &side_a);
       mark("attn qkv gemv");
       AttnArgs a;
       a.q = proj_;
@@ -527,7 +584,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       if (!opt_.skips("attn")) attn_decode(a, s, pdl);
       mark("attention");
       GemvSeg o = {d.o, x_, 1};
-      if (!opt_.skips("o")) gemv(&o, 1, y_, nullptr, eps, s, pdl);
+      if (!opt_.skips("o")) gemv(&o, 1, y_, nullptr, eps, s, pdl, nullptr, nullptr, &side_m);
       mark("attn o_proj gemv");
     }
     // MoE
@@ -558,6 +615,13 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.out = x_;
     const bool fused = opt_.fused_router && m.router.cols == m.gate.m.cols;
     m.early_route = fused && opt_.early_route && !opt_.skips("gate_up");
+    if (fused && ry) {
+      m.pre = pre_;
+      m.pre_parts = d.ry_pa + d.ry_pm;
+    } else if (fused && opt_.router_y == 2 && m.E <= 256) {  // measurement only: no producers, stale logits
+      m.pre = pre_;
+      m.pre_parts = 12;
+    }
     if (fused) {
       if (!opt_.skips("gate_up")) moe_route_gate_up(m, s, pdl);
       mark("moe router + gate_up");

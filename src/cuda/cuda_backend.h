@@ -31,6 +31,9 @@ struct CudaOptions {
   bool gdn_split = true;     // LILY_CUDA_GDN_SPLIT=0: one 1024-thread DeltaNet block per value head (gated norm inside)
   bool gdn_xq = true;        // LILY_CUDA_GDN_XQ=0: the split DeltaNet step writes f32 y, quantised by out_proj (else
                              // its blocks write y's int8 form, an XQ image, where out_proj runs the int8-x path)
+  // LILY_CUDA_ROUTER_Y: 0 off, 1 the router logits summed before the MoE kernel (router-from-y, where the layer's
+  // shapes allow it); 2 MEASUREMENT ONLY (results wrong): the MoE kernel ranks a stale buffer, no producers
+  int router_y = 0;
   bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
   // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step
   // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
@@ -60,6 +63,14 @@ struct DLayer {
   DStack gate, up, down;        // [E] x [I,H], [I,H], [H,I]
   DMat sh_gate, sh_up, sh_down; // [Is,H] [Is,H] [H,Is]
   int lin_idx = -1, full_idx = -1;  // slot among linear / full layers
+  // router-from-y (LILY_CUDA_ROUTER_Y=1, router_y.h): side rows [E + 1]; ry_r = the router's rows then the shared
+  // gate's (a copy, the checkpoint's format) on in_proj's raw x times post_norm (ry_pa pieces), ry_m =
+  // W_router diag(post_norm) O as f16 times ry_m_scale on the out projection's x (ry_pm pieces); ry_m null: the layer
+  // routes as usual
+  DMat ry_r;
+  uint16_t* ry_m = nullptr;
+  float* ry_m_scale = nullptr;
+  int ry_pa = 0, ry_pm = 0;
 };
 
 class CudaState;
@@ -91,7 +102,8 @@ class CudaBackend : public Backend {
   DStack upload_stack(const ExpertStack& s, const char* what);
   float* upload_f32(const std::vector<float>& v);
   void enqueue_step(cudaStream_t s, bool sample);
-  void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s, unsigned long long* trace = nullptr);
+  void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s, unsigned long long* trace = nullptr,
+                     const GemvSide* side = nullptr);
   void begin(CudaState& st, int n_given);
   void run_step(bool sample = false);  // sample: lm_head + the device step sampler instead of argmax
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
@@ -109,6 +121,7 @@ class CudaBackend : public Backend {
   ModelConfig cfg_;
   CudaOptions opt_;
   cudaStream_t stream_ = nullptr;
+  void setup_router_y();                  // makes each eligible layer's side rows (opt_.router_y == 1)
   cudaGraphExec_t graph_ = nullptr;       // greedy step
   cudaGraphExec_t graph_samp_ = nullptr;  // sampled step
   std::vector<void*> allocs_;
@@ -124,6 +137,7 @@ class CudaBackend : public Backend {
   float* y_ = nullptr;          // [max(vd, nq hd)]
   float* rlogits_ = nullptr;    // [E]
   float* shg_ = nullptr;        // [1]
+  float* pre_ = nullptr;        // [E + 1][kMoePreStride] router-from-y partial logits
   float* hss_ = nullptr;        // [lin_v_heads][gdn_split_parts(lin_v_dim)] DeltaNet o^2 partial sums (split form)
   void* yq_ = nullptr;          // [xq_image_bytes(vd)] bytes: y as an XQ image (split form, gdn_xq)
   unsigned int* route_done_ = nullptr;  // router last-block counter

@@ -227,6 +227,15 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// Max over the block (as block_sum).
+__device__ __forceinline__ float block_max(float v, float* red) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  return warp_max(lane < nw ? red[lane] : 0.f);
+}
 // Sum over the block (blockDim.x multiple of 32, <= 1024); red has 32 floats; every thread gets the result.
 __device__ __forceinline__ float block_sum(float v, float* red) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -270,7 +279,22 @@ struct XF {
   }
   template <int FMT>
   __device__ __forceinline__ float dot(uint4 raw, uint32_t sb, int xc) const;
+  // elements e0 .. e0+7 (e0 % 8 == 0) as f32
+  __device__ __forceinline__ void val8(int e0, float (&o)[8]) const {
+    const int c32 = e0 >> 5, j0 = (e0 & 31) >> 2;
+    const float* base = xs + (c32 << 5);
+    const float4 a = *reinterpret_cast<const float4*>(base + ((j0 ^ (c32 & 7)) << 2));
+    const float4 b = *reinterpret_cast<const float4*>(base + (((j0 + 1) ^ (c32 & 7)) << 2));
+    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+    o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+  }
 };
+
+// A signed byte k of w (k constant) as f32 without the conversion pipe: (w ^ 0x80808080)'s byte k is s + 128, placed
+// in the low mantissa of 2^23, minus 2^23 + 128 (exact).
+__device__ __forceinline__ float sbyte_f(uint32_t w_x80, int k) {
+  return __int_as_float(int(__byte_perm(w_x80, 0x4B000000u, 0x7440u | unsigned(k)))) - 8388736.f;
+}
 
 // Rounding to the nearest integer (ties to even, as rintf) of |p| < 2^22 on the FMA pipe: p + 1.5 * 2^23 has the
 // integer in its low mantissa bits (low byte = the integer's two's-complement low byte), and minus the bias is the
@@ -344,6 +368,21 @@ struct XQ {
   }
   template <int FMT>
   __device__ __forceinline__ float dot(uint4 raw, uint32_t sb, int xc) const;
+  // elements e0 .. e0+7 (e0 % 8 == 0) as f32, d * (254 hi + lo): half h8 of piece p of chunk c holds them in two
+  // words, the even elements in word 2 h8, the odd ones in word 2 h8 + 1 (nibble order above)
+  __device__ __forceinline__ void val8(int e0, float (&o)[8]) const {
+    const int c = e0 >> 5, p = (e0 >> 4) & 1, h8 = (e0 >> 3) & 1;
+    const int2 hw = reinterpret_cast<const int2*>(xh + p * nch + c)[h8];
+    const int2 lw = reinterpret_cast<const int2*>(xl + p * nch + c)[h8];
+    const float dc = d[c];
+    const uint32_t he = uint32_t(hw.x) ^ 0x80808080u, ho = uint32_t(hw.y) ^ 0x80808080u;
+    const uint32_t le = uint32_t(lw.x) ^ 0x80808080u, lo = uint32_t(lw.y) ^ 0x80808080u;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      o[2 * k] = dc * fmaf(254.f, sbyte_f(he, k), sbyte_f(le, k));
+      o[2 * k + 1] = dc * fmaf(254.f, sbyte_f(ho, k), sbyte_f(lo, k));
+    }
+  }
 };
 
 // The XQ form in global memory (an "XQ image", xq_image_bytes(n) in kernels.h): the shared-memory layout of XQ,
@@ -386,10 +425,13 @@ __device__ __forceinline__ float head_sum(const HeadNorm& hn, int g) {
 // out2 (optional, f32 form): the same values also written there, from the same loads and norm.
 // hn (optional: hn.ss != null, with norm_w == null): per-head scale (HeadNorm in kernels.h), its sums loaded with x.
 // tr (optional, LILY_CUDA_TRACE): stamps when this thread's x loads have landed (tr[0]) and the norm is reduced (tr[1]).
+// r_out (optional): receives the RMS factor rsqrt(mean(x^2)+eps) (1 without norm_w), in every thread.
+// raw2: out2 receives x as loaded (no norm, no head scale), times w2 when given (global or staged like norm_w).
 template <class X>
 __device__ __forceinline__ void load_x(const float* __restrict__ x, const float* __restrict__ norm_w, float eps,
                                        int n, X& out, float* red, XF* out2 = nullptr, HeadNorm hn = {},
-                                       unsigned long long* tr = nullptr) {
+                                       unsigned long long* tr = nullptr, float* r_out = nullptr,
+                                       bool raw2 = false, const float* w2 = nullptr) {
   constexpr int kMaxG = 2;  // groups of x held in registers per thread (longer x: plain loop below)
   const int ng = n / 16;
   float4 v[kMaxG][4];
@@ -416,8 +458,12 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       if (threadIdx.x + k * blockDim.x < unsigned(ng)) t += v[k][0].x + v[k][3].w;  // this thread's groups only
     if (t != 12345.f) trace_at(tr, 0);
   }
+  if (w2 && !norm_w) {  // w2 may be staged (stage_vec): wait for it and publish it
+    cp_async_wait_all();
+    __syncthreads();
+  }
   if (norm_w) {
-    cp_async_wait_all();  // norm_w may be staged in shared memory (stage_vec); block_sum's barrier publishes it
+    cp_async_wait_all();  // norm_w (and w2) may be staged (stage_vec); block_sum's barrier publishes them
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < kMaxG; ++k)
@@ -430,6 +476,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
     r = rsqrtf(ss / float(n) + eps);
     if (tr && r != 12345.f) trace_at(tr, 1);
   }
+  if (r_out) *r_out = r;
   auto scale = [&](float4 a, float4 b) {
     return norm_w ? make_float4(a.x * r * b.x, a.y * r * b.y, a.z * r * b.z, a.w * r * b.w) : a;
   };
@@ -454,7 +501,20 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
         for (int i = 0; i < 4; ++i) a[i] = make_float4(a[i].x * hr[k], a[i].y * hr[k], a[i].z * hr[k], a[i].w * hr[k]);
     }
     out.put(g, valid, a);
-    if (out2) out2->put(g, valid, a);
+    if (out2) {
+      float4 b[4];  // selected element by element (a runtime choice between whole arrays puts them on the stack)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) b[i] = raw2 ? v[k][i] : a[i];
+      if (raw2 && w2 && valid) {
+        const float4* wp = reinterpret_cast<const float4*>(w2) + g * 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float4 t = wp[i];
+          b[i] = make_float4(b[i].x * t.x, b[i].y * t.y, b[i].z * t.z, b[i].w * t.w);
+        }
+      }
+      out2->put(g, valid, b);
+    }
   }
   if constexpr (!X::kPairs) {
     for (int g = threadIdx.x + kMaxG * blockDim.x; g < ng; g += blockDim.x) {
@@ -467,7 +527,19 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
         for (int i = 0; i < 4; ++i) a[i] = make_float4(a[i].x * h, a[i].y * h, a[i].z * h, a[i].w * h);
       }
       out.put(g, true, a);
-      if (out2) out2->put(g, true, a);
+      if (out2 && raw2) {
+        float4 xr[4];
+        for (int i = 0; i < 4; ++i) {
+          xr[i] = xp[i];
+          if (w2) {
+            const float4 t = reinterpret_cast<const float4*>(w2)[g * 4 + i];
+            xr[i] = make_float4(xr[i].x * t.x, xr[i].y * t.y, xr[i].z * t.z, xr[i].w * t.w);
+          }
+        }
+        out2->put(g, true, xr);
+      } else if (out2) {
+        out2->put(g, true, a);
+      }
     }
   }
   __syncthreads();

@@ -2,6 +2,10 @@
 // dequantisation in registers (s*Sum(xq) + b*Sum(x)), optional RMSNorm prologue, several matrices sharing one x
 // in one launch, optional residual accumulation. Also the embedding-row kernel.
 
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
 #include "cuda/device_util.cuh"
 
 namespace lily::cuda {
@@ -19,7 +23,81 @@ struct GemvParams {  // passed by value (kernel parameter space)
   int cols;
   unsigned long long* trace;  // LILY_CUDA_TRACE: [3] entry and x loaded (block 0), last block done; or null
   HeadNorm hn;                // per-head scale of x (hn.ss null: none)
+  GemvSide side;              // side rows (side.rows 0: none)
 };
+
+// One side piece (GemvSide in kernels.h) of a warp: 512 columns, loaded by load() (before the PDL wait for the
+// warp's first piece), dotted with x and written by finish(). f16 rows (side.m): two 16-byte loads per lane; rows of
+// side.q: one 16-byte chunk + its group word per lane (8-bit) or two chunks (bf16), dotted with the f32 raw x.
+struct SidePiece {
+  uint4 w[2];
+  uint32_t sbw[2] = {0u, 0u};
+  float rs = 1.f;
+  int j = -1, q = 0;  // side row and piece (j < 0: none), uniform over the warp
+  __device__ __forceinline__ void load(const GemvParams& p, int unit, int lane) {
+    j = -1;
+    if (unit >= p.side.rows * p.side.pieces) return;
+    j = unit / p.side.pieces;
+    q = unit - j * p.side.pieces;
+    if (p.side.q.w) {
+      if (p.side.q.fmt == kQ8) {
+        chunk_load<kQ8>(p.side.q, j, q * 32 + lane, w[0], sbw[0]);
+      } else {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) chunk_load<kBF16>(p.side.q, j, q * 64 + lane + 32 * u, w[u], sbw[u]);
+      }
+      return;
+    }
+    const uint4* src = reinterpret_cast<const uint4*>(p.side.m + size_t(j) * p.cols + size_t(q) * kGemvSidePiece);
+    w[0] = ldg_weight(src + lane);
+    w[1] = ldg_weight(src + lane + 32);
+    if (lane == 0) rs = p.side.rscale[j];
+  }
+  template <class X>
+  __device__ __forceinline__ void finish(const GemvParams& p, const X& x, int lane) const {
+    if (j < 0) return;
+    float acc = 0.f;
+    if constexpr (std::is_same_v<X, XF>) {
+      if (p.side.q.w) {
+        if (p.side.q.fmt == kQ8) {
+          acc = x.template dot<kQ8>(w[0], sbw[0], q * 32 + lane);
+        } else {
+#pragma unroll
+          for (int u = 0; u < 2; ++u) acc += x.template dot<kBF16>(w[u], 0u, q * 64 + lane + 32 * u);
+        }
+      }
+    }
+    if (!p.side.q.w) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        float xv[8];
+        x.val8(q * kGemvSidePiece + (lane + 32 * u) * 8, xv);
+        const uint32_t hw[4] = {w[u].x, w[u].y, w[u].z, w[u].w};  // element pairs (2t, 2t + 1), low half first
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const float2 f = __half22float2(__halves2half2(__ushort_as_half(uint16_t(hw[t] & 0xffffu)),
+                                                         __ushort_as_half(uint16_t(hw[t] >> 16))));
+          acc = fmaf(f.x, xv[2 * t], acc);
+          acc = fmaf(f.y, xv[2 * t + 1], acc);
+        }
+      }
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) p.side.part[q * p.side.part_q + j * p.side.part_j] = acc * rs;
+  }
+};
+
+// The side pieces of warp `warp` after its rows: the first (loaded before the wait) in sp, the rest loaded here.
+template <class X>
+__device__ __forceinline__ void side_rest(const GemvParams& p, SidePiece& sp, const X& x, const XF& xr, int warp,
+                                          int nwarps, int lane) {
+  const int units = p.side.rows * p.side.pieces;
+  for (int u = warp; u < units; u += nwarps) {
+    if (u != warp) sp.load(p, u, lane);
+    if (p.side.q.w) sp.finish(p, xr, lane);
+    else sp.finish(p, x, lane);
+  }
+}
 
 // Global row -> (segment sg, local row r); r = -1 past the end.
 __device__ __forceinline__ void resolve_row(const GemvParams& p, int row, int& sg, int& r) {
@@ -30,15 +108,28 @@ __device__ __forceinline__ void resolve_row(const GemvParams& p, int row, int& s
 }
 
 // The x prologue after the PDL wait: x from p.x (normed, head-scaled), or copied from the producer's XQ image.
+// xr: the raw x (f32, times side.raw_w) for side rows of side.q.
 template <class X>
-__device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, X& xv, float* red) {
+__device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, const float* rw, X& xv, XF& xr,
+                                       float* red) {
   if constexpr (X::kPairs) {
     if (p.hn.xq) {
       load_xq_image(p.hn.xq, p.cols, xv, p.hn);
       return;
     }
   }
-  load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
+  // two calls, not one with `q ? &xr : nullptr` (a runtime choice of a local's address puts xr on the stack)
+  if (p.side.q.w) load_x(p.x, nw, p.eps, p.cols, xv, red, &xr, p.hn, nullptr, nullptr, true, rw);
+  else load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
+}
+
+// Where the raw form of x sits in shared memory: after the staged norm_w and the X form; then side.raw_w staged.
+template <class X>
+__device__ __forceinline__ float* raw_x_base(float* nws, int cols) {
+  return nws + cols + (X::bytes(cols) + 15) / 16 * 4;
+}
+__device__ __forceinline__ float* raw_w_base(float* nws, int cols, size_t xbytes) {
+  return nws + cols + (xbytes + 15) / 16 * 4 + (XF::bytes(cols) + 15) / 16 * 4;
 }
 
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
@@ -49,6 +140,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
   X xv(nws + p.cols, p.cols);
+  XF xr(raw_x_base<X>(nws, p.cols), p.cols);  // side rows of side.q only
   __shared__ float red[32];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
@@ -71,9 +163,13 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   if (tr) trace_at(p.trace, 0);
   resolve_set();
   if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
+  SidePiece sp;
+  if (p.side.rows) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
+  const float* rw =
+      p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
   pdl_wait();
-  gemv_x(p, nw, xv, red);
+  gemv_x(p, nw, rw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
 
@@ -101,6 +197,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
           g.y[cr[i]] = g.accumulate ? g.y[cr[i]] + acc[i] : acc[i];
         }
   }
+  if (p.side.rows) side_rest(p, sp, xv, xr, warp, nwarps, lane);
   if (p.trace) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(p.trace, 2);
@@ -115,6 +212,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
   X xv(nws + p.cols, p.cols);
+  XF xr(raw_x_base<X>(nws, p.cols), p.cols);  // side rows of side.q only
   __shared__ float red[32];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
@@ -129,9 +227,13 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
   if (r >= 0)
 #pragma unroll
     for (int k = 0; k < NP; ++k) P[k].load(mp, rr, nch, 64 * k, lane);
+  SidePiece sp;
+  if (p.side.rows) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
+  const float* rw =
+      p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
   pdl_wait();
-  gemv_x(p, nw, xv, red);
+  gemv_x(p, nw, rw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
   if (r >= 0) {
@@ -144,6 +246,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
       g.y[r] = g.accumulate ? g.y[r] + acc[0] : acc[0];
     }
   }
+  if (p.side.rows) side_rest(p, sp, xv, xr, warp, gridDim.x * (kThreads / 32), lane);
   if (p.trace) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(p.trace, 2);
@@ -187,9 +290,20 @@ size_t xq_image_bytes(int n) { return XQ::bytes(n); }
 size_t gemv_smem_bytes(int cols) { return size_t(cols) * 8 + size_t(cols / 16) * 4; }  // x, staged norm_w, sums
 
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
-          bool pdl, unsigned long long* trace, const HeadNorm* hn) {
+          bool pdl, unsigned long long* trace, const HeadNorm* hn, const GemvSide* side) {
   if (nseg < 1 || nseg > kMaxSegs) throw Error("gemv: bad segment count");
   GemvParams p = {};
+  if (side && side->rows > 0) {
+    const bool q = side->q.w != nullptr;
+    if ((q ? side->q.cols != segs[0].m.cols || side->q.rows < side->rows || (side->q.fmt != kQ8 && side->q.fmt != kBF16)
+           : !side->m || !side->rscale || (reinterpret_cast<uintptr_t>(side->m) & 15)) ||
+        !side->part || side->pieces < 1 || side->part_q < 0 || side->part_j < 0 ||
+        side->pieces * kGemvSidePiece != segs[0].m.cols)
+      throw Error("gemv: side rows need f16 rows (16-byte aligned, with scales) or an 8-bit / bf16 matrix, of pieces * "
+                  "512 columns, and partials");
+    if (q && hn) throw Error("gemv: side rows of a matrix read the raw x, which needs x itself (no head norm)");
+    p.side = *side;
+  }
   if (hn) {
     if (norm_w || !hn->ss || hn->dim < 16 || hn->dim % 16 || segs[0].m.cols % hn->dim || hn->parts < 1 ||
         hn->parts > kHeadNormMaxParts)
@@ -212,10 +326,12 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   }
   if (p.cols % 32 != 0) throw Error("gemv: cols must be a multiple of 32");
   const int wpb = kThreads / 32;
-  const size_t smem = gemv_smem_bytes(p.cols);
+  // + the raw x and its staged weights
+  const size_t smem = gemv_smem_bytes(p.cols) + (p.side.q.w ? XF::bytes(p.cols) + 16 + size_t(p.cols) * 4 : 0);
+  const int units = std::max(p.total_rows, p.side.rows * p.side.pieces);  // warps with work
   auto grid = [&](auto kern) {
     allow_smem(kern, smem);
-    return std::min((p.total_rows + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
+    return std::min((units + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
   };
   // LILY_CUDA_GEMV_WHOLE=0: rows of 65..128 chunks as two rounds of k_gemv even when each warp has one row
   static const bool whole_on = env_default_on("LILY_CUDA_GEMV_WHOLE");
@@ -223,13 +339,13 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
     const int nch = p.cols / FmtInfo<kQ4>::kElems;
     if (!whole_on || nch <= 64 || nch > 128) return false;
     const int b = grid(kw);
-    if (p.total_rows > b * wpb) return false;
+    if (units > b * wpb) return false;
     launch(kw, dim3(b), dim3(kThreads), smem, s, pdl, p);
     return true;
   };
   auto run = [&](auto k2, auto k4) {  // 4 rows per warp in flight once each warp has >= 3 rows
     const int b2 = grid(k2);
-    if (gemv_rows4() && p.total_rows >= 3 * b2 * wpb) {
+    if (gemv_rows4() && p.total_rows >= 3 * b2 * wpb) {  // (b2 from units >= total_rows)
       const int b4 = grid(k4);
       launch(k4, dim3(b4), dim3(kThreads), smem, s, pdl, p);
     } else {

@@ -93,8 +93,25 @@ struct HeadNorm {
 // Bytes of an XQ image of n elements (n % 32 == 0): x in the int8 hi + lo form of the decode GEMVs, as a producer
 // writes it for its consumer (gdn_decode's yq; HeadNorm::xq).
 size_t xq_image_bytes(int n);
+// Side rows of a GEMV (the router-from-y form: M = W_router diag(post_norm) O against out_proj's x, and the router's
+// own rows against in_proj's raw x times post_norm): f16 rows with a per-row scale (or rows of a quantised matrix),
+// each split into `pieces` column pieces of kGemvSidePiece columns whose dots land in separate partial
+// vectors: part(q, j) = rscale[j] * (M[j, piece q] . x[piece q]). Computed by the warps of the launch next to
+// their own rows, piece w by warp w (its loads issued before the PDL wait). cols == pieces * kGemvSidePiece.
+// Partial (q, j) lands at part[q * part_q + j * part_j].
+constexpr int kGemvSidePiece = 512;
+struct GemvSide {
+  const uint16_t* m = nullptr;   // [rows][cols] f16 (dotted with the GEMV's x), or null: the rows of q
+  const float* rscale = nullptr; // [rows] (m only)
+  DMat q;                        // 8-bit or bf16 rows (q.w != null), dotted with x as loaded (before the GEMV's norm;
+                                 // no HeadNorm) times raw_w, in f32
+  float* part = nullptr;
+  int rows = 0, pieces = 0, part_q = 0, part_j = 0;
+  const float* raw_w = nullptr;  // [cols] or null (q only)
+};
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
-          bool pdl, unsigned long long* trace = nullptr, const HeadNorm* hn = nullptr);
+          bool pdl, unsigned long long* trace = nullptr, const HeadNorm* hn = nullptr,
+          const GemvSide* side = nullptr);
 
 // Embedding: x[H] = dequant(embed row in_ids[ctl->cursor]).
 void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, cudaStream_t s, bool pdl);
@@ -132,6 +149,9 @@ void sample_step(const SampArgs& a, cudaStream_t s, bool pdl);
 //    top-k routing (softmax over the selected logits) once and writes route_idx[k], route_w[k].
 //  gate_up: act[e*I + r] = silu(g)*u for the k routed experts, then the shared expert at act[k*I ..+ Is).
 //  down: out += sum_e route_w[e] * down_e . act_e + sigmoid(shg) * sh_down . act_shared.
+// Router logits given in parts (MoeArgs::pre): [E + 1][kMoePreStride] floats, element e's parts 0 .. pre_parts-1
+// contiguous (e < E the logits', e = E the shared-expert gate's), none scaled by the router input's RMS factor.
+constexpr int kMoePreStride = 16, kMoePreMaxParts = 12;
 struct MoeArgs {
   const float* x = nullptr;        // residual [H] (normed here with norm_w)
   const float* norm_w = nullptr;   // post_attention_layernorm [H]
@@ -155,6 +175,11 @@ struct MoeArgs {
   int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])
   int router_xf = 0;               // fused: router blocks quantise x (int8 form) after their barrier arrival
   int fixed_route = 0;             // measurement only (LILY_CUDA_MOE_FIXED): 1 experts 0..k-1, 2 every E/k-th
+  const float* pre = nullptr;      // fused kernel only, E <= 256: the router-from-y form: logits / rms(x) given as
+                                   // [E + 1][kMoePreStride] partial sums (no router rows, no barrier), summed in part
+                                   // order and ranked by each block; shg[0] is then the RMS factor r of x (written
+                                   // by the fused kernel's block 0), and down's shared-expert gate r * element E's sum
+  int pre_parts = 0;
   int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
                                    // the routing through route_done[4] and down reads it before its PDL wait
                                    // (route_done[5]: down blocks past the flag; both left zeroed)

@@ -122,30 +122,14 @@ __device__ void route_block(const float* sl, int E, int k, int* idx, float* w, f
 #define LILY_ROUTE_VEC 1
 #endif
 constexpr bool kRouteVec = LILY_ROUTE_VEC != 0;
+// k rounds of the warp argmax over the keys (key i of a lane is logit elem(i): lane * kPer + i when vec, else
+// lane + 32 i), then the softmax over the k selected, of scale * logit (scale > 0: the router input's RMS factor where
+// the keys are of logits not yet scaled by it; it does not change the selection). Results as route_warp's.
 template <int kPer>
-__device__ void route_warp(const float* logits, int E, int k, int* idx, float* w) {
+__device__ __forceinline__ void route_pick(uint32_t (&key)[kPer], bool vec, int k, int* idx, float* w,
+                                           float scale = 1.f) {
   const int lane = threadIdx.x & 31;
-  // element of key i: lane + 32 i, or lane * kPer + i where all 32 * kPer logits are loaded as 16-byte vectors
-  // (kRouteVec: kPer / 4 loads per lane instead of kPer)
-  const bool vec = kRouteVec && kPer % 4 == 0 && E == 32 * kPer && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
   auto elem = [&](int i) { return vec ? lane * kPer + i : lane + 32 * i; };
-  uint32_t key[kPer];  // its ordered logit bits (route_key's high word); 0 = taken / none
-  if (vec) {
-#pragma unroll
-    for (int j = 0; j < kPer / 4; ++j) {
-      const float4 l4 = __ldcg(reinterpret_cast<const float4*>(logits) + lane * (kPer / 4) + j);
-      key[4 * j] = uint32_t(route_key(l4.x, 0) >> 32);
-      key[4 * j + 1] = uint32_t(route_key(l4.y, 0) >> 32);
-      key[4 * j + 2] = uint32_t(route_key(l4.z, 0) >> 32);
-      key[4 * j + 3] = uint32_t(route_key(l4.w, 0) >> 32);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int e = lane + 32 * i;
-      key[i] = e < E ? uint32_t(route_key(__ldcg(logits + e), e) >> 32) : 0u;
-    }
-  }
   int my_e = 0;
   uint32_t my_key = 0u;
   for (int j = 0; j < k; ++j) {
@@ -170,12 +154,81 @@ __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w
   const uint32_t bits = (my_key & 0x80000000u) ? (my_key & 0x7fffffffu) : ~my_key;
   const float v = lane < k ? __uint_as_float(bits) : 0.f;
   const float top = __shfl_sync(0xffffffffu, v, 0);  // the largest
-  const float ex = lane < k ? __expf(v - top) : 0.f;
+  const float ex = lane < k ? __expf(scale * (v - top)) : 0.f;
   const float sum = warp_sum(ex);
   if (lane < k) {
     idx[lane] = my_e;
     w[lane] = ex / sum;
   }
+}
+
+template <int kPer>
+__device__ void route_warp(const float* logits, int E, int k, int* idx, float* w) {
+  const int lane = threadIdx.x & 31;
+  // element of key i: lane + 32 i, or lane * kPer + i where all 32 * kPer logits are loaded as 16-byte vectors
+  // (kRouteVec: kPer / 4 loads per lane instead of kPer)
+  const bool vec = kRouteVec && kPer % 4 == 0 && E == 32 * kPer && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
+  uint32_t key[kPer];  // its ordered logit bits (route_key's high word); 0 = taken / none
+  if (vec) {
+#pragma unroll
+    for (int j = 0; j < kPer / 4; ++j) {
+      const float4 l4 = __ldcg(reinterpret_cast<const float4*>(logits) + lane * (kPer / 4) + j);
+      key[4 * j] = uint32_t(route_key(l4.x, 0) >> 32);
+      key[4 * j + 1] = uint32_t(route_key(l4.y, 0) >> 32);
+      key[4 * j + 2] = uint32_t(route_key(l4.z, 0) >> 32);
+      key[4 * j + 3] = uint32_t(route_key(l4.w, 0) >> 32);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      key[i] = e < E ? uint32_t(route_key(__ldcg(logits + e), e) >> 32) : 0u;
+    }
+  }
+  route_pick<kPer>(key, vec, k, idx, w);
+}
+
+// Router logits given before the kernel as partial sums (MoeArgs::pre, the router-from-y form): thread t < E holds
+// element t's parts, all loads issued by load() right after the PDL wait, summed in part order (deterministic) by
+// sum() after the x prologue. The shared-expert gate (element E) is summed by MoE down (pre_total).
+__device__ __forceinline__ float pre_total(const float4 (&q)[kMoePreMaxParts / 4], int parts) {
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMoePreMaxParts / 4; ++i) {
+    const float e[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (4 * i + j < parts) s += e[j];
+  }
+  return s;
+}
+// element e's parts (all loads in flight at once)
+__device__ __forceinline__ void pre_load(const MoeArgs& a, int e, float4 (&q)[kMoePreMaxParts / 4]) {
+  const int nv = (a.pre_parts + 3) / 4;
+  const float4* src = reinterpret_cast<const float4*>(a.pre) + e * (kMoePreStride / 4);
+#pragma unroll
+  for (int i = 0; i < kMoePreMaxParts / 4; ++i) q[i] = i < nv ? __ldcg(src + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+struct PreLogits {
+  float4 t[kMoePreMaxParts / 4];
+  __device__ __forceinline__ void load(const MoeArgs& a) {
+    if (int(threadIdx.x) < a.E) pre_load(a, threadIdx.x, t);
+  }
+  // element t's sum into sl[t] (the caller syncs the block before the top-k reads it)
+  __device__ __forceinline__ void sum(const MoeArgs& a, float* sl) const {
+    if (int(threadIdx.x) < a.E) sl[threadIdx.x] = pre_total(t, a.pre_parts);
+  }
+};
+
+// The top-k of the E summed logits in sl (shared; keys of elements >= E: none) by warp 0, weights of r * logit.
+__device__ __forceinline__ void route_pre(const float* sl, int E, int k, float r, int* idx, float* w) {
+  const int lane = threadIdx.x & 31;
+  uint32_t key[8];
+  const float4 a = reinterpret_cast<const float4*>(sl)[2 * lane], b = reinterpret_cast<const float4*>(sl)[2 * lane + 1];
+  const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) key[i] = lane * 8 + i < E ? uint32_t(route_key(v[i], 0) >> 32) : 0u;
+  route_pick<8>(key, true, k, idx, w, r);
 }
 
 __device__ __forceinline__ DMat expert(const DStack& st, int e) {
@@ -447,7 +500,8 @@ __device__ __forceinline__ void requant(const XF& src, X& dst, int n) {
 // before pdl_wait too, dotted after the barrier: sh_late); then a grid barrier, every block ranks the E logits
 // itself (route_warp: no serial last block), and the routed experts' rows follow, two per warp in flight (gu_pairs).
 // Saves the router's launch, its last-block fence + atomic + serial top-k, and one x prologue.
-template <int FMT, int RFMT, class X>
+// PRE: the router-from-y form (MoeArgs::pre): no router rows, no barrier, the summed logits' top-k after x.
+template <int FMT, int RFMT, class X, bool PRE = false>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs a) {
   extern __shared__ float4 smem4[];
   const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
@@ -460,8 +514,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
   const int nwarps = gridDim.x * (kThreads / 32);
-  const int nr = a.E + 1;  // router rows: E logits, then the shared-expert gate
-  const bool rblock = blockIdx.x * (kThreads / 32) < nr;  // uniform over the block
+  // router rows: E logits, then the shared-expert gate; none where the logits come summed (PRE)
+  const int nr = PRE ? 0 : a.E + 1;
+  const bool rblock = !PRE && int(blockIdx.x) * (kThreads / 32) < nr;  // uniform over the block
   if (a.early_trigger) pdl_trigger();
   const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(a.trace, 0);
@@ -491,11 +546,15 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
+  PreLogits pl;  // PRE: the logits' parts requested before the x prologue, their top-k after it
+  __shared__ __align__(16) float s_pl[PRE ? 256 : 1];
+  if constexpr (PRE) pl.load(a);
+  float rx = 1.f;  // the RMS factor of x
   // router_xf: the router's blocks normalise x into the f32 form only (their rows need no more), arrive, and build
   // the int8 form while the barrier is pending; the other blocks build the int8 form only
   const bool xf_first = a.router_xf && rblock;
   if (xf_first) load_x(a.x, nw, a.eps, H, xr, red, nullptr, {}, tr ? a.trace_x : nullptr);
-  else load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr);  // both
+  else load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr, &rx);  // both
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
   if (rrow) router_row<RFMT>(a, m, mrow, sh, warp, raw, sb, xr, lane);
@@ -503,7 +562,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (!a.sh_late)
     for (int r = sr0; r < Is; r += nwarps) act_row(a.k * I + r);
   if (tr) trace_at(a.trace, 3);
-  if (a.router_barrier) {
+  if constexpr (PRE) {  // no router rows, no barrier: r * (the parts' sum) are the true logits
+    pl.sum(a, s_pl);
+    __syncthreads();
+  } else if (a.router_barrier) {
     const unsigned nrb = unsigned(std::min<int>(gridDim.x, (nr + kThreads / 32 - 1) / (kThreads / 32)));
     router_arrive(a.route_done + 2, rblock);
     if (xf_first) requant(xr, xv, H);
@@ -513,7 +575,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   }
   if (tr) trace_at(a.trace, 4);
   if (threadIdx.x < 32) {
-    if (a.E <= 256) route_warp<8>(a.logits, a.E, a.k, s_idx, s_w);
+    if constexpr (PRE) route_pre(s_pl, a.E, a.k, rx, s_idx, s_w);
+    else if (a.E <= 256) route_warp<8>(a.logits, a.E, a.k, s_idx, s_w);
     else route_warp<kMaxE / 32>(a.logits, a.E, a.k, s_idx, s_w);
   }
   if (a.fixed_route && threadIdx.x < a.k) {  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
@@ -538,6 +601,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     if (threadIdx.x < a.k) {
       a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
       a.route_w[threadIdx.x] = s_w[threadIdx.x];
+      if (PRE && threadIdx.x == 0) a.shg[0] = rx;  // for down's shared-expert gate: rx * (element E's sum)
       __threadfence();
     }
     __syncwarp();
@@ -588,7 +652,13 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
     s_w[threadIdx.x] = __ldcg(a.route_w + threadIdx.x);
     s_m[threadIdx.x] = expert(a.down, __ldcg(a.route_idx + threadIdx.x));
   } else if (threadIdx.x == a.k) {
-    s_w[a.k] = sigmoid_f(__ldcg(a.shg));
+    if (a.pre) {  // the router-from-y form: shg holds the router input's RMS factor, the gate's parts are element E
+      float4 q[kMoePreMaxParts / 4];
+      pre_load(a, a.E, q);
+      s_w[a.k] = sigmoid_f(__ldcg(a.shg) * pre_total(q, a.pre_parts));
+    } else {
+      s_w[a.k] = sigmoid_f(__ldcg(a.shg));
+    }
     s_m[a.k] = a.sh_down;
   }
   __syncthreads();
@@ -734,6 +804,12 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     throw Error(std::string("LILY_CUDA_MOE_FIXED: expected 0, 1 or 2, got '") + v + "'");
   }();
   a.fixed_route = fixed;
+  if (a.pre) {
+    if (a.E > 256 || a.pre_parts < 1 || a.pre_parts > kMoePreMaxParts || !a.shg ||
+        (reinterpret_cast<uintptr_t>(a.pre) & 15))
+      throw Error("moe_route_gate_up: summed logits need E <= 256, 1..12 aligned parts and a shg output");
+    a.router_xf = 0;
+  }
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1 ||
       a.router.cols != a.gate.m.cols)
     throw Error("moe_route_gate_up: router and shared gate must share format and cols with the experts' input");
@@ -749,6 +825,10 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   auto by_router = [&](auto fmt_tag, auto x_tag) {
     constexpr int F = decltype(fmt_tag)::value;
     using X = typename decltype(x_tag)::type;
+    if (a.pre) {  // the router's format does not matter
+      run(k_moe_route_gate_up<F, kQ8, X, true>, X::bytes(H));
+      return;
+    }
     switch (a.router.fmt) {
       case kQ4: run(k_moe_route_gate_up<F, kQ4, X>, X::bytes(H)); break;
       case kQ8: run(k_moe_route_gate_up<F, kQ8, X>, X::bytes(H)); break;

@@ -1,0 +1,176 @@
+// Router-from-y (src/cuda/router_y.cu, LILY_CUDA_ROUTER_Y=1) kernel tests: the GEMV's side rows (GemvSide) next to
+// its own 4-bit rows, against a host double reference (f32 x and the int8 hi+lo x model), on the whole-row path (4096
+// columns, the model's out_proj) and the looped one: f16 rows on the GEMV's x, or 8-bit rows on its raw x times a
+// weight vector (in_proj's, before the norm); and M made at load against a host double product. Outputs poisoned;
+// skipped without a device.
+#include <gtest/gtest.h>
+
+#ifdef LILY_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "cuda_aff_stack.h"
+#include "cuda_test_buffers.h"
+#include "test_metrics.h"
+#include "core/dtype.h"
+#include "cpu/ref_ops.h"
+#include "cuda/cuda_factory.h"
+#include "cuda/kernels.h"
+#include "cuda/router_y.h"
+#include "int8x_model.h"
+
+using namespace lily;
+
+namespace {
+
+using testcuda::AffStack;
+using testcuda::Dev;
+using testcuda::down;
+using testcuda::make_stack;
+
+// Element (r, c) of a host affine QMatrix (bf16 scales / biases).
+double deq(const QMatrix& m, int64_t r, int64_t c) {
+  const auto* w = static_cast<const uint32_t*>(m.w);
+  const int per = 32 / m.bits;
+  const uint32_t q = (w[(r * m.cols + c) / per] >> (m.bits * ((r * m.cols + c) % per))) & ((1u << m.bits) - 1u);
+  const size_t g = size_t(r) * size_t(m.cols / m.group) + size_t(c / m.group);
+  return double(bf16_to_f32(static_cast<const uint16_t*>(m.scales)[g])) * q +
+         double(bf16_to_f32(static_cast<const uint16_t*>(m.biases)[g]));
+}
+
+// Random f16 bit patterns of magnitude 2^-5 .. 2^3, either sign.
+std::vector<uint16_t> random_f16(size_t n, std::mt19937& rng) {
+  std::vector<uint16_t> h(n);
+  for (auto& v : h) v = uint16_t(((rng() & 1u) << 15) | ((10u + rng() % 8u) << 10) | (rng() & 0x3ffu));
+  return h;
+}
+
+// (int8 x, rows, cols, side rows R, raw): raw = the side rows are an 8-bit matrix on the raw x times raw_w while the
+// GEMV normalises x (in_proj's A part); else f16 rows on the GEMV's x (out_proj's M y)
+class CudaGemvSide : public ::testing::TestWithParam<std::tuple<bool, int, int, int, bool>> {};
+
+TEST_P(CudaGemvSide, MatchesReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const bool int8x = std::get<0>(GetParam());
+  const int rows = std::get<1>(GetParam()), cols = std::get<2>(GetParam()), R = std::get<3>(GetParam());
+  const bool raw = std::get<4>(GetParam());
+  struct Restore {
+    bool v = cuda::decode_int8_x();
+    ~Restore() { cuda::set_decode_int8_x(v); }
+  } restore;
+  cuda::set_decode_int8_x(int8x);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Dev dev;
+  AffStack o, q8;
+  make_stack(o, 1, rows, cols, 4, rng, dev);
+  if (raw) make_stack(q8, 1, R, cols, 8, rng, dev);
+  std::vector<float> x(cols), rs(R), nw(cols), w2(cols), xn(cols);
+  for (auto& v : x) v = 2.f * u(rng);
+  for (auto& v : nw) v = 1.f + 0.3f * u(rng);
+  for (auto& v : w2) v = 1.f + 0.3f * u(rng);
+  if (raw) ref::rmsnorm(x.data(), nw.data(), cols, 1e-6f, xn.data());
+  const std::vector<float>& xg = raw ? xn : x;  // the GEMV's own x
+  for (auto& v : rs) v = 1.f + 0.5f * u(rng);
+  const std::vector<uint16_t> m = random_f16(size_t(R) * cols, rng);
+  const int pieces = cols / cuda::kGemvSidePiece, ld = R + 3;  // piece-major partials here (the backend: row-major)
+  // references: the x the side rows see (raw x * w2 exact; else the GEMV's x, exact or the int8 hi+lo model's values)
+  std::vector<float> xe = int8x && !raw ? testing_int8x::quant_hilo(x.data(), cols) : x;
+  if (raw)
+    for (int c = 0; c < cols; ++c) xe[size_t(c)] = x[size_t(c)] * w2[size_t(c)];
+  std::vector<float> want_y(rows), want_p;
+  if (int8x) testing_int8x::matvec_hilo(o.q[0], xg.data(), want_y.data());
+  else ref::matvec(o.q[0], xg.data(), want_y.data());
+  for (int q = 0; q < pieces; ++q)
+    for (int j = 0; j < R; ++j) {
+      double a = 0;
+      for (int c = q * cuda::kGemvSidePiece; c < (q + 1) * cuda::kGemvSidePiece; ++c)
+        a += (raw ? deq(q8.q[0], j, c) : double(f16_to_f32(m[size_t(j) * cols + c]))) * xe[size_t(c)];
+      want_p.push_back(float(raw ? a : a * rs[size_t(j)]));
+    }
+  cuda::GemvSeg seg = {o.d.m, dev.poisoned(rows), 0};
+  cuda::GemvSide side;
+  if (raw) {
+    side.q = q8.d.m;
+    side.raw_w = dev.up(w2);
+  } else {
+    side.m = dev.up(m);
+    side.rscale = dev.up(rs);
+  }
+  side.part = dev.poisoned(size_t(pieces) * ld);
+  side.rows = R;
+  side.pieces = pieces;
+  side.part_q = ld;
+  side.part_j = 1;
+  cuda::gemv(&seg, 1, dev.up(x), raw ? dev.up(nw) : nullptr, 1e-6f, nullptr, true, nullptr, nullptr, &side);
+  CK(cudaDeviceSynchronize());
+  EXPECT_LT(testmetrics::rms_rel_err(down(seg.y, rows), want_y), 1e-5);
+  const std::vector<float> part = down(side.part, size_t(pieces) * ld);
+  std::vector<float> got;
+  for (int q = 0; q < pieces; ++q)
+    for (int j = 0; j < R; ++j) got.push_back(part[size_t(q) * ld + j]);
+  EXPECT_LT(testmetrics::rms_rel_err(got, want_p), 1e-5);
+  for (int q = 0; q < pieces; ++q) EXPECT_TRUE(std::isnan(part[size_t(q) * ld + R])) << "past the side rows";
+}
+
+// (2048, 4096): the model's out_proj (whole rows, 8 pieces); (512, 1024): the looped GEMV; (64, 512): more side
+// pieces than rows (the grid sized by the side); (12352, 2048) raw: the model's DeltaNet in_proj with 4 rows per warp
+INSTANTIATE_TEST_SUITE_P(WholeAndLooped, CudaGemvSide,
+                         ::testing::Values(std::make_tuple(true, 2048, 4096, 257, false),
+                                           std::make_tuple(false, 2048, 4096, 257, false),
+                                           std::make_tuple(true, 512, 1024, 33, false),
+                                           std::make_tuple(false, 512, 1024, 33, false),
+                                           std::make_tuple(true, 64, 512, 257, false),
+                                           std::make_tuple(true, 12352, 2048, 257, true),
+                                           std::make_tuple(false, 12352, 2048, 257, true),
+                                           std::make_tuple(true, 512, 512, 33, true)));
+
+// M = W_r diag(nw) O (8-bit router and shared gate, 4-bit O), rows as f16 times a per-row scale, against the host
+// product in double: f16 keeps 11 significant bits (relative rounding <= 2^-12 per entry, RMS ~2^-13.5).
+TEST(CudaRouterY, ComposeMatchesHost) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int H = 512, E = 64, N = 1024;
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Dev dev;
+  AffStack router, shg, o;
+  make_stack(router, 1, E, H, 8, rng, dev);
+  make_stack(shg, 1, 1, H, 8, rng, dev);
+  make_stack(o, 1, H, N, 4, rng, dev);
+  std::vector<float> nw(H);
+  for (auto& v : nw) v = 1.f + 0.3f * u(rng);
+  std::vector<double> od(size_t(H) * N);
+  for (int r = 0; r < H; ++r)
+    for (int c = 0; c < N; ++c) od[size_t(r) * N + c] = deq(o.q[0], r, c);
+  std::vector<float> want(size_t(E + 1) * N);
+  for (int j = 0; j <= E; ++j) {
+    std::vector<double> acc(N, 0.0);
+    for (int r = 0; r < H; ++r) {
+      const double w = (j < E ? deq(router.q[0], j, r) : deq(shg.q[0], 0, r)) * nw[size_t(r)];
+      for (int c = 0; c < N; ++c) acc[size_t(c)] += w * od[size_t(r) * N + c];
+    }
+    for (int c = 0; c < N; ++c) want[size_t(j) * N + c] = float(acc[size_t(c)]);
+  }
+  uint16_t* m = dev.poisoned<uint16_t>(size_t(E + 1) * N);
+  float* rs = dev.poisoned(E + 1);
+  cuda::compose_router(router.d.m, shg.d.m, dev.up(nw), o.d.m, m, rs, nullptr);
+  const std::vector<uint16_t> mh = down(m, size_t(E + 1) * N);
+  const std::vector<float> rh = down(rs, size_t(E + 1));
+  std::vector<float> got(mh.size());
+  for (size_t i = 0; i < mh.size(); ++i) got[i] = f16_to_f32(mh[i]) * rh[i / size_t(N)];
+  EXPECT_LT(testmetrics::rms_rel_err(got, want), 2e-4);
+  for (int j = 0; j <= E; ++j) {  // every row's largest entry maps to 2^14
+    float mx = 0.f;
+    for (int c = 0; c < N; ++c) mx = std::max(mx, std::fabs(f16_to_f32(mh[size_t(j) * N + c])));
+    EXPECT_EQ(mx, 16384.f) << "row " << j;
+  }
+}
+
+}  // namespace
+
+#endif  // LILY_HAVE_CUDA
