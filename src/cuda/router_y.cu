@@ -66,11 +66,16 @@ __global__ void __launch_bounds__(kT * 8) k_matmul(const float* A, const float* 
 
 // One block per row: rscale[r] = max |C[r]| / 2^14 (1 for a zero row), m[r][c] = f16(C[r][c] / rscale[r]).
 __global__ void k_rows_f16(const float* C, int N, uint16_t* m, float* rscale) {
-  __shared__ float red[32];
+  __shared__ unsigned smax;  // max |C[r]| as its bits (non-negative floats order as unsigned integers)
   const float* row = C + int64_t(blockIdx.x) * N;
   float mx = 0.f;
   for (int c = threadIdx.x; c < N; c += blockDim.x) mx = fmaxf(mx, fabsf(row[c]));
-  mx = block_max(mx, red);
+  if (threadIdx.x == 0) smax = 0u;
+  __syncthreads();
+  mx = warp_max(mx);
+  if ((threadIdx.x & 31) == 0) atomicMax(&smax, __float_as_uint(mx));
+  __syncthreads();
+  mx = __uint_as_float(smax);
   const float s = mx > 0.f ? mx / 16384.f : 1.f;
   for (int c = threadIdx.x; c < N; c += blockDim.x)
     m[int64_t(blockIdx.x) * N + c] = __half_as_ushort(__float2half_rn(row[c] / s));
