@@ -50,15 +50,16 @@ std::vector<uint16_t> random_f16(size_t n, std::mt19937& rng) {
   return h;
 }
 
-// (int8 x, rows, cols, side rows R, raw): raw = the side rows are an 8-bit matrix on the raw x times raw_w while the
-// GEMV normalises x (in_proj's A part); else f16 rows on the GEMV's x (out_proj's M y)
-class CudaGemvSide : public ::testing::TestWithParam<std::tuple<bool, int, int, int, bool>> {};
+// (int8 x, rows, cols, side rows R, kind): kind 0 = f16 rows on the GEMV's x (out_proj's M y); 1 / 2 = an 8-bit /
+// bf16 matrix on the raw x times raw_w while the GEMV normalises x (in_proj's A part, MLX / bf16 checkpoints)
+class CudaGemvSide : public ::testing::TestWithParam<std::tuple<bool, int, int, int, int>> {};
 
 TEST_P(CudaGemvSide, MatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const bool int8x = std::get<0>(GetParam());
   const int rows = std::get<1>(GetParam()), cols = std::get<2>(GetParam()), R = std::get<3>(GetParam());
-  const bool raw = std::get<4>(GetParam());
+  const int kind = std::get<4>(GetParam());
+  const bool raw = kind > 0;
   struct Restore {
     bool v = cuda::decode_int8_x();
     ~Restore() { cuda::set_decode_int8_x(v); }
@@ -69,7 +70,9 @@ TEST_P(CudaGemvSide, MatchesReference) {
   Dev dev;
   AffStack o, q8;
   make_stack(o, 1, rows, cols, 4, rng, dev);
-  if (raw) make_stack(q8, 1, R, cols, 8, rng, dev);
+  if (kind == 1) make_stack(q8, 1, R, cols, 8, rng, dev);
+  std::vector<uint16_t> bf(kind == 2 ? size_t(R) * cols : 0);  // bf16 rows
+  for (auto& v : bf) v = f32_to_bf16(0.05f * u(rng));
   std::vector<float> x(cols), rs(R), nw(cols), w2(cols), xn(cols);
   for (auto& v : x) v = 2.f * u(rng);
   for (auto& v : nw) v = 1.f + 0.3f * u(rng);
@@ -90,13 +93,24 @@ TEST_P(CudaGemvSide, MatchesReference) {
     for (int j = 0; j < R; ++j) {
       double a = 0;
       for (int c = q * cuda::kGemvSidePiece; c < (q + 1) * cuda::kGemvSidePiece; ++c)
-        a += (raw ? deq(q8.q[0], j, c) : double(f16_to_f32(m[size_t(j) * cols + c]))) * xe[size_t(c)];
+        a += (kind == 1   ? deq(q8.q[0], j, c)
+              : kind == 2 ? double(bf16_to_f32(bf[size_t(j) * cols + c]))
+                          : double(f16_to_f32(m[size_t(j) * cols + c]))) *
+             xe[size_t(c)];
       want_p.push_back(float(raw ? a : a * rs[size_t(j)]));
     }
   cuda::GemvSeg seg = {o.d.m, dev.poisoned(rows), 0};
   cuda::GemvSide side;
-  if (raw) {
+  if (kind == 1) {
     side.q = q8.d.m;
+  } else if (kind == 2) {
+    side.q.w = reinterpret_cast<const uint8_t*>(dev.up(bf));
+    side.q.fmt = cuda::kBF16;
+    side.q.rows = R;
+    side.q.cols = cols;
+    side.q.row_bytes = int64_t(cols) * 2;
+  }
+  if (raw) {
     side.raw_w = dev.up(w2);
   } else {
     side.m = dev.up(m);
@@ -119,16 +133,18 @@ TEST_P(CudaGemvSide, MatchesReference) {
 }
 
 // (2048, 4096): the model's out_proj (whole rows, 8 pieces); (512, 1024): the looped GEMV; (64, 512): more side
-// pieces than rows (the grid sized by the side); (12352, 2048) raw: the model's DeltaNet in_proj with 4 rows per warp
+// pieces than rows (the grid sized by the side); (12352, 2048) 8-bit: the model's DeltaNet in_proj with 4 rows per
+// warp; bf16 rows with f32 x (the bf16 checkpoint's path)
 INSTANTIATE_TEST_SUITE_P(WholeAndLooped, CudaGemvSide,
-                         ::testing::Values(std::make_tuple(true, 2048, 4096, 257, false),
-                                           std::make_tuple(false, 2048, 4096, 257, false),
-                                           std::make_tuple(true, 512, 1024, 33, false),
-                                           std::make_tuple(false, 512, 1024, 33, false),
-                                           std::make_tuple(true, 64, 512, 257, false),
-                                           std::make_tuple(true, 12352, 2048, 257, true),
-                                           std::make_tuple(false, 12352, 2048, 257, true),
-                                           std::make_tuple(true, 512, 512, 33, true)));
+                         ::testing::Values(std::make_tuple(true, 2048, 4096, 257, 0),
+                                           std::make_tuple(false, 2048, 4096, 257, 0),
+                                           std::make_tuple(true, 512, 1024, 33, 0),
+                                           std::make_tuple(false, 512, 1024, 33, 0),
+                                           std::make_tuple(true, 64, 512, 257, 0),
+                                           std::make_tuple(true, 12352, 2048, 257, 1),
+                                           std::make_tuple(false, 12352, 2048, 257, 1),
+                                           std::make_tuple(true, 512, 512, 33, 1),
+                                           std::make_tuple(false, 512, 1024, 33, 2)));
 
 // M = W_r diag(nw) O (8-bit router and shared gate, 4-bit O), rows as f16 times a per-row scale, against the host
 // product in double: f16 keeps 11 significant bits (relative rounding <= 2^-12 per entry, RMS ~2^-13.5).
