@@ -109,7 +109,7 @@ __device__ __forceinline__ void resolve_row(const GemvParams& p, int row, int& s
 
 // The x prologue after the PDL wait: x from p.x (normed, head-scaled), or copied from the producer's XQ image.
 // xr: the raw x (f32, times side.raw_w) for side rows of side.q.
-template <class X>
+template <bool SIDE, class X>
 __device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, const float* rw, X& xv, XF& xr,
                                        float* red) {
   if constexpr (X::kPairs) {
@@ -119,7 +119,7 @@ __device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, con
     }
   }
   // two calls, not one with `q ? &xr : nullptr` (a runtime choice of a local's address puts xr on the stack)
-  if (p.side.q.w) load_x(p.x, nw, p.eps, p.cols, xv, red, &xr, p.hn, nullptr, nullptr, true, rw);
+  if (SIDE && p.side.q.w) load_x(p.x, nw, p.eps, p.cols, xv, red, &xr, p.hn, nullptr, nullptr, true, rw);
   else load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
 }
 
@@ -135,7 +135,8 @@ __device__ __forceinline__ float* raw_w_base(float* nws, int cols, size_t xbytes
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
 // R: rows per warp in flight (rows warp, warp + nwarps, ..., then the next R): 2, or 4 for matrices with >= 3
 // rows per warp (one DRAM round trip fewer per warp on the 12k-row DeltaNet in_proj).
-template <int FMT, class X, int R>
+// SIDE: the launch has side rows (GemvSide; the instantiation without is the plain GEMV).
+template <int FMT, class X, int R, bool SIDE = false>
 __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
@@ -164,12 +165,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   resolve_set();
   if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
   SidePiece sp;
-  if (p.side.rows) sp.load(p, warp, lane);
+  if (SIDE) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   const float* rw =
-      p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
+      SIDE && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
   pdl_wait();
-  gemv_x(p, nw, rw, xv, xr, red);
+  gemv_x<SIDE>(p, nw, rw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
 
@@ -197,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
           g.y[cr[i]] = g.accumulate ? g.y[cr[i]] + acc[i] : acc[i];
         }
   }
-  if (p.side.rows) side_rest(p, sp, xv, xr, warp, nwarps, lane);
+  if constexpr (SIDE) side_rest(p, sp, xv, xr, warp, nwarps, lane);
   if (p.trace) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(p.trace, 2);
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
 // One row per warp (total_rows <= warps of the grid) with the whole row in flight before the PDL wait: NP pieces of
 // 64 chunks (the out projections' 4096-column 4-bit rows: 2), so no DRAM round trip follows the x prologue. The same
 // sums in the same order as k_gemv (piece after piece into one per-lane accumulator).
-template <int FMT, class X, int NP>
+template <int FMT, class X, int NP, bool SIDE = false>
 __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) {
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
@@ -228,12 +229,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
 #pragma unroll
     for (int k = 0; k < NP; ++k) P[k].load(mp, rr, nch, 64 * k, lane);
   SidePiece sp;
-  if (p.side.rows) sp.load(p, warp, lane);
+  if (SIDE) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   const float* rw =
-      p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
+      SIDE && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
   pdl_wait();
-  gemv_x(p, nw, rw, xv, xr, red);
+  gemv_x<SIDE>(p, nw, rw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
   if (r >= 0) {
@@ -246,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
       g.y[r] = g.accumulate ? g.y[r] + acc[0] : acc[0];
     }
   }
-  if (p.side.rows) side_rest(p, sp, xv, xr, warp, gridDim.x * (kThreads / 32), lane);
+  if constexpr (SIDE) side_rest(p, sp, xv, xr, warp, gridDim.x * (kThreads / 32), lane);
   if (p.trace) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(p.trace, 2);
@@ -329,6 +330,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   // + the raw x and its staged weights
   const size_t smem = gemv_smem_bytes(p.cols) + (p.side.q.w ? XF::bytes(p.cols) + 16 + size_t(p.cols) * 4 : 0);
   const int units = std::max(p.total_rows, p.side.rows * p.side.pieces);  // warps with work
+  const bool side_on = p.side.rows > 0;
   auto grid = [&](auto kern) {
     allow_smem(kern, smem);
     return std::min((units + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
@@ -355,13 +357,25 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   switch (segs[0].m.fmt) {
     case kQ4:
       if (use_int8_x(kQ4, p.cols)) {
-        if (!whole(k_gemv_whole<kQ4, XQ, 2>)) run(k_gemv<kQ4, XQ, 2>, k_gemv<kQ4, XQ, 4>);
+        if (side_on) {
+          if (!whole(k_gemv_whole<kQ4, XQ, 2, true>)) run(k_gemv<kQ4, XQ, 2, true>, k_gemv<kQ4, XQ, 4, true>);
+        } else if (!whole(k_gemv_whole<kQ4, XQ, 2>)) {
+          run(k_gemv<kQ4, XQ, 2>, k_gemv<kQ4, XQ, 4>);
+        }
+      } else if (side_on) {
+        if (!whole(k_gemv_whole<kQ4, XF, 2, true>)) run(k_gemv<kQ4, XF, 2, true>, k_gemv<kQ4, XF, 4, true>);
       } else if (!whole(k_gemv_whole<kQ4, XF, 2>)) {
         run(k_gemv<kQ4, XF, 2>, k_gemv<kQ4, XF, 4>);
       }
       break;
-    case kQ8: run(k_gemv<kQ8, XF, 2>, k_gemv<kQ8, XF, 4>); break;
-    case kBF16: run(k_gemv<kBF16, XF, 2>, k_gemv<kBF16, XF, 4>); break;
+    case kQ8:
+      if (side_on) run(k_gemv<kQ8, XF, 2, true>, k_gemv<kQ8, XF, 4, true>);
+      else run(k_gemv<kQ8, XF, 2>, k_gemv<kQ8, XF, 4>);
+      break;
+    case kBF16:
+      if (side_on) run(k_gemv<kBF16, XF, 2, true>, k_gemv<kBF16, XF, 4, true>);
+      else run(k_gemv<kBF16, XF, 2>, k_gemv<kBF16, XF, 4>);
+      break;
     default: throw Error("gemv: unknown format");
   }
 }

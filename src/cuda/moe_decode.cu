@@ -516,7 +516,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const int nwarps = gridDim.x * (kThreads / 32);
   // router rows: E logits, then the shared-expert gate; none where the logits come summed (PRE)
   const int nr = PRE ? 0 : a.E + 1;
-  const bool rblock = !PRE && int(blockIdx.x) * (kThreads / 32) < nr;  // uniform over the block
+  bool rblock = false;  // uniform over the block
+  if constexpr (!PRE) rblock = blockIdx.x * (kThreads / 32) < nr;
   if (a.early_trigger) pdl_trigger();
   const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(a.trace, 0);
@@ -622,7 +623,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
 // NT threads: 256, or kDownWide where the act vector has 257..288 16-element groups (k = 8, I = Is = 512: 288), so
 // that its int8 quantisation is one pass over the threads, not two.
 constexpr int kDownWide = 288;
-template <int FMT, class X, int NT = kThreads>
+// PRE: the router-from-y form (MoeArgs::pre): the shared-expert gate from its parts times shg (the RMS factor).
+template <int FMT, class X, int NT = kThreads, bool PRE = false>
 __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   extern __shared__ float4 smem4[];
   const int I = a.down.m.cols, Is = a.sh_down.cols, H = a.down.m.rows;
@@ -652,7 +654,7 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
     s_w[threadIdx.x] = __ldcg(a.route_w + threadIdx.x);
     s_m[threadIdx.x] = expert(a.down, __ldcg(a.route_idx + threadIdx.x));
   } else if (threadIdx.x == a.k) {
-    if (a.pre) {  // the router-from-y form: shg holds the router input's RMS factor, the gate's parts are element E
+    if constexpr (PRE) {  // shg holds the router input's RMS factor, the gate's parts are element E
       float4 q[kMoePreMaxParts / 4];
       pre_load(a, a.E, q);
       s_w[a.k] = sigmoid_f(__ldcg(a.shg) * pre_total(q, a.pre_parts));
@@ -863,13 +865,26 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   const int ng = n / 16;
   switch (a.down.m.fmt) {
     case kQ4:
-      if (use_int8_x(kQ4, n) && wide && ng > kThreads && ng <= kDownWide)
-        run(k_moe_down<kQ4, XQ, kDownWide>, kDownWide);
-      else if (use_int8_x(kQ4, n)) run(k_moe_down<kQ4, XQ>);
-      else run(k_moe_down<kQ4, XF>);
+      if (use_int8_x(kQ4, n) && wide && ng > kThreads && ng <= kDownWide) {
+        if (a.pre) run(k_moe_down<kQ4, XQ, kDownWide, true>, kDownWide);
+        else run(k_moe_down<kQ4, XQ, kDownWide>, kDownWide);
+      } else if (use_int8_x(kQ4, n)) {
+        if (a.pre) run(k_moe_down<kQ4, XQ, kThreads, true>);
+        else run(k_moe_down<kQ4, XQ>);
+      } else if (a.pre) {
+        run(k_moe_down<kQ4, XF, kThreads, true>);
+      } else {
+        run(k_moe_down<kQ4, XF>);
+      }
       break;
-    case kQ8: run(k_moe_down<kQ8, XF>); break;
-    default: run(k_moe_down<kBF16, XF>); break;
+    case kQ8:
+      if (a.pre) run(k_moe_down<kQ8, XF, kThreads, true>);
+      else run(k_moe_down<kQ8, XF>);
+      break;
+    default:
+      if (a.pre) run(k_moe_down<kBF16, XF, kThreads, true>);
+      else run(k_moe_down<kBF16, XF>);
+      break;
   }
 }
 
