@@ -44,3 +44,12 @@ kill $spid; wait $spid 2>/dev/null
 echo "== bench"
 timeout "${BENCH_TIMEOUT:-330}" "$B/lily" bench --backend cuda --synthetic qwen3.6-35b-a3b --limits \
   --reps "${BENCH_REPS:-2}" --json "$OUT/bench-cuda.json" --plot "$OUT/bench-cuda.svg" 2>&1 | tee "$OUT/bench.txt" | tail -30
+echo "== router logits from y: A/B of LILY_CUDA_ROUTER_Y=0|1, same binary, alternated twice (RY_AB=0 skips)"
+if [ "${RY_AB:-1}" = 1 ]; then
+  for _ in 1 2; do
+    for ry in 0 1; do
+      echo "-- LILY_CUDA_ROUTER_Y=$ry"
+      LILY_CUDA_ROUTER_Y=$ry timeout 120 "$B/lily" cudabench --ctx 256,4096 --steps 256 2>&1 | tail -2
+    done
+  done | tee "$OUT/router_y_ab.txt"
+fi
