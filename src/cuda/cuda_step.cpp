@@ -1,0 +1,209 @@
+// CudaBackend's decode step: the launch sequence of one token (embed, 40 layers, lm_head + argmax or the step
+// sampler), enqueued directly or captured once as a CUDA graph by run_step (cuda_backend.cpp); and the load-time
+// set-up of the router-from-y side rows it uses where LILY_CUDA_ROUTER_Y=1.
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/router_y.h"
+
+namespace lily::cuda {
+
+// Router-from-y where the layer allows it: the fused MoE kernel (router over the experts' input), E <= 256 with the
+// router and shared gate in one 8-bit or bf16 format, in and out projections of whole 512-column pieces, at most
+// kMoePreMaxParts of them.
+void CudaBackend::setup_router_y() {
+  const ModelConfig& c = cfg_;
+  for (DLayer& d : layers_) {
+    const DMat& O = d.is_full ? d.o : d.out;
+    const DMat& R = d.router;
+    const int pa = c.hidden / kGemvSidePiece, pm = O.cols / kGemvSidePiece, rows = c.n_experts + 1;
+    if (!opt_.fused_router || R.cols != d.gate.m.cols || c.n_experts > 256 || (R.fmt != kQ8 && R.fmt != kBF16) ||
+        d.shg.fmt != R.fmt || d.shg.group != R.group || d.shg.row_bytes != R.row_bytes || c.hidden % kGemvSidePiece ||
+        O.cols % kGemvSidePiece || pa < 1 || pm < 1 || pa + pm > kMoePreMaxParts)
+      continue;
+    // [E + 1] rows: the router's, then the shared gate's (bytes copied as they are)
+    DMat r = R;
+    r.rows = rows;
+    uint8_t* w = static_cast<uint8_t*>(dev_alloc(size_t(rows) * R.row_bytes));
+    LILY_CUDA_CHECK(cudaMemcpy(w, R.w, size_t(c.n_experts) * R.row_bytes, cudaMemcpyDeviceToDevice));
+    LILY_CUDA_CHECK(cudaMemcpy(w + size_t(c.n_experts) * R.row_bytes, d.shg.w, R.row_bytes, cudaMemcpyDeviceToDevice));
+    r.w = w;
+    if (R.fmt != kBF16) {
+      uint32_t* sb = static_cast<uint32_t*>(dev_alloc(size_t(rows) * R.sb_row * 4));
+      LILY_CUDA_CHECK(cudaMemcpy(sb, R.sb, size_t(c.n_experts) * R.sb_row * 4, cudaMemcpyDeviceToDevice));
+      LILY_CUDA_CHECK(cudaMemcpy(sb + size_t(c.n_experts) * R.sb_row, d.shg.sb, size_t(R.sb_row) * 4,
+                                 cudaMemcpyDeviceToDevice));
+      r.sb = sb;
+    }
+    d.ry_r = r;
+    d.ry_m = static_cast<uint16_t*>(dev_alloc(size_t(rows) * O.cols * 2));
+    d.ry_m_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
+    d.ry_pa = pa;
+    d.ry_pm = pm;
+    compose_router(R, d.shg, d.post_norm, O, d.ry_m, d.ry_m_scale, stream_);
+  }
+}
+
+// Segments that read the same normalised x: one launch when they share a weight format, else one each.
+// side (optional): side rows of the first launch.
+void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s,
+                                unsigned long long* trace, const GemvSide* side) {
+  bool same = true;
+  for (int i = 1; i < n; ++i) same = same && segs[i].m.fmt == segs[0].m.fmt;
+  if (same) {
+    gemv(segs, n, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, trace, nullptr, side);
+    return;
+  }
+  for (int i = 0; i < n; ++i)
+    gemv(&segs[i], 1, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, nullptr, nullptr, i ? nullptr : side);
+}
+
+// One decode step: embed in_ids[cursor], all layers, lm_head + argmax (advances cursor and pos on the device).
+void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
+  const ModelConfig& c = cfg_;
+  const float eps = c.rms_eps;
+  const bool pdl = opt_.pdl;
+  set_decode_int8_x(opt_.int8_x);  // the launchers below read it (this backend's choice, not the last constructed)
+  mark(nullptr);
+  embed(embed_, in_ids_, ctl_, x_, s, false);
+  mark("embed");
+  for (const DLayer& d : layers_) {
+    // router-from-y: A = W_r diag(post_norm) x as side rows of in_proj (parts 0 .. ry_pa - 1 of pre_, the router's
+    // rows on its raw x times post_norm), B = M y as side rows of the out projection (the next ry_pm parts);
+    // LILY_CUDA_SKIP=ry_a / ry_side (measurement only) leave them out
+    const bool ry = d.ry_m != nullptr;
+    const GemvSide side_a = {nullptr, nullptr, d.ry_r, pre_, ry && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa,
+                             1, kMoePreStride, d.post_norm};
+    const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa,
+                             ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, 1, kMoePreStride, nullptr};
+    if (!d.is_full) {
+      const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
+      GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
+                         {d.a, proj_ + cd + vd + hv, 0}};
+      unsigned long long* gtr = trace_ && d.lin_idx == 0 ? trace_ + 32 : nullptr;  // LILY_CUDA_TRACE slots 32..
+      if (!opt_.skips("gdn_in")) gemv_shared_x(segs, 4, d.in_norm, s, gtr, &side_a);
+      mark("gdn in_proj gemv");
+      GdnArgs g;
+      g.qkv = proj_;
+      g.z = proj_ + cd;
+      g.b = proj_ + cd + vd;
+      g.a = proj_ + cd + vd + hv;
+      g.conv_w = d.conv_w;
+      g.dt_bias = d.dt_bias;
+      g.a_neg = d.a_neg;
+      g.norm_w = d.gnorm;
+      g.layer = d.lin_idx;
+      g.Hk = c.lin_k_heads;
+      g.Hv = hv;
+      g.Dk = c.lin_k_dim;
+      g.Dv = c.lin_v_dim;
+      g.K = c.conv_kernel;
+      g.eps = eps;
+      g.y = y_;
+      g.ctl = ctl_;
+      g.trace = gtr ? gtr + 3 : nullptr;
+      g.hss = opt_.gdn_split ? hss_ : nullptr;  // split form: out_proj applies the gated norm's RMS factor
+      // and y goes to out_proj in its int8 form where out_proj takes that path
+      const bool yq = opt_.gdn_split && opt_.gdn_xq && use_int8_x(d.out.fmt, d.out.cols);
+      g.yq = yq ? yq_ : nullptr;
+      if (!opt_.skips("gdn")) gdn_decode(g, s, pdl);
+      mark("gdn recurrence");
+      GemvSeg o = {d.out, x_, 1};
+      const HeadNorm hn = {hss_, c.lin_v_dim, gdn_split_parts(c.lin_v_dim), eps, g.yq};
+      if (!opt_.skips("gdn_out"))
+        gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, opt_.gdn_split ? &hn : nullptr, &side_m);
+      mark("gdn out_proj gemv");
+    } else {
+      const int qr = c.q_proj_rows(), kvd = c.kv_dim();
+      GemvSeg segs[3] = {{d.q, proj_, 0}, {d.k, proj_ + qr, 0}, {d.v, proj_ + qr + kvd, 0}};
+      if (!opt_.skips("qkv")) gemv_shared_x(segs, 3, d.in_norm, s, nullptr, &side_a);
+      mark("attn qkv gemv");
+      AttnArgs a;
+      a.q = proj_;
+      a.k = proj_ + qr;
+      a.v = proj_ + qr + kvd;
+      a.q_norm = d.q_norm;
+      a.k_norm = d.k_norm;
+      a.layer = d.full_idx;
+      a.nq = c.n_q_heads;
+      a.nkv = c.n_kv_heads;
+      a.hd = c.head_dim;
+      a.rope_dim = c.rope_dim;
+      a.theta = c.rope_theta;
+      a.eps = eps;
+      a.part = part_;
+      a.out = y_;
+      a.ctl = ctl_;
+      const bool tr = trace_ && d.full_idx == 0;
+      a.trace = tr ? trace_ : nullptr;
+      if (!opt_.skips("attn")) attn_decode(a, s, pdl);
+      mark("attention");
+      GemvSeg o = {d.o, x_, 1};
+      if (!opt_.skips("o")) gemv(&o, 1, y_, nullptr, eps, s, pdl, nullptr, nullptr, &side_m);
+      mark("attn o_proj gemv");
+    }
+    // MoE
+    MoeArgs m;
+    m.x = x_;
+    m.norm_w = d.post_norm;
+    m.eps = eps;
+    m.router = d.router;
+    m.shg_w = d.shg;
+    m.logits = rlogits_;
+    m.shg = shg_;
+    m.route_done = route_done_;
+    m.trace = nullptr;  // LILY_CUDA_TRACE: MoE of the first attention (slots 16..) and DeltaNet (48..) layers
+    if (trace_ && d.is_full && d.full_idx == 0) m.trace = trace_ + 16;
+    if (trace_ && !d.is_full && d.lin_idx == 0) m.trace = trace_ + 48;
+    m.trace_x = m.trace ? m.trace - 4 : nullptr;  // slots 12..14 / 44..46 (free in the mixer's range)
+    m.E = c.n_experts;
+    m.k = c.top_k;
+    m.gate = d.gate;
+    m.up = d.up;
+    m.down = d.down;
+    m.sh_gate = d.sh_gate;
+    m.sh_up = d.sh_up;
+    m.sh_down = d.sh_down;
+    m.act = act_;
+    m.route_idx = ridx_;
+    m.route_w = rw_;
+    m.out = x_;
+    const bool fused = opt_.fused_router && m.router.cols == m.gate.m.cols;
+    m.early_route = fused && opt_.early_route && !opt_.skips("gate_up");
+    if (fused && ry) {
+      m.pre = pre_;
+      m.pre_parts = d.ry_pa + d.ry_pm;
+    } else if (fused && opt_.router_y == 2 && m.E <= 256) {  // measurement only: no producers, stale logits
+      m.pre = pre_;
+      m.pre_parts = 12;
+    }
+    if (fused) {
+      if (!opt_.skips("gate_up")) moe_route_gate_up(m, s, pdl);
+      mark("moe router + gate_up");
+    } else {
+      if (!opt_.skips("router")) moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
+      mark("moe router");
+      if (!opt_.skips("gate_up")) moe_gate_up(m, s, pdl);
+      mark("moe gate_up");
+    }
+    if (!opt_.skips("down")) moe_down(m, s, pdl);
+    mark("moe down");
+  }
+  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, sample ? nullptr : out_ids_, ctl_, s, pdl);
+  mark("lm_head argmax");
+  if (sample) {
+    SampArgs a;
+    a.logits = logits_;
+    a.adj = adj_;
+    a.table = table_;
+    a.V = c.vocab;
+    a.work = sw_;
+    a.in_ids = in_ids_;
+    a.out_ids = out_ids_;
+    a.host_ids = host_ids_dev_;
+    a.ctl = ctl_;
+    sample_step(a, s, pdl);
+    mark("step sampler");
+  }
+}
+
+}  // namespace lily::cuda
