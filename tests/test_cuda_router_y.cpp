@@ -33,14 +33,11 @@ using testcuda::Dev;
 using testcuda::down;
 using testcuda::make_stack;
 
-// Element (r, c) of a host affine QMatrix (bf16 scales / biases).
-double deq(const QMatrix& m, int64_t r, int64_t c) {
-  const auto* w = static_cast<const uint32_t*>(m.w);
-  const int per = 32 / m.bits;
-  const uint32_t q = (w[(r * m.cols + c) / per] >> (m.bits * ((r * m.cols + c) % per))) & ((1u << m.bits) - 1u);
-  const size_t g = size_t(r) * size_t(m.cols / m.group) + size_t(c / m.group);
-  return double(bf16_to_f32(static_cast<const uint16_t*>(m.scales)[g])) * q +
-         double(bf16_to_f32(static_cast<const uint16_t*>(m.biases)[g]));
+// A host QMatrix dequantised (model/weights.h dequant_row), [rows][cols].
+std::vector<float> dense(const QMatrix& m) {
+  std::vector<float> d(size_t(m.rows) * m.cols);
+  for (int64_t r = 0; r < m.rows; ++r) dequant_row(m, r, d.data() + size_t(r) * m.cols);
+  return d;
 }
 
 // Random f16 bit patterns of magnitude 2^-5 .. 2^3, either sign.
@@ -87,13 +84,14 @@ TEST_P(CudaGemvSide, MatchesReference) {
   if (raw)
     for (int c = 0; c < cols; ++c) xe[size_t(c)] = x[size_t(c)] * w2[size_t(c)];
   std::vector<float> want_y(rows), want_p;
+  const std::vector<float> q8d = kind == 1 ? dense(q8.q[0]) : std::vector<float>();
   if (int8x) testing_int8x::matvec_hilo(o.q[0], xg.data(), want_y.data());
   else ref::matvec(o.q[0], xg.data(), want_y.data());
   for (int q = 0; q < pieces; ++q)
     for (int j = 0; j < R; ++j) {
       double a = 0;
       for (int c = q * cuda::kGemvSidePiece; c < (q + 1) * cuda::kGemvSidePiece; ++c)
-        a += (kind == 1   ? deq(q8.q[0], j, c)
+        a += (kind == 1   ? double(q8d[size_t(j) * cols + c])
               : kind == 2 ? double(bf16_to_f32(bf[size_t(j) * cols + c]))
                           : double(f16_to_f32(m[size_t(j) * cols + c]))) *
              xe[size_t(c)];
@@ -160,21 +158,21 @@ TEST(CudaRouterY, ComposeMatchesHost) {
   make_stack(o, 1, H, N, 4, rng, dev);
   std::vector<float> nw(H);
   for (auto& v : nw) v = 1.f + 0.3f * u(rng);
-  std::vector<double> od(size_t(H) * N);
-  for (int r = 0; r < H; ++r)
-    for (int c = 0; c < N; ++c) od[size_t(r) * N + c] = deq(o.q[0], r, c);
+  const std::vector<float> od = dense(o.q[0]), rd = dense(router.q[0]), sd = dense(shg.q[0]);
   std::vector<float> want(size_t(E + 1) * N);
   for (int j = 0; j <= E; ++j) {
     std::vector<double> acc(N, 0.0);
     for (int r = 0; r < H; ++r) {
-      const double w = (j < E ? deq(router.q[0], j, r) : deq(shg.q[0], 0, r)) * nw[size_t(r)];
+      const double w = double(j < E ? rd[size_t(j) * H + r] : sd[size_t(r)]) * nw[size_t(r)];
       for (int c = 0; c < N; ++c) acc[size_t(c)] += w * od[size_t(r) * N + c];
     }
     for (int c = 0; c < N; ++c) want[size_t(j) * N + c] = float(acc[size_t(c)]);
   }
   uint16_t* m = dev.poisoned<uint16_t>(size_t(E + 1) * N);
   float* rs = dev.poisoned(E + 1);
-  cuda::compose_router(router.d.m, shg.d.m, dev.up(nw), o.d.m, m, rs, nullptr);
+  float* scratch = dev.poisoned(cuda::compose_router_scratch_floats(E, H, N));
+  cuda::compose_router(router.d.m, shg.d.m, dev.up(nw), o.d.m, m, rs, scratch, nullptr);
+  CK(cudaDeviceSynchronize());
   const std::vector<uint16_t> mh = down(m, size_t(E + 1) * N);
   const std::vector<float> rh = down(rs, size_t(E + 1));
   std::vector<float> got(mh.size());

@@ -2,6 +2,9 @@
 // sampler), enqueued directly or captured once as a CUDA graph by run_step (cuda_backend.cpp); and the load-time
 // set-up of the router-from-y side rows it uses where LILY_CUDA_ROUTER_Y=1.
 #include "cuda/cuda_backend.h"
+
+#include <algorithm>
+
 #include "cuda/cuda_check.h"
 #include "cuda/router_y.h"
 
@@ -12,6 +15,11 @@ namespace lily::cuda {
 // kMoePreMaxParts of them.
 void CudaBackend::setup_router_y() {
   const ModelConfig& c = cfg_;
+  size_t scratch_floats = 0;
+  for (const DLayer& d : layers_)
+    scratch_floats = std::max(scratch_floats, compose_router_scratch_floats(c.n_experts, c.hidden,
+                                                                            (d.is_full ? d.o : d.out).cols));
+  float* scratch = static_cast<float*>(dev_alloc(scratch_floats * 4));  // one for all layers (stream order)
   for (DLayer& d : layers_) {
     const DMat& O = d.is_full ? d.o : d.out;
     const DMat& R = d.router;
@@ -39,8 +47,10 @@ void CudaBackend::setup_router_y() {
     d.ry_m_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
     d.ry_pa = pa;
     d.ry_pm = pm;
-    compose_router(R, d.shg, d.post_norm, O, d.ry_m, d.ry_m_scale, stream_);
+    compose_router(R, d.shg, d.post_norm, O, d.ry_m, d.ry_m_scale, scratch, stream_);
   }
+  LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  dev_free(scratch);
 }
 
 // Segments that read the same normalised x: one launch when they share a weight format, else one each.

@@ -84,25 +84,24 @@ __global__ void k_rows_f16(const float* C, int N, uint16_t* m, float* rscale) {
 
 }  // namespace
 
+size_t compose_router_scratch_floats(int E, int H, int N) {
+  return size_t(E + 1) * H + size_t(H) * N + size_t(E + 1) * N;
+}
+
 void compose_router(const DMat& router, const DMat& shg, const float* nw, const DMat& O, uint16_t* m, float* rscale,
-                    cudaStream_t s) {
+                    float* scratch, cudaStream_t s) {
   const int E = router.rows, H = router.cols, N = O.cols;
   if (shg.rows != 1 || shg.cols != H || O.rows != H)
     throw Error("router-from-y: router [E, H], shared gate [1, H] and out_proj [H, N] do not fit together");
-  float *wr = nullptr, *o = nullptr, *c = nullptr;
-  LILY_CUDA_CHECK(cudaMalloc(&wr, size_t(E + 1) * H * 4));
-  LILY_CUDA_CHECK(cudaMalloc(&o, size_t(H) * N * 4));
-  LILY_CUDA_CHECK(cudaMalloc(&c, size_t(E + 1) * N * 4));
+  float* wr = scratch;                   // [E + 1][H]
+  float* o = wr + size_t(E + 1) * H;     // [H][N]
+  float* c = o + size_t(H) * N;          // [E + 1][N]
   k_dequant<<<1024, 256, 0, s>>>(router, nw, wr, 0);
   k_dequant<<<64, 256, 0, s>>>(shg, nw, wr, E);
   k_dequant<<<4096, 256, 0, s>>>(O, nullptr, o, 0);
   k_matmul<<<dim3((N + kT - 1) / kT, (E + 1 + kT - 1) / kT), kT * 8, 0, s>>>(wr, o, c, E + 1, N, H);
   k_rows_f16<<<E + 1, 256, 0, s>>>(c, N, m, rscale);
   LILY_CUDA_CHECK(cudaGetLastError());
-  LILY_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaFree(wr);
-  cudaFree(o);
-  cudaFree(c);
 }
 
 }  // namespace lily::cuda

@@ -2,6 +2,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/kernels.h"
@@ -9,9 +10,10 @@
 namespace lily::cuda {
 
 // m: [E + 1][N] f16 (row E: the shared-expert gate's), rscale: [E + 1]; row j of M = W_r diag(nw) O is
-// rscale[j] * m[j]. router [E, H], shg [1, H], nw [H] (device), O [H, N]. Synchronises s; temporaries are freed
-// before it returns.
+// rscale[j] * m[j]. router [E, H], shg [1, H], nw [H] (device), O [H, N]. Asynchronous on s; scratch (device,
+// compose_router_scratch_floats(E, H, N) floats) may be reused once s has run it.
+size_t compose_router_scratch_floats(int E, int H, int N);
 void compose_router(const DMat& router, const DMat& shg, const float* nw, const DMat& O, uint16_t* m, float* rscale,
-                    cudaStream_t s);
+                    float* scratch, cudaStream_t s);
 
 }  // namespace lily::cuda
