@@ -48,7 +48,8 @@ std::vector<uint16_t> random_f16(size_t n, std::mt19937& rng) {
 }
 
 // (int8 x, rows, cols, side rows R, kind): kind 0 = f16 rows on the GEMV's x (out_proj's M y); 1 / 2 = an 8-bit /
-// bf16 matrix on the raw x times raw_w while the GEMV normalises x (in_proj's A part, MLX / bf16 checkpoints)
+// bf16 matrix on the raw x times raw_w while the GEMV normalises x (in_proj's A part, MLX / bf16 checkpoints); 3 = f16
+// rows times rscale on the raw x (m_raw: A from f16 rows of W_r diag(nw), LILY_CUDA_RY_A=f16)
 class CudaGemvSide : public ::testing::TestWithParam<std::tuple<bool, int, int, int, int>> {};
 
 TEST_P(CudaGemvSide, MatchesReference) {
@@ -82,7 +83,7 @@ TEST_P(CudaGemvSide, MatchesReference) {
   // references: the x the side rows see (raw x * w2 exact; else the GEMV's x, exact or the int8 hi+lo model's values)
   std::vector<float> xe = int8x && !raw ? testing_int8x::quant_hilo(x.data(), cols) : x;
   if (raw)
-    for (int c = 0; c < cols; ++c) xe[size_t(c)] = x[size_t(c)] * w2[size_t(c)];
+    for (int c = 0; c < cols; ++c) xe[size_t(c)] = x[size_t(c)] * (kind == 3 ? 1.f : w2[size_t(c)]);
   std::vector<float> want_y(rows), want_p;
   const std::vector<float> q8d = kind == 1 ? dense(q8.q[0]) : std::vector<float>();
   if (int8x) testing_int8x::matvec_hilo(o.q[0], xg.data(), want_y.data());
@@ -95,7 +96,7 @@ TEST_P(CudaGemvSide, MatchesReference) {
               : kind == 2 ? double(bf16_to_f32(bf[size_t(j) * cols + c]))
                           : double(f16_to_f32(m[size_t(j) * cols + c]))) *
              xe[size_t(c)];
-      want_p.push_back(float(raw ? a : a * rs[size_t(j)]));
+      want_p.push_back(float(kind == 1 || kind == 2 ? a : a * rs[size_t(j)]));
     }
   cuda::GemvSeg seg = {o.d.m, dev.poisoned(rows), 0};
   cuda::GemvSide side;
@@ -108,9 +109,10 @@ TEST_P(CudaGemvSide, MatchesReference) {
     side.q.cols = cols;
     side.q.row_bytes = int64_t(cols) * 2;
   }
-  if (raw) {
+  if (kind == 1 || kind == 2) {
     side.raw_w = dev.up(w2);
   } else {
+    side.m_raw = kind == 3;
     side.m = dev.up(m);
     side.rscale = dev.up(rs);
   }
@@ -142,7 +144,9 @@ INSTANTIATE_TEST_SUITE_P(WholeAndLooped, CudaGemvSide,
                                            std::make_tuple(true, 12352, 2048, 257, 1),
                                            std::make_tuple(false, 12352, 2048, 257, 1),
                                            std::make_tuple(true, 512, 512, 33, 1),
-                                           std::make_tuple(false, 512, 1024, 33, 2)));
+                                           std::make_tuple(false, 512, 1024, 33, 2),
+                                           std::make_tuple(true, 12352, 2048, 257, 3),
+                                           std::make_tuple(false, 512, 1024, 33, 3)));
 
 // M = W_r diag(nw) O (8-bit router and shared gate, 4-bit O), rows as f16 times a per-row scale, against the host
 // product in double: f16 keeps 11 significant bits (relative rounding <= 2^-12 per entry, RMS ~2^-13.5).

@@ -67,6 +67,11 @@ CudaOptions CudaOptions::from_env() {
       throw Error(std::string("LILY_CUDA_ROUTER_Y: expected 0, 1 or 2, got '") + ry + "'");
     o.router_y = ry[0] - '0';
   }
+  if (const char* ra = std::getenv("LILY_CUDA_RY_A"); ra && *ra) {
+    if (std::strcmp(ra, "q") && std::strcmp(ra, "f16"))
+      throw Error(std::string("LILY_CUDA_RY_A: expected q or f16, got '") + ra + "'");
+    o.ry_a_f16 = ra[0] == 'f';
+  }
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
   o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);

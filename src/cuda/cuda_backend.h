@@ -34,6 +34,9 @@ struct CudaOptions {
   // LILY_CUDA_ROUTER_Y: 0 off, 1 the router logits summed before the MoE kernel (router-from-y, where the layer's
   // shapes allow it); 2 MEASUREMENT ONLY (results wrong): the MoE kernel ranks a stale buffer, no producers
   int router_y = 0;
+  // LILY_CUDA_RY_A (with ROUTER_Y=1): f16 (default) A from f16 rows of W_r diag(post_norm) on in_proj's raw x; q: the
+  // router's own 8-bit / bf16 rows on the raw x times post_norm (exact A, 1.0% slower at 4K on the H200)
+  bool ry_a_f16 = true;
   bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
   // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step
   // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
@@ -68,6 +71,8 @@ struct DLayer {
   // W_router diag(post_norm) O as f16 times ry_m_scale on the out projection's x (ry_pm pieces); ry_m null: the layer
   // routes as usual
   DMat ry_r;
+  uint16_t* ry_a = nullptr;  // LILY_CUDA_RY_A=f16: [E + 1][H] f16 rows of W_r diag(post_norm), times ry_a_scale
+  float* ry_a_scale = nullptr;
   uint16_t* ry_m = nullptr;
   float* ry_m_scale = nullptr;
   int ry_pa = 0, ry_pm = 0;

@@ -48,6 +48,11 @@ void CudaBackend::setup_router_y() {
     d.ry_pa = pa;
     d.ry_pm = pm;
     compose_router(R, d.shg, d.post_norm, O, d.ry_m, d.ry_m_scale, scratch, stream_);
+    if (opt_.ry_a_f16) {
+      d.ry_a = static_cast<uint16_t*>(dev_alloc(size_t(rows) * c.hidden * 2));
+      d.ry_a_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
+      router_rows_f16(R, d.shg, d.post_norm, d.ry_a, d.ry_a_scale, scratch, stream_);
+    }
   }
   LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   dev_free(scratch);
@@ -81,8 +86,15 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     // rows on its raw x times post_norm), B = M y as side rows of the out projection (the next ry_pm parts);
     // LILY_CUDA_SKIP=ry_a / ry_side (measurement only) leave them out
     const bool ry = d.ry_m != nullptr;
-    const GemvSide side_a = {nullptr, nullptr, d.ry_r, pre_, ry && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa,
-                             1, kMoePreStride, d.post_norm};
+    GemvSide side_a = {nullptr, nullptr, d.ry_r, pre_, ry && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa,
+                       1, kMoePreStride, d.post_norm};
+    if (d.ry_a) {  // LILY_CUDA_RY_A=f16
+      side_a.m = d.ry_a;
+      side_a.rscale = d.ry_a_scale;
+      side_a.q = {};
+      side_a.raw_w = nullptr;
+      side_a.m_raw = true;
+    }
     const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa,
                              ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, 1, kMoePreStride, nullptr};
     if (!d.is_full) {

@@ -29,6 +29,11 @@ struct GemvParams {  // passed by value (kernel parameter space)
 // One side piece (GemvSide in kernels.h) of a warp: 512 columns, loaded by load() (before the PDL wait for the
 // warp's first piece), dotted with x and written by finish(). f16 rows (side.m): two 16-byte loads per lane; rows of
 // side.q: one 16-byte chunk + its group word per lane (8-bit) or two chunks (bf16), dotted with the f32 raw x.
+// Side kinds (the kernels' SIDE parameter): none, f16 rows of side.m on the GEMV's x, rows of side.q on the raw x
+// (times side.raw_w), f16 rows of side.m on the raw x (side.m_raw).
+constexpr int kSideNone = 0, kSideF16 = 1, kSideRaw = 2, kSideF16Raw = 3;
+constexpr bool side_reads_raw(int kind) { return kind == kSideRaw || kind == kSideF16Raw; }
+template <int KIND>
 struct SidePiece {
   uint4 w[2];
   uint32_t sbw[2] = {0u, 0u};
@@ -39,35 +44,33 @@ struct SidePiece {
     if (unit >= p.side.rows * p.side.pieces) return;
     j = unit / p.side.pieces;
     q = unit - j * p.side.pieces;
-    if (p.side.q.w) {
+    if constexpr (KIND == kSideRaw) {
       if (p.side.q.fmt == kQ8) {
         chunk_load<kQ8>(p.side.q, j, q * 32 + lane, w[0], sbw[0]);
       } else {
 #pragma unroll
         for (int u = 0; u < 2; ++u) chunk_load<kBF16>(p.side.q, j, q * 64 + lane + 32 * u, w[u], sbw[u]);
       }
-      return;
+    } else {
+      const uint4* src = reinterpret_cast<const uint4*>(p.side.m + size_t(j) * p.cols + size_t(q) * kGemvSidePiece);
+      w[0] = ldg_weight(src + lane);
+      w[1] = ldg_weight(src + lane + 32);
+      if (lane == 0) rs = p.side.rscale[j];
     }
-    const uint4* src = reinterpret_cast<const uint4*>(p.side.m + size_t(j) * p.cols + size_t(q) * kGemvSidePiece);
-    w[0] = ldg_weight(src + lane);
-    w[1] = ldg_weight(src + lane + 32);
-    if (lane == 0) rs = p.side.rscale[j];
   }
   template <class X>
   __device__ __forceinline__ void finish(const GemvParams& p, const X& x, int lane) const {
     if (j < 0) return;
     float acc = 0.f;
-    if constexpr (std::is_same_v<X, XF>) {
-      if (p.side.q.w) {
-        if (p.side.q.fmt == kQ8) {
-          acc = x.template dot<kQ8>(w[0], sbw[0], q * 32 + lane);
-        } else {
+    if constexpr (KIND == kSideRaw) {
+      static_assert(std::is_same_v<X, XF>, "side rows of side.q are dotted with the f32 raw x");
+      if (p.side.q.fmt == kQ8) {
+        acc = x.template dot<kQ8>(w[0], sbw[0], q * 32 + lane);
+      } else {
 #pragma unroll
-          for (int u = 0; u < 2; ++u) acc += x.template dot<kBF16>(w[u], 0u, q * 64 + lane + 32 * u);
-        }
+        for (int u = 0; u < 2; ++u) acc += x.template dot<kBF16>(w[u], 0u, q * 64 + lane + 32 * u);
       }
-    }
-    if (!p.side.q.w) {
+    } else {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         float xv[8];
@@ -87,15 +90,22 @@ struct SidePiece {
   }
 };
 
-// The side pieces of warp `warp` after its rows: the first (loaded before the wait) in sp, the rest loaded here.
-template <class X>
-__device__ __forceinline__ void side_rest(const GemvParams& p, SidePiece& sp, const X& x, const XF& xr, int warp,
+// The side pieces of warp `warp`: the first (loaded before the wait, in sp) right after the x prologue, so its
+// registers are free for the rows and no side work sits at the launch's tail behind them; the rest (units past the
+// grid's warps) loaded and finished after the rows.
+template <int KIND, class X>
+__device__ __forceinline__ void side_dot(const GemvParams& p, const SidePiece<KIND>& sp, const X& x, const XF& xr,
+                                         int lane) {
+  if constexpr (side_reads_raw(KIND)) sp.finish(p, xr, lane);
+  else sp.finish(p, x, lane);
+}
+template <int KIND, class X>
+__device__ __forceinline__ void side_rest(const GemvParams& p, SidePiece<KIND>& sp, const X& x, const XF& xr, int warp,
                                           int nwarps, int lane) {
   const int units = p.side.rows * p.side.pieces;
-  for (int u = warp; u < units; u += nwarps) {
-    if (u != warp) sp.load(p, u, lane);
-    if (p.side.q.w) sp.finish(p, xr, lane);
-    else sp.finish(p, x, lane);
+  for (int u = warp + nwarps; u < units; u += nwarps) {
+    sp.load(p, u, lane);
+    side_dot(p, sp, x, xr, lane);
   }
 }
 
@@ -109,7 +119,7 @@ __device__ __forceinline__ void resolve_row(const GemvParams& p, int row, int& s
 
 // The x prologue after the PDL wait: x from p.x (normed, head-scaled), or copied from the producer's XQ image.
 // xr: the raw x (f32, times side.raw_w) for side rows of side.q.
-template <bool SIDE, class X>
+template <int SIDE, class X>
 __device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, const float* rw, X& xv, XF& xr,
                                        float* red) {
   if constexpr (X::kPairs) {
@@ -119,7 +129,7 @@ __device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, con
     }
   }
   // two calls, not one with `q ? &xr : nullptr` (a runtime choice of a local's address puts xr on the stack)
-  if (SIDE && p.side.q.w) load_x(p.x, nw, p.eps, p.cols, xv, red, &xr, p.hn, nullptr, nullptr, true, rw);
+  if constexpr (side_reads_raw(SIDE)) load_x(p.x, nw, p.eps, p.cols, xv, red, &xr, p.hn, nullptr, nullptr, true, rw);
   else load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
 }
 
@@ -135,13 +145,13 @@ __device__ __forceinline__ float* raw_w_base(float* nws, int cols, size_t xbytes
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
 // R: rows per warp in flight (rows warp, warp + nwarps, ..., then the next R): 2, or 4 for matrices with >= 3
 // rows per warp (one DRAM round trip fewer per warp on the 12k-row DeltaNet in_proj).
-// SIDE: the launch has side rows (GemvSide; the instantiation without is the plain GEMV).
-template <int FMT, class X, int R, bool SIDE = false>
+// SIDE: the kind of the launch's side rows (GemvSide; kSideNone: the plain GEMV).
+template <int FMT, class X, int R, int SIDE = kSideNone>
 __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
   X xv(nws + p.cols, p.cols);
-  XF xr(raw_x_base<X>(nws, p.cols), p.cols);  // side rows of side.q only
+  XF xr(raw_x_base<X>(nws, p.cols), p.cols);  // side kinds reading the raw x only
   __shared__ float red[32];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
@@ -164,15 +174,16 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   if (tr) trace_at(p.trace, 0);
   resolve_set();
   if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
-  SidePiece sp;
-  if (SIDE) sp.load(p, warp, lane);
+  SidePiece<SIDE> sp;
+  if constexpr (SIDE != kSideNone) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   const float* rw =
-      SIDE && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
+      SIDE == kSideRaw && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
   pdl_wait();
   gemv_x<SIDE>(p, nw, rw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
+  if constexpr (SIDE != kSideNone) side_dot(p, sp, xv, xr, lane);
 
   while (rr[0] >= 0) {  // R rows per warp in flight, the next R loaded before this set's reductions
     float acc[R];
@@ -198,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
           g.y[cr[i]] = g.accumulate ? g.y[cr[i]] + acc[i] : acc[i];
         }
   }
-  if constexpr (SIDE) side_rest(p, sp, xv, xr, warp, nwarps, lane);
+  if constexpr (SIDE != kSideNone) side_rest(p, sp, xv, xr, warp, nwarps, lane);
   if (p.trace) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(p.trace, 2);
@@ -208,12 +219,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
 // One row per warp (total_rows <= warps of the grid) with the whole row in flight before the PDL wait: NP pieces of
 // 64 chunks (the out projections' 4096-column 4-bit rows: 2), so no DRAM round trip follows the x prologue. The same
 // sums in the same order as k_gemv (piece after piece into one per-lane accumulator).
-template <int FMT, class X, int NP, bool SIDE = false>
+template <int FMT, class X, int NP, int SIDE = kSideNone>
 __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) {
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
   X xv(nws + p.cols, p.cols);
-  XF xr(raw_x_base<X>(nws, p.cols), p.cols);  // side rows of side.q only
+  XF xr(raw_x_base<X>(nws, p.cols), p.cols);  // side kinds reading the raw x only
   __shared__ float red[32];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
@@ -228,15 +239,16 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
   if (r >= 0)
 #pragma unroll
     for (int k = 0; k < NP; ++k) P[k].load(mp, rr, nch, 64 * k, lane);
-  SidePiece sp;
-  if (SIDE) sp.load(p, warp, lane);
+  SidePiece<SIDE> sp;
+  if constexpr (SIDE != kSideNone) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   const float* rw =
-      SIDE && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
+      SIDE == kSideRaw && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
   pdl_wait();
   gemv_x<SIDE>(p, nw, rw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
+  if constexpr (SIDE != kSideNone) side_dot(p, sp, xv, xr, lane);
   if (r >= 0) {
     float acc[1] = {0.f};
 #pragma unroll
@@ -247,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
       g.y[r] = g.accumulate ? g.y[r] + acc[0] : acc[0];
     }
   }
-  if constexpr (SIDE) side_rest(p, sp, xv, xr, warp, gridDim.x * (kThreads / 32), lane);
+  if constexpr (SIDE != kSideNone) side_rest(p, sp, xv, xr, warp, gridDim.x * (kThreads / 32), lane);
   if (p.trace) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(p.trace, 2);
@@ -302,7 +314,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
         side->pieces * kGemvSidePiece != segs[0].m.cols)
       throw Error("gemv: side rows need f16 rows (16-byte aligned, with scales) or an 8-bit / bf16 matrix, of pieces * "
                   "512 columns, and partials");
-    if (q && hn) throw Error("gemv: side rows of a matrix read the raw x, which needs x itself (no head norm)");
+    if ((q || side->m_raw) && hn) throw Error("gemv: side rows of a matrix read the raw x, which needs x itself (no head norm)");
     p.side = *side;
   }
   if (hn) {
@@ -328,9 +340,9 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   if (p.cols % 32 != 0) throw Error("gemv: cols must be a multiple of 32");
   const int wpb = kThreads / 32;
   // + the raw x and its staged weights
-  const size_t smem = gemv_smem_bytes(p.cols) + (p.side.q.w ? XF::bytes(p.cols) + 16 + size_t(p.cols) * 4 : 0);
+  const bool raw = p.side.rows > 0 && (p.side.q.w || p.side.m_raw);
+  const size_t smem = gemv_smem_bytes(p.cols) + (raw ? XF::bytes(p.cols) + 16 : 0) + (p.side.q.w ? size_t(p.cols) * 4 : 0);
   const int units = std::max(p.total_rows, p.side.rows * p.side.pieces);  // warps with work
-  const bool side_on = p.side.rows > 0;
   auto grid = [&](auto kern) {
     allow_smem(kern, smem);
     return std::min((units + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
@@ -354,30 +366,26 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
       launch(k2, dim3(b2), dim3(kThreads), smem, s, pdl, p);
     }
   };
-  switch (segs[0].m.fmt) {
-    case kQ4:
-      if (use_int8_x(kQ4, p.cols)) {
-        if (side_on) {
-          if (!whole(k_gemv_whole<kQ4, XQ, 2, true>)) run(k_gemv<kQ4, XQ, 2, true>, k_gemv<kQ4, XQ, 4, true>);
-        } else if (!whole(k_gemv_whole<kQ4, XQ, 2>)) {
-          run(k_gemv<kQ4, XQ, 2>, k_gemv<kQ4, XQ, 4>);
+  // one instantiation set per side kind (tag: std::integral_constant<int, kind>)
+  auto by_fmt = [&](auto tag) {
+    constexpr int K = decltype(tag)::value;
+    switch (segs[0].m.fmt) {
+      case kQ4:
+        if (use_int8_x(kQ4, p.cols)) {
+          if (!whole(k_gemv_whole<kQ4, XQ, 2, K>)) run(k_gemv<kQ4, XQ, 2, K>, k_gemv<kQ4, XQ, 4, K>);
+        } else if (!whole(k_gemv_whole<kQ4, XF, 2, K>)) {
+          run(k_gemv<kQ4, XF, 2, K>, k_gemv<kQ4, XF, 4, K>);
         }
-      } else if (side_on) {
-        if (!whole(k_gemv_whole<kQ4, XF, 2, true>)) run(k_gemv<kQ4, XF, 2, true>, k_gemv<kQ4, XF, 4, true>);
-      } else if (!whole(k_gemv_whole<kQ4, XF, 2>)) {
-        run(k_gemv<kQ4, XF, 2>, k_gemv<kQ4, XF, 4>);
-      }
-      break;
-    case kQ8:
-      if (side_on) run(k_gemv<kQ8, XF, 2, true>, k_gemv<kQ8, XF, 4, true>);
-      else run(k_gemv<kQ8, XF, 2>, k_gemv<kQ8, XF, 4>);
-      break;
-    case kBF16:
-      if (side_on) run(k_gemv<kBF16, XF, 2, true>, k_gemv<kBF16, XF, 4, true>);
-      else run(k_gemv<kBF16, XF, 2>, k_gemv<kBF16, XF, 4>);
-      break;
-    default: throw Error("gemv: unknown format");
-  }
+        break;
+      case kQ8: run(k_gemv<kQ8, XF, 2, K>, k_gemv<kQ8, XF, 4, K>); break;
+      case kBF16: run(k_gemv<kBF16, XF, 2, K>, k_gemv<kBF16, XF, 4, K>); break;
+      default: throw Error("gemv: unknown format");
+    }
+  };
+  if (p.side.rows <= 0) by_fmt(std::integral_constant<int, kSideNone>{});
+  else if (p.side.q.w) by_fmt(std::integral_constant<int, kSideRaw>{});
+  else if (p.side.m_raw) by_fmt(std::integral_constant<int, kSideF16Raw>{});
+  else by_fmt(std::integral_constant<int, kSideF16>{});
 }
 
 void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, cudaStream_t s, bool pdl) {

@@ -108,6 +108,7 @@ struct GemvSide {
   float* part = nullptr;
   int rows = 0, pieces = 0, part_q = 0, part_j = 0;
   const float* raw_w = nullptr;  // [cols] or null (q only)
+  bool m_raw = false;            // m's rows dotted with x as loaded (no norm, no head norm) instead of the GEMV's x
 };
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
           bool pdl, unsigned long long* trace = nullptr, const HeadNorm* hn = nullptr,

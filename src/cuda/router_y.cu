@@ -82,6 +82,12 @@ __global__ void k_rows_f16(const float* C, int N, uint16_t* m, float* rscale) {
   if (threadIdx.x == 0) rscale[blockIdx.x] = s;
 }
 
+// wr [E + 1][H] = the router's rows then the shared gate's, dequantised, times nw per column
+void dequant_router(const DMat& router, const DMat& shg, const float* nw, float* wr, cudaStream_t s) {
+  k_dequant<<<1024, 256, 0, s>>>(router, nw, wr, 0);
+  k_dequant<<<64, 256, 0, s>>>(shg, nw, wr, router.rows);
+}
+
 }  // namespace
 
 size_t compose_router_scratch_floats(int E, int H, int N) {
@@ -96,11 +102,19 @@ void compose_router(const DMat& router, const DMat& shg, const float* nw, const 
   float* wr = scratch;                   // [E + 1][H]
   float* o = wr + size_t(E + 1) * H;     // [H][N]
   float* c = o + size_t(H) * N;          // [E + 1][N]
-  k_dequant<<<1024, 256, 0, s>>>(router, nw, wr, 0);
-  k_dequant<<<64, 256, 0, s>>>(shg, nw, wr, E);
+  dequant_router(router, shg, nw, wr, s);
   k_dequant<<<4096, 256, 0, s>>>(O, nullptr, o, 0);
   k_matmul<<<dim3((N + kT - 1) / kT, (E + 1 + kT - 1) / kT), kT * 8, 0, s>>>(wr, o, c, E + 1, N, H);
   k_rows_f16<<<E + 1, 256, 0, s>>>(c, N, m, rscale);
+  LILY_CUDA_CHECK(cudaGetLastError());
+}
+
+void router_rows_f16(const DMat& router, const DMat& shg, const float* nw, uint16_t* m, float* rscale, float* scratch,
+                     cudaStream_t s) {
+  const int E = router.rows, H = router.cols;
+  if (shg.rows != 1 || shg.cols != H) throw Error("router-from-y: router [E, H] and shared gate [1, H] differ in H");
+  dequant_router(router, shg, nw, scratch, s);
+  k_rows_f16<<<E + 1, 256, 0, s>>>(scratch, H, m, rscale);
   LILY_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -16,4 +16,9 @@ size_t compose_router_scratch_floats(int E, int H, int N);
 void compose_router(const DMat& router, const DMat& shg, const float* nw, const DMat& O, uint16_t* m, float* rscale,
                     float* scratch, cudaStream_t s);
 
+// The [E + 1] rows of W_r diag(nw) (router then shared gate) as f16 rows m [E + 1][H] times rscale [E + 1]
+// (LILY_CUDA_RY_A=f16); scratch as compose_router's.
+void router_rows_f16(const DMat& router, const DMat& shg, const float* nw, uint16_t* m, float* rscale, float* scratch,
+                     cudaStream_t s);
+
 }  // namespace lily::cuda
