@@ -28,21 +28,23 @@ void CudaBackend::setup_router_y() {
         d.shg.fmt != R.fmt || d.shg.group != R.group || d.shg.row_bytes != R.row_bytes || c.hidden % kGemvSidePiece ||
         O.cols % kGemvSidePiece || pa < 1 || pm < 1 || pa + pm > kMoePreMaxParts)
       continue;
-    // [E + 1] rows: the router's, then the shared gate's (bytes copied as they are)
-    DMat r = R;
-    r.rows = rows;
-    uint8_t* w = static_cast<uint8_t*>(dev_alloc(size_t(rows) * R.row_bytes));
-    LILY_CUDA_CHECK(cudaMemcpy(w, R.w, size_t(c.n_experts) * R.row_bytes, cudaMemcpyDeviceToDevice));
-    LILY_CUDA_CHECK(cudaMemcpy(w + size_t(c.n_experts) * R.row_bytes, d.shg.w, R.row_bytes, cudaMemcpyDeviceToDevice));
-    r.w = w;
-    if (R.fmt != kBF16) {
-      uint32_t* sb = static_cast<uint32_t*>(dev_alloc(size_t(rows) * R.sb_row * 4));
-      LILY_CUDA_CHECK(cudaMemcpy(sb, R.sb, size_t(c.n_experts) * R.sb_row * 4, cudaMemcpyDeviceToDevice));
-      LILY_CUDA_CHECK(cudaMemcpy(sb + size_t(c.n_experts) * R.sb_row, d.shg.sb, size_t(R.sb_row) * 4,
-                                 cudaMemcpyDeviceToDevice));
-      r.sb = sb;
+    if (!opt_.ry_a_f16) {  // A from [E + 1] rows: the router's, then the shared gate's (bytes copied as they are)
+      DMat r = R;
+      r.rows = rows;
+      uint8_t* w = static_cast<uint8_t*>(dev_alloc(size_t(rows) * R.row_bytes));
+      LILY_CUDA_CHECK(cudaMemcpy(w, R.w, size_t(c.n_experts) * R.row_bytes, cudaMemcpyDeviceToDevice));
+      LILY_CUDA_CHECK(
+          cudaMemcpy(w + size_t(c.n_experts) * R.row_bytes, d.shg.w, R.row_bytes, cudaMemcpyDeviceToDevice));
+      r.w = w;
+      if (R.fmt != kBF16) {
+        uint32_t* sb = static_cast<uint32_t*>(dev_alloc(size_t(rows) * R.sb_row * 4));
+        LILY_CUDA_CHECK(cudaMemcpy(sb, R.sb, size_t(c.n_experts) * R.sb_row * 4, cudaMemcpyDeviceToDevice));
+        LILY_CUDA_CHECK(cudaMemcpy(sb + size_t(c.n_experts) * R.sb_row, d.shg.sb, size_t(R.sb_row) * 4,
+                                   cudaMemcpyDeviceToDevice));
+        r.sb = sb;
+      }
+      d.ry_r = r;
     }
-    d.ry_r = r;
     d.ry_m = static_cast<uint16_t*>(dev_alloc(size_t(rows) * O.cols * 2));
     d.ry_m_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
     d.ry_pa = pa;
@@ -83,7 +85,8 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
   mark("embed");
   for (const DLayer& d : layers_) {
     // router-from-y: A = W_r diag(post_norm) x as side rows of in_proj (parts 0 .. ry_pa - 1 of pre_, the router's
-    // rows on its raw x times post_norm), B = M y as side rows of the out projection (the next ry_pm parts);
+    // rows on its raw x times post_norm, or with LILY_CUDA_RY_A=f16 (default) f16 rows of W_r diag(post_norm) on it),
+    // B = M y as side rows of the out projection (the next ry_pm parts);
     // LILY_CUDA_SKIP=ry_a / ry_side (measurement only) leave them out
     const bool ry = d.ry_m != nullptr;
     GemvSide side_a = {nullptr, nullptr, d.ry_r, pre_, ry && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa,

@@ -178,7 +178,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   if constexpr (SIDE != kSideNone) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   const float* rw =
-      SIDE == kSideRaw && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
+      SIDE == kSideRaw && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols)))
+                                       : nullptr;
   pdl_wait();
   gemv_x<SIDE>(p, nw, rw, xv, xr, red);
   pdl_trigger();
@@ -243,7 +244,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
   if constexpr (SIDE != kSideNone) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   const float* rw =
-      SIDE == kSideRaw && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols))) : nullptr;
+      SIDE == kSideRaw && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols)))
+                                       : nullptr;
   pdl_wait();
   gemv_x<SIDE>(p, nw, rw, xv, xr, red);
   pdl_trigger();
@@ -314,7 +316,8 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
         side->pieces * kGemvSidePiece != segs[0].m.cols)
       throw Error("gemv: side rows need f16 rows (16-byte aligned, with scales) or an 8-bit / bf16 matrix, of pieces * "
                   "512 columns, and partials");
-    if ((q || side->m_raw) && hn) throw Error("gemv: side rows of a matrix read the raw x, which needs x itself (no head norm)");
+    if ((q || side->m_raw) && hn)
+      throw Error("gemv: side rows on the raw x need x itself (no head norm)");
     p.side = *side;
   }
   if (hn) {
@@ -341,7 +344,8 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   const int wpb = kThreads / 32;
   // + the raw x and its staged weights
   const bool raw = p.side.rows > 0 && (p.side.q.w || p.side.m_raw);
-  const size_t smem = gemv_smem_bytes(p.cols) + (raw ? XF::bytes(p.cols) + 16 : 0) + (p.side.q.w ? size_t(p.cols) * 4 : 0);
+  const size_t smem =
+      gemv_smem_bytes(p.cols) + (raw ? XF::bytes(p.cols) + 16 : 0) + (p.side.q.w ? size_t(p.cols) * 4 : 0);
   const int units = std::max(p.total_rows, p.side.rows * p.side.pieces);  // warps with work
   auto grid = [&](auto kern) {
     allow_smem(kern, smem);

@@ -93,8 +93,9 @@ struct HeadNorm {
 // Bytes of an XQ image of n elements (n % 32 == 0): x in the int8 hi + lo form of the decode GEMVs, as a producer
 // writes it for its consumer (gdn_decode's yq; HeadNorm::xq).
 size_t xq_image_bytes(int n);
-// Side rows of a GEMV (the router-from-y form: M = W_router diag(post_norm) O against out_proj's x, and the router's
-// own rows against in_proj's raw x times post_norm): f16 rows with a per-row scale (or rows of a quantised matrix),
+// Side rows of a GEMV (the router-from-y form: M = W_router diag(post_norm) O against out_proj's x, and A's rows
+// against in_proj's raw x: f16 rows of W_router diag(post_norm) (m_raw), or the router's own rows times post_norm):
+// f16 rows with a per-row scale (or rows of a quantised matrix),
 // each split into `pieces` column pieces of kGemvSidePiece columns whose dots land in separate partial
 // vectors: part(q, j) = rscale[j] * (M[j, piece q] . x[piece q]). Computed by the warps of the launch next to
 // their own rows, piece w by warp w (its loads issued before the PDL wait). cols == pieces * kGemvSidePiece.
