@@ -49,12 +49,11 @@ void CudaBackend::setup_router_y() {
     d.ry_m_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
     d.ry_pa = pa;
     d.ry_pm = pm;
-    compose_router(R, d.shg, d.post_norm, O, d.ry_m, d.ry_m_scale, scratch, stream_);
     if (opt_.ry_a_f16) {
       d.ry_a = static_cast<uint16_t*>(dev_alloc(size_t(rows) * c.hidden * 2));
       d.ry_a_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
-      router_rows_f16(R, d.shg, d.post_norm, d.ry_a, d.ry_a_scale, scratch, stream_);
     }
+    compose_router(R, d.shg, d.post_norm, O, d.ry_m, d.ry_m_scale, scratch, stream_, d.ry_a, d.ry_a_scale);
   }
   LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   dev_free(scratch);
@@ -89,15 +88,10 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     // B = M y as side rows of the out projection (the next ry_pm parts);
     // LILY_CUDA_SKIP=ry_a / ry_side (measurement only) leave them out
     const bool ry = d.ry_m != nullptr;
-    GemvSide side_a = {nullptr, nullptr, d.ry_r, pre_, ry && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa,
-                       1, kMoePreStride, d.post_norm};
-    if (d.ry_a) {  // LILY_CUDA_RY_A=f16
-      side_a.m = d.ry_a;
-      side_a.rscale = d.ry_a_scale;
-      side_a.q = {};
-      side_a.raw_w = nullptr;
-      side_a.m_raw = true;
-    }
+    const bool fa = d.ry_a != nullptr;  // LILY_CUDA_RY_A=f16
+    const GemvSide side_a = {d.ry_a, d.ry_a_scale, fa ? DMat{} : d.ry_r, pre_,
+                             ry && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa, 1, kMoePreStride,
+                             fa ? nullptr : d.post_norm, fa};
     const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa,
                              ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, 1, kMoePreStride, nullptr};
     if (!d.is_full) {

@@ -471,6 +471,14 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
   auto scale = [&](float4 a, float4 b) {
     return norm_w ? make_float4(a.x * r * b.x, a.y * r * b.y, a.z * r * b.z, a.w * r * b.w) : a;
   };
+  auto times_w2 = [&](float4 (&b)[4], int g) {  // raw2: group g of x times w2
+    const float4* wp = reinterpret_cast<const float4*>(w2) + g * 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 t = wp[i];
+      b[i] = make_float4(b[i].x * t.x, b[i].y * t.y, b[i].z * t.z, b[i].w * t.w);
+    }
+  };
 #pragma unroll
   for (int k = 0; k < kMaxG; ++k) {
     const int g = threadIdx.x + k * blockDim.x;
@@ -496,14 +504,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       float4 b[4];  // selected element by element (a runtime choice between whole arrays puts them on the stack)
 #pragma unroll
       for (int i = 0; i < 4; ++i) b[i] = raw2 ? v[k][i] : a[i];
-      if (raw2 && w2 && valid) {
-        const float4* wp = reinterpret_cast<const float4*>(w2) + g * 4;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float4 t = wp[i];
-          b[i] = make_float4(b[i].x * t.x, b[i].y * t.y, b[i].z * t.z, b[i].w * t.w);
-        }
-      }
+      if (raw2 && w2 && valid) times_w2(b, g);
       out2->put(g, valid, b);
     }
   }
@@ -519,14 +520,8 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
       }
       out.put(g, true, a);
       if (out2 && raw2) {
-        float4 xr[4];
-        for (int i = 0; i < 4; ++i) {
-          xr[i] = xp[i];
-          if (w2) {
-            const float4 t = reinterpret_cast<const float4*>(w2)[g * 4 + i];
-            xr[i] = make_float4(xr[i].x * t.x, xr[i].y * t.y, xr[i].z * t.z, xr[i].w * t.w);
-          }
-        }
+        float4 xr[4] = {xp[0], xp[1], xp[2], xp[3]};
+        if (w2) times_w2(xr, g);
         out2->put(g, true, xr);
       } else if (out2) {
         out2->put(g, true, a);

@@ -26,13 +26,14 @@ struct GemvParams {  // passed by value (kernel parameter space)
   GemvSide side;              // side rows (side.rows 0: none)
 };
 
-// One side piece (GemvSide in kernels.h) of a warp: 512 columns, loaded by load() (before the PDL wait for the
-// warp's first piece), dotted with x and written by finish(). f16 rows (side.m): two 16-byte loads per lane; rows of
-// side.q: one 16-byte chunk + its group word per lane (8-bit) or two chunks (bf16), dotted with the f32 raw x.
 // Side kinds (the kernels' SIDE parameter): none, f16 rows of side.m on the GEMV's x, rows of side.q on the raw x
 // (times side.raw_w), f16 rows of side.m on the raw x (side.m_raw).
 constexpr int kSideNone = 0, kSideF16 = 1, kSideRaw = 2, kSideF16Raw = 3;
 constexpr bool side_reads_raw(int kind) { return kind == kSideRaw || kind == kSideF16Raw; }
+
+// One side piece (GemvSide in kernels.h) of a warp: 512 columns, loaded by load() (before the PDL wait for the
+// warp's first piece), dotted with x and written by finish(). f16 rows (side.m): two 16-byte loads per lane; rows of
+// side.q: one 16-byte chunk + its group word per lane (8-bit) or two chunks (bf16), dotted with the f32 raw x.
 template <int KIND>
 struct SidePiece {
   uint4 w[2];
@@ -118,7 +119,7 @@ __device__ __forceinline__ void resolve_row(const GemvParams& p, int row, int& s
 }
 
 // The x prologue after the PDL wait: x from p.x (normed, head-scaled), or copied from the producer's XQ image.
-// xr: the raw x (f32, times side.raw_w) for side rows of side.q.
+// xr: the raw x (f32; times side.raw_w where given) for the side kinds that read it.
 template <int SIDE, class X>
 __device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, const float* rw, X& xv, XF& xr,
                                        float* red) {

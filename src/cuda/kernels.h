@@ -102,7 +102,7 @@ size_t xq_image_bytes(int n);
 // Partial (q, j) lands at part[q * part_q + j * part_j].
 constexpr int kGemvSidePiece = 512;
 struct GemvSide {
-  const uint16_t* m = nullptr;   // [rows][cols] f16 (dotted with the GEMV's x), or null: the rows of q
+  const uint16_t* m = nullptr;   // [rows][cols] f16 (dotted with the GEMV's x, or the raw x: m_raw), or null: q's rows
   const float* rscale = nullptr; // [rows] (m only)
   DMat q;                        // 8-bit or bf16 rows (q.w != null), dotted with x as loaded (before the GEMV's norm;
                                  // no HeadNorm) times raw_w, in f32

@@ -1,11 +1,11 @@
 // Router-from-y (LILY_CUDA_ROUTER_Y=1): the MoE router input is rmsnorm(h) * nw with h = x + O y (x: the layer's
 // input residual, O: the mixer's output projection, y: its input), so the router logits are
 //   r(h) * (W_r diag(nw) x + M y),  M = W_r diag(nw) O,
-// and the top-k does not depend on the positive factor r(h). A = W_r diag(nw) x is the router's own rows as side rows
-// of in_proj's GEMV (on its raw x times nw), B = M y side rows of the out projection's GEMV (GemvSide), and the fused
-// MoE kernel starts with the sum's top-k (MoeArgs::pre). This file makes M once at load: W_r (and the shared-expert
-// gate row) and O dequantised to f32, one f32 matrix product, rows stored as f16 with a per-row scale (max |row| ->
-// 2^14, so entries stay in f16's normal range).
+// and the top-k does not depend on the positive factor r(h). A = W_r diag(nw) x is side rows of in_proj's GEMV on its
+// raw x (f16 rows of W_r diag(nw), or the router's own rows times nw), B = M y side rows of the out projection's GEMV
+// (GemvSide), and the fused MoE kernel starts with the sum's top-k (MoeArgs::pre). This file makes M (and the f16
+// rows of A) once at load: W_r (and the shared-expert gate row) times nw and O dequantised to f32, one f32 matrix
+// product, rows stored as f16 with a per-row scale (max |row| -> 2^14, so entries stay in f16's normal range).
 #include <cuda_fp16.h>
 
 #include "cuda/cuda_check.h"
@@ -82,12 +82,6 @@ __global__ void k_rows_f16(const float* C, int N, uint16_t* m, float* rscale) {
   if (threadIdx.x == 0) rscale[blockIdx.x] = s;
 }
 
-// wr [E + 1][H] = the router's rows then the shared gate's, dequantised, times nw per column
-void dequant_router(const DMat& router, const DMat& shg, const float* nw, float* wr, cudaStream_t s) {
-  k_dequant<<<1024, 256, 0, s>>>(router, nw, wr, 0);
-  k_dequant<<<64, 256, 0, s>>>(shg, nw, wr, router.rows);
-}
-
 }  // namespace
 
 size_t compose_router_scratch_floats(int E, int H, int N) {
@@ -95,26 +89,19 @@ size_t compose_router_scratch_floats(int E, int H, int N) {
 }
 
 void compose_router(const DMat& router, const DMat& shg, const float* nw, const DMat& O, uint16_t* m, float* rscale,
-                    float* scratch, cudaStream_t s) {
+                    float* scratch, cudaStream_t s, uint16_t* a_m, float* a_rscale) {
   const int E = router.rows, H = router.cols, N = O.cols;
   if (shg.rows != 1 || shg.cols != H || O.rows != H)
     throw Error("router-from-y: router [E, H], shared gate [1, H] and out_proj [H, N] do not fit together");
   float* wr = scratch;                   // [E + 1][H]
   float* o = wr + size_t(E + 1) * H;     // [H][N]
   float* c = o + size_t(H) * N;          // [E + 1][N]
-  dequant_router(router, shg, nw, wr, s);
+  k_dequant<<<1024, 256, 0, s>>>(router, nw, wr, 0);
+  k_dequant<<<64, 256, 0, s>>>(shg, nw, wr, E);
+  if (a_m) k_rows_f16<<<E + 1, 256, 0, s>>>(wr, H, a_m, a_rscale);
   k_dequant<<<4096, 256, 0, s>>>(O, nullptr, o, 0);
   k_matmul<<<dim3((N + kT - 1) / kT, (E + 1 + kT - 1) / kT), kT * 8, 0, s>>>(wr, o, c, E + 1, N, H);
   k_rows_f16<<<E + 1, 256, 0, s>>>(c, N, m, rscale);
-  LILY_CUDA_CHECK(cudaGetLastError());
-}
-
-void router_rows_f16(const DMat& router, const DMat& shg, const float* nw, uint16_t* m, float* rscale, float* scratch,
-                     cudaStream_t s) {
-  const int E = router.rows, H = router.cols;
-  if (shg.rows != 1 || shg.cols != H) throw Error("router-from-y: router [E, H] and shared gate [1, H] differ in H");
-  dequant_router(router, shg, nw, scratch, s);
-  k_rows_f16<<<E + 1, 256, 0, s>>>(scratch, H, m, rscale);
   LILY_CUDA_CHECK(cudaGetLastError());
 }
 
