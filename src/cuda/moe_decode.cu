@@ -581,29 +581,21 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   };
   static const bool wide = env_default_on("LILY_CUDA_DOWN_WIDE");  // 288 threads where they quantise act in one pass
   const int ng = n / 16;
-  switch (a.down.m.fmt) {
-    case kQ4:
-      if (use_int8_x(kQ4, n) && wide && ng > kThreads && ng <= kDownWide) {
-        if (a.pre) run(k_moe_down<kQ4, XQ, kDownWide, true>, kDownWide);
-        else run(k_moe_down<kQ4, XQ, kDownWide>, kDownWide);
-      } else if (use_int8_x(kQ4, n)) {
-        if (a.pre) run(k_moe_down<kQ4, XQ, kThreads, true>);
-        else run(k_moe_down<kQ4, XQ>);
-      } else if (a.pre) {
-        run(k_moe_down<kQ4, XF, kThreads, true>);
-      } else {
-        run(k_moe_down<kQ4, XF>);
-      }
-      break;
-    case kQ8:
-      if (a.pre) run(k_moe_down<kQ8, XF, kThreads, true>);
-      else run(k_moe_down<kQ8, XF>);
-      break;
-    default:
-      if (a.pre) run(k_moe_down<kBF16, XF, kThreads, true>);
-      else run(k_moe_down<kBF16, XF>);
-      break;
-  }
+  auto by_fmt = [&](auto pre) {  // pre: std::bool_constant<a.pre != null> (the PRE instantiations)
+    constexpr bool P = decltype(pre)::value;
+    switch (a.down.m.fmt) {
+      case kQ4:
+        if (use_int8_x(kQ4, n) && wide && ng > kThreads && ng <= kDownWide)
+          run(k_moe_down<kQ4, XQ, kDownWide, P>, kDownWide);
+        else if (use_int8_x(kQ4, n)) run(k_moe_down<kQ4, XQ, kThreads, P>);
+        else run(k_moe_down<kQ4, XF, kThreads, P>);
+        break;
+      case kQ8: run(k_moe_down<kQ8, XF, kThreads, P>); break;
+      default: run(k_moe_down<kBF16, XF, kThreads, P>); break;
+    }
+  };
+  if (a.pre) by_fmt(std::true_type{});
+  else by_fmt(std::false_type{});
 }
 
 }  // namespace lily::cuda
