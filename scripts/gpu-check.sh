@@ -25,8 +25,8 @@ if timeout 240 python3 tools/fixtures/make_fixtures.py /tmp/lily-small small > "
     echo "-- $layout cuda, decode path (LILY_CUDA_PREFILL=0)"
     LILY_CUDA_PREFILL=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
-    echo "-- $layout cuda, decode path, router logits from y (LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTER_Y=1)"
-    LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTER_Y=1 "$B/lily" eval --model /tmp/lily-small/model-$layout \
+    echo "-- $layout cuda, decode path, the router's own rows (LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTER_Y=0)"
+    LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTER_Y=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
   done
 else

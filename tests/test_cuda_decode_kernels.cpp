@@ -318,12 +318,13 @@ INSTANTIATE_TEST_SUITE_P(Lengths, CudaAttnDecode, ::testing::Values(1, 129, 300,
 
 // Forms: 0 one 1024-thread block per head; 1 the split form (Dv / 32 blocks per head, y without the RMS factor +
 // per-part sums of o^2, finished here as the out_proj GEMV's HeadNorm does); 2 the split form writing y as an XQ
-// image (decoded here; its chunk sums checked against the decoded values).
+// image (decoded here; its chunk sums checked against the decoded values); 3 form 2 with router-from-y's A rows by
+// blocks of the same launch (GdnArgs::ra_*: 257 int16 rows of 2048 columns on a raw x), against a host double dot.
 class CudaGdnStep : public ::testing::TestWithParam<int> {};
 
 TEST_P(CudaGdnStep, MatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const bool split = GetParam() >= 1, yq = GetParam() == 2;
+  const bool split = GetParam() >= 1, yq = GetParam() >= 2, ra = GetParam() >= 3;
   const int Hk = 16, Hv = 32, Dk = 128, Dv = 128, K = 4, layer = 1, nlayer = 2, pos = 9;
   const int KD = Hk * Dk, C = 2 * KD + Hv * Dv;
   std::mt19937 rng(5);
@@ -398,8 +399,37 @@ TEST_P(CudaGdnStep, MatchesReference) {
   if (split) ga.hss = dev.poisoned(size_t(Hv) * P);
   const int n = Hv * Dv;
   if (yq) ga.yq = dev.poisoned<uint8_t>(cuda::xq_image_bytes(n));
+  const int RR = 257, RC = 2048, RS = 3;  // A rows, columns, output stride
+  std::vector<uint16_t> ram(size_t(RR) * RC);
+  std::vector<float> rax(RC), ras(RR), ra_want(RR);
+  if (ra) {
+    for (auto& v : ram) v = uint16_t(rng());
+    for (auto& v : rax) v = 2.f * u(rng);
+    for (auto& v : ras) v = (1.f + 0.5f * u(rng)) / 32768.f;
+    for (int r = 0; r < RR; ++r) {
+      double acc = 0;
+      for (int c = 0; c < RC; ++c) acc += double(int16_t(ram[size_t(r) * RC + c])) * rax[size_t(c)];
+      ra_want[size_t(r)] = float(acc * ras[size_t(r)]);
+    }
+    ga.ra_m = dev.up(ram);
+    ga.ra_scale = dev.up(ras);
+    ga.ra_x = dev.up(rax);
+    ga.ra_out = dev.poisoned(size_t(RR) * RS);
+    ga.ra_rows = RR;
+    ga.ra_cols = RC;
+    ga.ra_stride = RS;
+  }
   cuda::gdn_decode(ga, nullptr, true);
   CK(cudaDeviceSynchronize());
+  if (ra) {
+    const std::vector<float> got = down(ga.ra_out, size_t(RR) * RS);
+    std::vector<float> a_got(RR);
+    for (int r = 0; r < RR; ++r) {
+      a_got[size_t(r)] = got[size_t(r) * RS];
+      ASSERT_TRUE(std::isnan(got[size_t(r) * RS + 1]) && std::isnan(got[size_t(r) * RS + 2])) << "row " << r;
+    }
+    EXPECT_LT(testmetrics::rms_rel_err(a_got, ra_want), 1e-5);
+  }
   std::vector<float> y = down(ga.y, size_t(n));
   if (yq) {
     std::vector<float> xs32;
@@ -444,13 +474,33 @@ TEST_P(CudaGdnStep, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Forms, CudaGdnStep, ::testing::Values(0, 1, 2));
+INSTANTIATE_TEST_SUITE_P(Forms, CudaGdnStep, ::testing::Values(0, 1, 2, 3));
 
 TEST(CudaGdnStepArgs, XqImageNeedsSplitForm) {  // no device needed: checked before any CUDA call
   cuda::GdnArgs ga;
   ga.Hk = 16; ga.Hv = 32; ga.Dk = 128; ga.Dv = 128; ga.K = 4;
   uint8_t img = 0;
   ga.yq = &img;  // never written: rejected before any launch
+  EXPECT_THROW(cuda::gdn_decode(ga, nullptr, false), lily::Error);
+}
+
+TEST(CudaGdnStepArgs, ARowsNeedRowsAndWholeChunks) {  // no device needed: checked before any CUDA call
+  cuda::GdnArgs ga;
+  ga.Hk = 16; ga.Hv = 32; ga.Dk = 128; ga.Dv = 128; ga.K = 4;
+  float hss = 0.f, out = 0.f;
+  ga.hss = &hss;
+  ga.ra_rows = 257;
+  ga.ra_cols = 2048;
+  ga.ra_out = &out;  // no rows, scales or x
+  EXPECT_THROW(cuda::gdn_decode(ga, nullptr, false), lily::Error);
+  alignas(16) static const uint16_t m[256] = {};
+  alignas(16) static const float x[2304] = {};
+  ga.ra_m = m;
+  ga.ra_scale = x;
+  ga.ra_x = x;
+  ga.ra_cols = 2304;  // over 2048 columns
+  EXPECT_THROW(cuda::gdn_decode(ga, nullptr, false), lily::Error);
+  ga.ra_cols = 300;  // not whole 256-column chunks
   EXPECT_THROW(cuda::gdn_decode(ga, nullptr, false), lily::Error);
 }
 

@@ -68,9 +68,14 @@ CudaOptions CudaOptions::from_env() {
     o.router_y = ry[0] - '0';
   }
   if (const char* ra = std::getenv("LILY_CUDA_RY_A"); ra && *ra) {
-    if (std::strcmp(ra, "q") && std::strcmp(ra, "f16"))
-      throw Error(std::string("LILY_CUDA_RY_A: expected q or f16, got '") + ra + "'");
-    o.ry_a_f16 = ra[0] == 'f';
+    if (std::strcmp(ra, "q") && std::strcmp(ra, "i16"))
+      throw Error(std::string("LILY_CUDA_RY_A: expected q or i16, got '") + ra + "'");
+    o.ry_a_i16 = ra[0] == 'i';
+  }
+  if (const char* at = std::getenv("LILY_CUDA_RY_A_AT"); at && *at) {
+    if (std::strcmp(at, "in") && std::strcmp(at, "gdn"))
+      throw Error(std::string("LILY_CUDA_RY_A_AT: expected in or gdn, got '") + at + "'");
+    o.ry_a_gdn = at[0] == 'g';
   }
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);

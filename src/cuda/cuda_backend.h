@@ -31,12 +31,18 @@ struct CudaOptions {
   bool gdn_split = true;     // LILY_CUDA_GDN_SPLIT=0: one 1024-thread DeltaNet block per value head (gated norm inside)
   bool gdn_xq = true;        // LILY_CUDA_GDN_XQ=0: the split DeltaNet step writes f32 y, quantised by out_proj (else
                              // its blocks write y's int8 form, an XQ image, where out_proj runs the int8-x path)
-  // LILY_CUDA_ROUTER_Y: 0 off, 1 the router logits summed before the MoE kernel (router-from-y, where the layer's
-  // shapes allow it); 2 MEASUREMENT ONLY (results wrong): the MoE kernel ranks a stale buffer, no producers
-  int router_y = 0;
-  // LILY_CUDA_RY_A (with ROUTER_Y=1): f16 (default) A from f16 rows of W_r diag(post_norm) on in_proj's raw x; q: the
-  // router's own 8-bit / bf16 rows on the raw x times post_norm (exact A, 1.0% slower at 4K on the H200)
-  bool ry_a_f16 = true;
+  // LILY_CUDA_ROUTER_Y: 1 (default) the router logits summed before the MoE kernel (router-from-y, where the layer's
+  // shapes allow it; +1.9% at 4K on the H200, session 13); 0 the router's rows in the MoE kernel; 2 MEASUREMENT ONLY
+  // (results wrong): the MoE kernel ranks a stale buffer, no producers
+  int router_y = 1;
+  // LILY_CUDA_RY_A (with ROUTER_Y=1): i16 (default) A from int16 rows of W_r diag(post_norm) on in_proj's raw x; q:
+  // the router's own 8-bit / bf16 rows on the raw x times post_norm (exact A; 1.0% slower at 4K on the H200 than the
+  // same rows in f16, session 12)
+  bool ry_a_i16 = true;
+  // LILY_CUDA_RY_A_AT (with ROUTER_Y=1, RY_A=i16, the split DeltaNet step): gdn (default) in the DeltaNet layers A by
+  // blocks of its own in the DeltaNet step's launch (GdnArgs::ra_*; +1.2% at 4K on the H200 against in, session 13);
+  // in: A as side rows of in_proj. The attention layers take A as side rows of q/k/v either way.
+  bool ry_a_gdn = true;
   bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
   // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step
   // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
@@ -67,16 +73,17 @@ struct DLayer {
   DMat sh_gate, sh_up, sh_down; // [Is,H] [Is,H] [H,Is]
   int lin_idx = -1, full_idx = -1;  // slot among linear / full layers
   // router-from-y (LILY_CUDA_ROUTER_Y=1, router_y.h): side rows [E + 1]; A on in_proj's raw x (ry_pa pieces):
-  // ry_a (LILY_CUDA_RY_A=f16, default) or ry_r (=q: the router's rows then the shared gate's, a copy in the
+  // ry_a (LILY_CUDA_RY_A=i16, default) or ry_r (=q: the router's rows then the shared gate's, a copy in the
   // checkpoint's format, times post_norm); ry_m =
-  // W_router diag(post_norm) O as f16 times ry_m_scale on the out projection's x (ry_pm pieces); ry_m null: the layer
-  // routes as usual
+  // W_router diag(post_norm) O as int16 times ry_m_scale on the out projection's x (ry_pm pieces); ry_m null: the
+  // layer routes as usual
   DMat ry_r;
-  uint16_t* ry_a = nullptr;  // LILY_CUDA_RY_A=f16: [E + 1][H] f16 rows of W_r diag(post_norm), times ry_a_scale
+  uint16_t* ry_a = nullptr;  // LILY_CUDA_RY_A=i16: [E + 1][H] int16 rows of W_r diag(post_norm), times ry_a_scale
   float* ry_a_scale = nullptr;
   uint16_t* ry_m = nullptr;
   float* ry_m_scale = nullptr;
   int ry_pa = 0, ry_pm = 0;
+  bool ry_a_gdn = false;  // A by the DeltaNet step's blocks (one part), not in_proj's side rows
 };
 
 class CudaState;

@@ -23,12 +23,14 @@ void CudaBackend::setup_router_y() {
   for (DLayer& d : layers_) {
     const DMat& O = d.is_full ? d.o : d.out;
     const DMat& R = d.router;
-    const int pa = c.hidden / kGemvSidePiece, pm = O.cols / kGemvSidePiece, rows = c.n_experts + 1;
+    // A as one part by the DeltaNet step's own blocks (LILY_CUDA_RY_A_AT=gdn), else pieces of in_proj / q/k/v
+    const bool a_gdn = opt_.ry_a_gdn && opt_.ry_a_i16 && opt_.gdn_split && !d.is_full && c.hidden <= 2048;
+    const int pa = a_gdn ? 1 : c.hidden / kGemvSidePiece, pm = O.cols / kGemvSidePiece, rows = c.n_experts + 1;
     if (!opt_.fused_router || R.cols != d.gate.m.cols || c.n_experts > 256 || (R.fmt != kQ8 && R.fmt != kBF16) ||
         d.shg.fmt != R.fmt || d.shg.group != R.group || d.shg.row_bytes != R.row_bytes || c.hidden % kGemvSidePiece ||
         O.cols % kGemvSidePiece || pa < 1 || pm < 1 || pa + pm > kMoePreMaxParts)
       continue;
-    if (!opt_.ry_a_f16) {  // A from [E + 1] rows: the router's, then the shared gate's (bytes copied as they are)
+    if (!opt_.ry_a_i16) {  // A from [E + 1] rows: the router's, then the shared gate's (bytes copied as they are)
       DMat r = R;
       r.rows = rows;
       uint8_t* w = static_cast<uint8_t*>(dev_alloc(size_t(rows) * R.row_bytes));
@@ -49,7 +51,8 @@ void CudaBackend::setup_router_y() {
     d.ry_m_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
     d.ry_pa = pa;
     d.ry_pm = pm;
-    if (opt_.ry_a_f16) {
+    d.ry_a_gdn = a_gdn;
+    if (opt_.ry_a_i16) {
       d.ry_a = static_cast<uint16_t*>(dev_alloc(size_t(rows) * c.hidden * 2));
       d.ry_a_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
     }
@@ -84,13 +87,14 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
   mark("embed");
   for (const DLayer& d : layers_) {
     // router-from-y: A = W_r diag(post_norm) x as side rows of in_proj (parts 0 .. ry_pa - 1 of pre_, the router's
-    // rows on its raw x times post_norm, or with LILY_CUDA_RY_A=f16 (default) f16 rows of W_r diag(post_norm) on it),
+    // rows on its raw x times post_norm, or with LILY_CUDA_RY_A=i16 (default) int16 rows of W_r diag(post_norm) on it),
     // B = M y as side rows of the out projection (the next ry_pm parts);
     // LILY_CUDA_SKIP=ry_a / ry_side (measurement only) leave them out
     const bool ry = d.ry_m != nullptr;
-    const bool fa = d.ry_a != nullptr;  // LILY_CUDA_RY_A=f16
+    const bool fa = d.ry_a != nullptr;  // LILY_CUDA_RY_A=i16
     const GemvSide side_a = {d.ry_a, d.ry_a_scale, fa ? DMat{} : d.ry_r, pre_,
-                             ry && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa, 1, kMoePreStride,
+                             ry && !d.ry_a_gdn && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa, 1,
+                             kMoePreStride,
                              fa ? nullptr : d.post_norm, fa};
     const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa,
                              ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, 1, kMoePreStride, nullptr};
@@ -124,6 +128,15 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       // and y goes to out_proj in its int8 form where out_proj takes that path
       const bool yq = opt_.gdn_split && opt_.gdn_xq && use_int8_x(d.out.fmt, d.out.cols);
       g.yq = yq ? yq_ : nullptr;
+      if (ry && d.ry_a_gdn && !opt_.skips("ry_a")) {  // router-from-y's A by the step's own blocks (part 0 of pre_)
+        g.ra_m = d.ry_a;
+        g.ra_scale = d.ry_a_scale;
+        g.ra_x = x_;
+        g.ra_out = pre_;
+        g.ra_rows = c.n_experts + 1;
+        g.ra_cols = c.hidden;
+        g.ra_stride = kMoePreStride;
+      }
       if (!opt_.skips("gdn")) gdn_decode(g, s, pdl);
       mark("gdn recurrence");
       GemvSeg o = {d.out, x_, 1};

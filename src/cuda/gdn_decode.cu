@@ -6,7 +6,10 @@
 //  3. each warp owns rows v of S_j [Dv][Dk] (fp32, contiguous over Dk): S *= exp(g); u = S k;
 //     S += k * beta (v - u); o = S q  (row-parallel, no cross-row dependency).
 //  4. gated RMSNorm of o with silu(z).
+#include <algorithm>
+
 #include "cuda/device_util.cuh"
+#include "cuda/i16_dot.cuh"
 
 namespace lily::cuda {
 namespace {
@@ -210,8 +213,42 @@ constexpr int kSplitThreads = 256, kSplitRows = 32;
 #endif
 constexpr bool kGdnTapVec = LILY_GDN_TAP_VEC != 0;
 
+// Router-from-y's A rows (GdnArgs::ra_*), one row per warp of the blocks past the step's: off the step's critical
+// path (their work after the wait, ~1 us, ends before the step's does).
+constexpr int kRaMaxChunks = 8;  // 16-byte chunks (8 columns) per lane: 2048 columns
+__device__ __forceinline__ void ry_a_rows(const GdnArgs& g, int b) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = b * (kSplitThreads / 32) + warp;
+  const int n = g.ra_cols / 256;
+  const bool on = row < g.ra_rows;
+  const uint4* src = reinterpret_cast<const uint4*>(g.ra_m + int64_t(row) * g.ra_cols);
+  uint4 w[kRaMaxChunks];
+  if (on) {
+#pragma unroll
+    for (int i = 0; i < kRaMaxChunks; ++i)
+      if (i < n) w[i] = ldg_weight(src + lane + 32 * i);
+  }
+  pdl_wait();
+  if (!on) return;
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < kRaMaxChunks; ++i) {
+    if (i >= n) continue;
+    const float4* xs = reinterpret_cast<const float4*>(g.ra_x) + (lane + 32 * i) * 2;
+    const float4 a = __ldcg(xs), c = __ldcg(xs + 1);
+    const float xv[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+    acc = dot8_i16(w[i], xv, acc);
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) g.ra_out[int64_t(row) * g.ra_stride] = acc * g.ra_scale[row];
+}
+
 template <int NPL>
 __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
+  if (const int nb = g.Hv * (g.Dv / kSplitRows); int(blockIdx.x) >= nb) {  // router-from-y's A blocks
+    if (g.early_trigger) pdl_trigger();
+    ry_a_rows(g, blockIdx.x - nb);
+    return;
+  }
   constexpr int RPW = kSplitRows / (kSplitThreads / 32);
   __shared__ float sq[kMaxD], sk[kMaxD], sv[kSplitRows], so[kSplitRows];
   __shared__ float red[kSplitThreads / 32];
@@ -358,7 +395,12 @@ void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
       throw Error("gdn_decode: split form needs Dv % 32 == 0 and Dv <= 256");
     if (g.Dk > 128) throw Error("gdn_decode: split form needs Dk <= 128");
     if (g.K > kMaxK) throw Error("gdn_decode: conv kernel > 8");
-    const dim3 grid(g.Hv * (g.Dv / kSplitRows));
+    if (g.ra_rows > 0 && (!g.ra_m || !g.ra_scale || !g.ra_x || !g.ra_out || g.ra_cols % 256 || g.ra_cols < 256 ||
+                          g.ra_cols > 256 * kRaMaxChunks || (reinterpret_cast<uintptr_t>(g.ra_m) & 15) ||
+                          (reinterpret_cast<uintptr_t>(g.ra_x) & 15)))
+      throw Error("gdn_decode: router-from-y A rows need int16 rows and x (16-byte aligned) of 256k <= 2048 columns");
+    const int ra_blocks = (std::max(g.ra_rows, 0) + kSplitThreads / 32 - 1) / (kSplitThreads / 32);
+    const dim3 grid(g.Hv * (g.Dv / kSplitRows) + ra_blocks);
     switch (g.Dk / 32) {
       case 1: launch(k_gdn_split<1>, grid, dim3(kSplitThreads), 0, s, pdl, g); break;
       case 2: launch(k_gdn_split<2>, grid, dim3(kSplitThreads), 0, s, pdl, g); break;

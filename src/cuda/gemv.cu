@@ -2,11 +2,10 @@
 // dequantisation in registers (s*Sum(xq) + b*Sum(x)), optional RMSNorm prologue, several matrices sharing one x
 // in one launch, optional residual accumulation. Also the embedding-row kernel.
 
-#include <cuda_fp16.h>
-
 #include <type_traits>
 
 #include "cuda/device_util.cuh"
+#include "cuda/i16_dot.cuh"
 
 namespace lily::cuda {
 namespace {
@@ -26,13 +25,13 @@ struct GemvParams {  // passed by value (kernel parameter space)
   GemvSide side;              // side rows (side.rows 0: none)
 };
 
-// Side kinds (the kernels' SIDE parameter): none, f16 rows of side.m on the GEMV's x, rows of side.q on the raw x
-// (times side.raw_w), f16 rows of side.m on the raw x (side.m_raw).
-constexpr int kSideNone = 0, kSideF16 = 1, kSideRaw = 2, kSideF16Raw = 3;
-constexpr bool side_reads_raw(int kind) { return kind == kSideRaw || kind == kSideF16Raw; }
+// Side kinds (the kernels' SIDE parameter): none, int16 rows of side.m on the GEMV's x, rows of side.q on the raw x
+// (times side.raw_w), int16 rows of side.m on the raw x (side.m_raw).
+constexpr int kSideNone = 0, kSideI16 = 1, kSideRaw = 2, kSideI16Raw = 3;
+constexpr bool side_reads_raw(int kind) { return kind == kSideRaw || kind == kSideI16Raw; }
 
 // One side piece (GemvSide in kernels.h) of a warp: 512 columns, loaded by load() (before the PDL wait for the
-// warp's first piece), dotted with x and written by finish(). f16 rows (side.m): two 16-byte loads per lane; rows of
+// warp's first piece), dotted with x and written by finish(). int16 rows (side.m): two 16-byte loads per lane; rows of
 // side.q: one 16-byte chunk + its group word per lane (8-bit) or two chunks (bf16), dotted with the f32 raw x.
 template <int KIND>
 struct SidePiece {
@@ -76,14 +75,7 @@ struct SidePiece {
       for (int u = 0; u < 2; ++u) {
         float xv[8];
         x.val8(q * kGemvSidePiece + (lane + 32 * u) * 8, xv);
-        const uint32_t hw[4] = {w[u].x, w[u].y, w[u].z, w[u].w};  // element pairs (2t, 2t + 1), low half first
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          const float2 f = __half22float2(__halves2half2(__ushort_as_half(uint16_t(hw[t] & 0xffffu)),
-                                                         __ushort_as_half(uint16_t(hw[t] >> 16))));
-          acc = fmaf(f.x, xv[2 * t], acc);
-          acc = fmaf(f.y, xv[2 * t + 1], acc);
-        }
+        acc = dot8_i16(w[u], xv, acc);
       }
     }
     acc = warp_sum(acc);
@@ -389,8 +381,8 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   };
   if (p.side.rows <= 0) by_fmt(std::integral_constant<int, kSideNone>{});
   else if (p.side.q.w) by_fmt(std::integral_constant<int, kSideRaw>{});
-  else if (p.side.m_raw) by_fmt(std::integral_constant<int, kSideF16Raw>{});
-  else by_fmt(std::integral_constant<int, kSideF16>{});
+  else if (p.side.m_raw) by_fmt(std::integral_constant<int, kSideI16Raw>{});
+  else by_fmt(std::integral_constant<int, kSideI16>{});
 }
 
 void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, cudaStream_t s, bool pdl) {

@@ -94,15 +94,16 @@ struct HeadNorm {
 // writes it for its consumer (gdn_decode's yq; HeadNorm::xq).
 size_t xq_image_bytes(int n);
 // Side rows of a GEMV (the router-from-y form: M = W_router diag(post_norm) O against out_proj's x, and A's rows
-// against in_proj's raw x: f16 rows of W_router diag(post_norm) (m_raw), or the router's own rows times post_norm):
-// f16 rows with a per-row scale (or rows of a quantised matrix),
+// against in_proj's raw x: int16 rows of W_router diag(post_norm) (m_raw), or the router's own rows times post_norm):
+// int16 rows with a per-row scale (or rows of a quantised matrix),
 // each split into `pieces` column pieces of kGemvSidePiece columns whose dots land in separate partial
 // vectors: part(q, j) = rscale[j] * (M[j, piece q] . x[piece q]). Computed by the warps of the launch next to
 // their own rows, piece w by warp w (its loads issued before the PDL wait). cols == pieces * kGemvSidePiece.
 // Partial (q, j) lands at part[q * part_q + j * part_j].
 constexpr int kGemvSidePiece = 512;
 struct GemvSide {
-  const uint16_t* m = nullptr;   // [rows][cols] f16 (dotted with the GEMV's x, or the raw x: m_raw), or null: q's rows
+  const uint16_t* m = nullptr;   // [rows][cols] int16 bits (dotted with the GEMV's x, or the raw x: m_raw), or null:
+                                 // q's rows
   const float* rscale = nullptr; // [rows] (m only)
   DMat q;                        // 8-bit or bf16 rows (q.w != null), dotted with x as loaded (before the GEMV's norm;
                                  // no HeadNorm) times raw_w, in f32
@@ -216,6 +217,16 @@ struct GdnArgs {
                                         // done [3]; block 0 conv done, norms done [7..8] ([4..6]: out_proj's);
                                         // split form: block 0 before its pdl_wait [12], after its StepCtl
                                         // read [29], its pre-wait loads issued [30]
+  // Router-from-y's A in blocks of their own after the step's (split form only; ra_rows 0: none;
+  // LILY_CUDA_RY_A_AT=gdn): warp w of A-block b dots row 8b + w of ra_m (int16 bits, [ra_rows][ra_cols], times
+  // ra_scale[row]) with the layer's raw input ra_x after the PDL wait (final once in_proj has finished) and writes
+  // ra_out[row * ra_stride]. ra_cols % 256 == 0, <= 2048. The rows are requested before the wait (after it, the A
+  // blocks ended after the step's: 4K 646.8 -> 621.2 tok/s on the H200, session 13).
+  const uint16_t* ra_m = nullptr;
+  const float* ra_scale = nullptr;
+  const float* ra_x = nullptr;
+  float* ra_out = nullptr;
+  int ra_rows = 0, ra_cols = 0, ra_stride = 0;
 };
 void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl);
 int gdn_split_parts(int Dv);  // blocks per value head in the split form (Dv / 32); 0: Dv has no split form

@@ -2,12 +2,11 @@
 // input residual, O: the mixer's output projection, y: its input), so the router logits are
 //   r(h) * (W_r diag(nw) x + M y),  M = W_r diag(nw) O,
 // and the top-k does not depend on the positive factor r(h). A = W_r diag(nw) x is side rows of in_proj's GEMV on its
-// raw x (f16 rows of W_r diag(nw), or the router's own rows times nw), B = M y side rows of the out projection's GEMV
-// (GemvSide), and the fused MoE kernel starts with the sum's top-k (MoeArgs::pre). This file makes M (and the f16
+// raw x (int16 rows of W_r diag(nw), or the router's own rows times nw), B = M y side rows of the out projection's GEMV
+// (GemvSide), and the fused MoE kernel starts with the sum's top-k (MoeArgs::pre). This file makes M (and the int16
 // rows of A) once at load: W_r (and the shared-expert gate row) times nw and O dequantised to f32, one f32 matrix
-// product, rows stored as f16 with a per-row scale (max |row| -> 2^14, so entries stay in f16's normal range).
-#include <cuda_fp16.h>
-
+// product, rows stored as int16 with a per-row scale (max |row| -> 32767: each entry rounded by at most half a step,
+// 2^-16 of the row's largest, where f16's 11 significant bits left up to 2^-12 of the entry itself).
 #include "cuda/cuda_check.h"
 #include "cuda/device_util.cuh"
 #include "cuda/router_y.h"
@@ -64,8 +63,8 @@ __global__ void __launch_bounds__(kT * 8) k_matmul(const float* A, const float* 
   }
 }
 
-// One block per row: rscale[r] = max |C[r]| / 2^14 (1 for a zero row), m[r][c] = f16(C[r][c] / rscale[r]).
-__global__ void k_rows_f16(const float* C, int N, uint16_t* m, float* rscale) {
+// One block per row: rscale[r] = max |C[r]| / 32767 (1 for a zero row), m[r][c] = int16(rint(C[r][c] / rscale[r])).
+__global__ void k_rows_i16(const float* C, int N, uint16_t* m, float* rscale) {
   __shared__ unsigned smax;  // max |C[r]| as its bits (non-negative floats order as unsigned integers)
   const float* row = C + int64_t(blockIdx.x) * N;
   float mx = 0.f;
@@ -76,9 +75,11 @@ __global__ void k_rows_f16(const float* C, int N, uint16_t* m, float* rscale) {
   if ((threadIdx.x & 31) == 0) atomicMax(&smax, __float_as_uint(mx));
   __syncthreads();
   mx = __uint_as_float(smax);
-  const float s = mx > 0.f ? mx / 16384.f : 1.f;
-  for (int c = threadIdx.x; c < N; c += blockDim.x)
-    m[int64_t(blockIdx.x) * N + c] = __half_as_ushort(__float2half_rn(row[c] / s));
+  const float s = mx > 0.f ? mx / 32767.f : 1.f;
+  for (int c = threadIdx.x; c < N; c += blockDim.x) {
+    const float v = fminf(fmaxf(rintf(row[c] / s), -32767.f), 32767.f);  // the division may round past the max
+    m[int64_t(blockIdx.x) * N + c] = uint16_t(int16_t(v));
+  }
   if (threadIdx.x == 0) rscale[blockIdx.x] = s;
 }
 
@@ -98,10 +99,10 @@ void compose_router(const DMat& router, const DMat& shg, const float* nw, const 
   float* c = o + size_t(H) * N;          // [E + 1][N]
   k_dequant<<<1024, 256, 0, s>>>(router, nw, wr, 0);
   k_dequant<<<64, 256, 0, s>>>(shg, nw, wr, E);
-  if (a_m) k_rows_f16<<<E + 1, 256, 0, s>>>(wr, H, a_m, a_rscale);
+  if (a_m) k_rows_i16<<<E + 1, 256, 0, s>>>(wr, H, a_m, a_rscale);
   k_dequant<<<4096, 256, 0, s>>>(O, nullptr, o, 0);
   k_matmul<<<dim3((N + kT - 1) / kT, (E + 1 + kT - 1) / kT), kT * 8, 0, s>>>(wr, o, c, E + 1, N, H);
-  k_rows_f16<<<E + 1, 256, 0, s>>>(c, N, m, rscale);
+  k_rows_i16<<<E + 1, 256, 0, s>>>(c, N, m, rscale);
   LILY_CUDA_CHECK(cudaGetLastError());
 }
 
