@@ -32,9 +32,10 @@ constexpr bool kRouteVec = LILY_ROUTE_VEC != 0;
 // k rounds of the warp argmax over the keys (key i of a lane is logit elem(i): lane * kPer + i when vec, else
 // lane + 32 i), then the softmax over the k selected, of scale * logit (scale > 0: the router input's RMS factor where
 // the keys are of logits not yet scaled by it; it does not change the selection). Results as route_warp's.
+// vsel (optional): the k selected logits themselves instead of the weights (route_weights makes them later).
 template <int kPer>
 __device__ __forceinline__ void route_pick(uint32_t (&key)[kPer], bool vec, int k, int* idx, float* w,
-                                           float scale = 1.f) {
+                                           float scale = 1.f, float* vsel = nullptr) {
   const int lane = threadIdx.x & 31;
   auto elem = [&](int i) { return vec ? lane * kPer + i : lane + 32 * i; };
   int my_e = 0;
@@ -60,6 +61,13 @@ __device__ __forceinline__ void route_pick(uint32_t (&key)[kPer], bool vec, int 
   // the selected logit back from its key (the inverse of route_key's monotone map: no second load)
   const uint32_t bits = (my_key & 0x80000000u) ? (my_key & 0x7fffffffu) : ~my_key;
   const float v = lane < k ? __uint_as_float(bits) : 0.f;
+  if (vsel) {
+    if (lane < k) {
+      idx[lane] = my_e;
+      vsel[lane] = v;
+    }
+    return;
+  }
   const float top = __shfl_sync(0xffffffffu, v, 0);  // the largest
   const float ex = lane < k ? __expf(scale * (v - top)) : 0.f;
   const float sum = warp_sum(ex);
@@ -127,47 +135,41 @@ struct PreLogits {
   }
 };
 
-// The top-k of the E summed logits in sl (shared; keys of elements >= E: none) by warp 0, weights of r * logit.
-__device__ __forceinline__ void route_pre(const float* sl, int E, int k, float r, int* idx, float* w) {
+// The weights of route_pick's k selected logits vsel (largest first) as it computes them, of scale * logit (warp 0).
+__device__ __forceinline__ void route_weights(const float* vsel, int k, float scale, float* w) {
+  const int lane = threadIdx.x & 31;
+  const float v = lane < k ? vsel[lane] : 0.f;
+  const float top = __shfl_sync(0xffffffffu, v, 0);
+  const float ex = lane < k ? __expf(scale * (v - top)) : 0.f;
+  const float sum = warp_sum(ex);
+  if (lane < k) w[lane] = ex / sum;
+}
+
+// The top-k of the E summed logits in sl (shared; keys of elements >= E: none) by warp 0, weights of r * logit
+// (vsel given: the selected logits instead, for route_weights).
+__device__ __forceinline__ void route_pre(const float* sl, int E, int k, float r, int* idx, float* w,
+                                          float* vsel = nullptr) {
   const int lane = threadIdx.x & 31;
   uint32_t key[8];
   const float4 a = reinterpret_cast<const float4*>(sl)[2 * lane], b = reinterpret_cast<const float4*>(sl)[2 * lane + 1];
   const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
   for (int i = 0; i < 8; ++i) key[i] = lane * 8 + i < E ? uint32_t(route_key(v[i], 0) >> 32) : 0u;
-  route_pick<8>(key, true, k, idx, w, r);
+  route_pick<8>(key, true, k, idx, w, r, vsel);
 }
 
 // Two act rows at once (row1 < 0: only row0): gate and up of both, all their loads in flight before any math (one
-// DRAM round trip for two rows; the same sums, in the same order, as gate_up_row).
-template <int FMT, class X>
-__device__ __forceinline__ void gate_up_rows2(const MoeArgs& a, const int* s_idx, int row0, int row1, const X& x,
-                                              int lane) {
-  const int I = a.gate.m.rows;
-  const int rows[2] = {row0, row1};
+// DRAM round trip for two rows; the same sums, in the same order, as gate_up_row). load() issues the first round of
+// loads (all of a 2048-column 4-bit row), finish() dots it, runs any further rounds and writes the two act values
+// (ONE: the caller knows there is one round, nch <= 32 * U, so the matrices are not kept past load().
+template <int FMT>
+struct GateUpPair {
+  static constexpr int U = 2;
   DMat g[2], u[2];
-  int r[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = rows[i] < 0 ? row0 : rows[i];
-    if (row < a.k * I) {
-      const int e = s_idx[row / I];
-      r[i] = row % I;
-      g[i] = expert(a.gate, e);
-      u[i] = expert(a.up, e);
-    } else {
-      r[i] = row - a.k * I;
-      g[i] = a.sh_gate;
-      u[i] = a.sh_up;
-    }
-    if (rows[i] < 0) r[i] = -1;
-  }
-  constexpr int U = 2;
-  const int nch = g[0].cols / FmtInfo<FMT>::kElems;
-  float ga[2] = {0.f, 0.f}, ua[2] = {0.f, 0.f};
-  for (int c0 = 0; c0 < nch; c0 += 32 * U) {
-    uint4 rg[2][U], ru[2][U];
-    uint32_t sg[2][U], su[2][U];
+  int rows[2], r[2], nch;
+  uint4 rg[2][U], ru[2][U];
+  uint32_t sg[2][U], su[2][U];
+  __device__ __forceinline__ void load_round(int c0, int lane) {
 #pragma unroll
     for (int v = 0; v < U; ++v) {
       const int c = c0 + lane + 32 * v;
@@ -179,27 +181,63 @@ __device__ __forceinline__ void gate_up_rows2(const MoeArgs& a, const int* s_idx
             chunk_load<FMT>(u[i], r[i], c, ru[i][v], su[i][v]);
           }
     }
+  }
+  __device__ __forceinline__ void load(const MoeArgs& a, const int* s_idx, int row0, int row1, int lane) {
+    const int I = a.gate.m.rows;
+    rows[0] = row0;
+    rows[1] = row1;
 #pragma unroll
-    for (int v = 0; v < U; ++v) {
-      const int c = c0 + lane + 32 * v;
-      if (c < nch)
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          if (r[i] >= 0) {
-            ga[i] += x.template dot<FMT>(rg[i][v], sg[i][v], c);
-            ua[i] += x.template dot<FMT>(ru[i][v], su[i][v], c);
-          }
+    for (int i = 0; i < 2; ++i) {
+      const int row = rows[i] < 0 ? row0 : rows[i];
+      if (row < a.k * I) {
+        const int e = s_idx[row / I];
+        r[i] = row % I;
+        g[i] = expert(a.gate, e);
+        u[i] = expert(a.up, e);
+      } else {
+        r[i] = row - a.k * I;
+        g[i] = a.sh_gate;
+        u[i] = a.sh_up;
+      }
+      if (rows[i] < 0) r[i] = -1;
     }
+    nch = g[0].cols / FmtInfo<FMT>::kElems;
+    load_round(0, lane);
   }
+  template <bool ONE = false, class X>
+  __device__ __forceinline__ void finish(const MoeArgs& a, const X& x, int lane) {
+    float ga[2] = {0.f, 0.f}, ua[2] = {0.f, 0.f};
+    for (int c0 = 0; c0 < (ONE ? 1 : nch); c0 += 32 * U) {
+      if (!ONE && c0 > 0) load_round(c0, lane);
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    ga[i] = warp_sum(ga[i]);
-    ua[i] = warp_sum(ua[i]);
+      for (int v = 0; v < U; ++v) {
+        const int c = c0 + lane + 32 * v;
+        if (c < nch)
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+            if (r[i] >= 0) {
+              ga[i] += x.template dot<FMT>(rg[i][v], sg[i][v], c);
+              ua[i] += x.template dot<FMT>(ru[i][v], su[i][v], c);
+            }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      ga[i] = warp_sum(ga[i]);
+      ua[i] = warp_sum(ua[i]);
+    }
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        if (r[i] >= 0) a.act[rows[i]] = silu_f(ga[i]) * ua[i];
   }
-  if (lane == 0)
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-      if (r[i] >= 0) a.act[rows[i]] = silu_f(ga[i]) * ua[i];
+};
+template <int FMT, class X>
+__device__ __forceinline__ void gate_up_rows2(const MoeArgs& a, const int* s_idx, int row0, int row1, const X& x,
+                                              int lane) {
+  GateUpPair<FMT> p;
+  p.load(a, s_idx, row0, row1, lane);
+  p.finish(a, x, lane);
 }
 
 // Grid-wide barrier of a launch whose blocks are all resident (grid <= resident_grid): ctr[0] counts arrivals,
@@ -265,9 +303,13 @@ __device__ __forceinline__ void requant(const XF& src, X& dst, int n) {
 // before pdl_wait too, dotted after the barrier: sh_late); then a grid barrier, every block ranks the E logits
 // itself (route_warp: no serial last block), and the routed experts' rows follow, two per warp in flight (gu_pairs).
 // Saves the router's launch, its last-block fence + atomic + serial top-k, and one x prologue.
-// PRE: the router-from-y form (MoeArgs::pre): no router rows, no barrier, the summed logits' top-k after x.
-template <int FMT, int RFMT, class X, bool PRE = false>
+// PRE: the router-from-y form (MoeArgs::pre): no router rows, no barrier, the summed logits' top-k after x; RF (PRE
+// only, LILY_CUDA_MOE_ROWS_FIRST): the top-k first and the warp's first routed pair requested before the x prologue,
+// so their DRAM round trip overlaps it (the weights, which need x's RMS factor, after it); RF 2: x's loads too,
+// before the rows' (else they queue behind them).
+template <int FMT, int RFMT, class X, bool PRE = false, int RF = 0>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs a) {
+  static_assert(PRE || !RF, "rows first needs the summed logits");
   extern __shared__ float4 smem4[];
   const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
@@ -308,27 +350,44 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const int srr[2] = {sr0 < Is ? sr0 : -1, sr0 < Is ? sr0 : -1};
   const int snch = H / FmtInfo<FMT>::kElems;
   RowSet<FMT, 2> SP;
-  if (a.sh_late && srr[0] >= 0) SP.load(smp, srr, snch, 0, lane);
+  if (!RF && a.sh_late && srr[0] >= 0) SP.load(smp, srr, snch, 0, lane);  // RF: the shared rows are pairs' rows
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
   PreLogits pl;  // PRE: the logits' parts requested before the x prologue, their top-k after it
   __shared__ __align__(16) float s_pl[PRE ? 256 : 1];
   if constexpr (PRE) pl.load(a);
+  __shared__ float s_v[RF ? kMaxK : 1];  // RF: the selected logits
+  GateUpPair<FMT> first;                 // RF: the warp's first routed pair, requested before the x prologue
+  XPre xpre;                             // RF 2: and x's loads before them
+  if constexpr (RF) {
+    if constexpr (RF == 2) xpre.issue(a.x, H);
+    pl.sum(a, s_pl);
+    __syncthreads();
+    if (threadIdx.x < 32) route_pre(s_pl, a.E, a.k, 1.f, s_idx, s_w, s_v);
+    if (a.fixed_route && threadIdx.x < a.k)  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
+      s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
+    __syncthreads();
+    const int n = a.k * a.gate.m.rows + Is;  // the routed rows, then the shared expert's
+    if (warp < n) first.load(a, s_idx, warp, warp + nwarps < n ? warp + nwarps : -1, lane);
+  }
   float rx = 1.f;  // the RMS factor of x
   // router_xf: the router's blocks normalise x into the f32 form only (their rows need no more), arrive, and build
   // the int8 form while the barrier is pending; the other blocks build the int8 form only
   const bool xf_first = a.router_xf && rblock;
-  if (xf_first) load_x(a.x, nw, a.eps, H, xr, red, nullptr, {}, tr ? a.trace_x : nullptr);
+  if constexpr (RF == 2) load_x(a.x, nw, a.eps, H, xv, red, nullptr, {}, tr ? a.trace_x : nullptr, &rx, false, nullptr,
+                                &xpre);
+  else if (xf_first) load_x(a.x, nw, a.eps, H, xr, red, nullptr, {}, tr ? a.trace_x : nullptr);
   else load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr, &rx);  // both
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
   if (rrow) router_row<RFMT>(a, m, mrow, sh, warp, raw, sb, xr, lane);
   auto act_row = [&](int row) { gate_up_row<FMT>(a, s_idx, row, xv, lane); };
-  if (!a.sh_late)
+  if (!RF && !a.sh_late)
     for (int r = sr0; r < Is; r += nwarps) act_row(a.k * I + r);
   if (tr) trace_at(a.trace, 3);
-  if constexpr (PRE) {  // no router rows, no barrier: r * (the parts' sum) are the true logits
+  if constexpr (RF) {
+  } else if constexpr (PRE) {  // no router rows, no barrier: r * (the parts' sum) are the true logits
     pl.sum(a, s_pl);
     __syncthreads();
   } else if (a.router_barrier) {
@@ -341,14 +400,15 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   }
   if (tr) trace_at(a.trace, 4);
   if (threadIdx.x < 32) {
-    if constexpr (PRE) route_pre(s_pl, a.E, a.k, rx, s_idx, s_w);
+    if constexpr (RF) route_weights(s_v, a.k, rx, s_w);
+    else if constexpr (PRE) route_pre(s_pl, a.E, a.k, rx, s_idx, s_w);
     else if (a.E <= 256) route_warp<8>(a.logits, a.E, a.k, s_idx, s_w);
     else route_warp<kMaxE / 32>(a.logits, a.E, a.k, s_idx, s_w);
   }
-  if (a.fixed_route && threadIdx.x < a.k) {  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
+  if (!RF && a.fixed_route && threadIdx.x < a.k) {  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
     s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
   }
-  if (a.sh_late && srr[0] >= 0) {  // the same sums, in the same order, as gate_up_row
+  if (!RF && a.sh_late && srr[0] >= 0) {  // the same sums, in the same order, as gate_up_row
     float acc[2] = {0.f, 0.f};
     for (int c0 = 0; c0 < snch; c0 += 64) {
       if (c0 > 0) SP.load(smp, srr, snch, c0, lane);
@@ -358,7 +418,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     acc[1] = warp_sum(acc[1]);
     if (lane == 0) a.act[a.k * I + sr0] = silu_f(acc[0]) * acc[1];
   }
-  if (a.sh_late)
+  if (!RF && a.sh_late)
     for (int r = sr0 + nwarps; r < Is; r += nwarps) act_row(a.k * I + r);
   __syncthreads();
   if (tr) trace_at(a.trace, 5);
@@ -373,7 +433,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     __syncwarp();
     if (a.early_route && threadIdx.x == 0) atomicExch(a.route_done + 4, 1u);  // published: down may read it now
   }
-  if (a.gu_pairs) {  // two routed rows per warp in flight
+  if constexpr (RF) {  // the first pair requested before the x prologue, the rest as below (routed, then shared rows)
+    const int n = a.k * I + Is;
+    if (warp < n) first.template finish<true>(a, xv, lane);
+    for (int row = warp + 2 * nwarps; row < n; row += 2 * nwarps)
+      gate_up_rows2<FMT>(a, s_idx, row, row + nwarps < n ? row + nwarps : -1, xv, lane);
+  } else if (a.gu_pairs) {  // two routed rows per warp in flight
     for (int row = warp; row < a.k * I; row += 2 * nwarps)
       gate_up_rows2<FMT>(a, s_idx, row, row + nwarps < a.k * I ? row + nwarps : -1, xv, lane);
   } else {
@@ -504,6 +569,20 @@ bool moe_router_barrier_on() {
   return on;
 }
 
+// LILY_CUDA_MOE_ROWS_FIRST (router-from-y form, pairs): 1 the top-k and the first routed pair's requests before the
+// x prologue (the default: 4K 642.2 -> 647.8 tok/s on the H200, session 13), 2 x's loads before those
+// (k_moe_route_gate_up's RF); 0 none
+int moe_rows_first() {
+  static const int rf = [] {
+    const char* v = std::getenv("LILY_CUDA_MOE_ROWS_FIRST");
+    if (!v || !*v) return 1;
+    if (std::strcmp(v, "0") && std::strcmp(v, "1") && std::strcmp(v, "2"))
+      throw Error(std::string("LILY_CUDA_MOE_ROWS_FIRST: expected 0, 1 or 2, got '") + v + "'");
+    return v[0] - '0';
+  }();
+  return rf;
+}
+
 }  // namespace
 
 void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
@@ -546,7 +625,10 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     constexpr int F = decltype(fmt_tag)::value;
     using X = typename decltype(x_tag)::type;
     if (a.pre) {  // the router's format does not matter
-      run(k_moe_route_gate_up<F, kQ8, X, true>, X::bytes(H));
+      const int rf = a.gu_pairs && H <= 32 * 2 * FmtInfo<F>::kElems ? moe_rows_first() : 0;
+      if (rf == 2) run(k_moe_route_gate_up<F, kQ8, X, true, 2>, X::bytes(H));
+      else if (rf == 1) run(k_moe_route_gate_up<F, kQ8, X, true, 1>, X::bytes(H));
+      else run(k_moe_route_gate_up<F, kQ8, X, true>, X::bytes(H));
       return;
     }
     switch (a.router.fmt) {
