@@ -418,24 +418,11 @@ __device__ __forceinline__ float head_sum(const HeadNorm& hn, int g) {
 // tr (optional, LILY_CUDA_TRACE): stamps when this thread's x loads have landed (tr[0]) and the norm is reduced (tr[1]).
 // r_out (optional): receives the RMS factor rsqrt(mean(x^2)+eps) (1 without norm_w), in every thread.
 // raw2: out2 receives x as loaded (no norm, no head scale), times w2 when given (global or staged like norm_w).
-// pre (optional): x's loads issued ahead by XPre::issue (the same loads), so a kernel can request others in between.
-struct XPre {
-  float4 v[2][4];  // load_x's kMaxG groups
-  __device__ __forceinline__ void issue(const float* __restrict__ x, int n) {
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int g = threadIdx.x + k * blockDim.x;
-      if (g < n / 16)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[k][i] = reinterpret_cast<const float4*>(x)[g * 4 + i];
-    }
-  }
-};
 template <class X>
 __device__ __forceinline__ void load_x(const float* __restrict__ x, const float* __restrict__ norm_w, float eps,
                                        int n, X& out, float* red, XF* out2 = nullptr, HeadNorm hn = {},
                                        unsigned long long* tr = nullptr, float* r_out = nullptr,
-                                       bool raw2 = false, const float* w2 = nullptr, const XPre* pre = nullptr) {
+                                       bool raw2 = false, const float* w2 = nullptr) {
   constexpr int kMaxG = 2;  // groups of x held in registers per thread (longer x: plain loop below)
   const int ng = n / 16;
   float4 v[kMaxG][4];
@@ -447,7 +434,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
     if (g < ng) {
       const float4* xp = reinterpret_cast<const float4*>(x) + g * 4;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) v[k][i] = pre ? pre->v[k][i] : xp[i];
+      for (int i = 0; i < 4; ++i) v[k][i] = xp[i];
       if (hn.ss) hr[k] = head_sum(hn, g);
     }
   }

@@ -305,9 +305,9 @@ __device__ __forceinline__ void requant(const XF& src, X& dst, int n) {
 // Saves the router's launch, its last-block fence + atomic + serial top-k, and one x prologue.
 // PRE: the router-from-y form (MoeArgs::pre): no router rows, no barrier, the summed logits' top-k after x; RF (PRE
 // only, LILY_CUDA_MOE_ROWS_FIRST): the top-k first and the warp's first routed pair requested before the x prologue,
-// so their DRAM round trip overlaps it (the weights, which need x's RMS factor, after it); RF 2: x's loads too,
-// before the rows' (else they queue behind them).
-template <int FMT, int RFMT, class X, bool PRE = false, int RF = 0>
+// so their DRAM round trip overlaps it (the weights, which need x's RMS factor, after it). x's loads issued before
+// the rows' too measured slower (4K 649.2 -> 646.1 tok/s on the H200, session 13).
+template <int FMT, int RFMT, class X, bool PRE = false, bool RF = false>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs a) {
   static_assert(PRE || !RF, "rows first needs the summed logits");
   extern __shared__ float4 smem4[];
@@ -359,9 +359,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if constexpr (PRE) pl.load(a);
   __shared__ float s_v[RF ? kMaxK : 1];  // RF: the selected logits
   GateUpPair<FMT> first;                 // RF: the warp's first routed pair, requested before the x prologue
-  XPre xpre;                             // RF 2: and x's loads before them
   if constexpr (RF) {
-    if constexpr (RF == 2) xpre.issue(a.x, H);
     pl.sum(a, s_pl);
     __syncthreads();
     if (threadIdx.x < 32) route_pre(s_pl, a.E, a.k, 1.f, s_idx, s_w, s_v);
@@ -375,9 +373,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   // router_xf: the router's blocks normalise x into the f32 form only (their rows need no more), arrive, and build
   // the int8 form while the barrier is pending; the other blocks build the int8 form only
   const bool xf_first = a.router_xf && rblock;
-  if constexpr (RF == 2) load_x(a.x, nw, a.eps, H, xv, red, nullptr, {}, tr ? a.trace_x : nullptr, &rx, false, nullptr,
-                                &xpre);
-  else if (xf_first) load_x(a.x, nw, a.eps, H, xr, red, nullptr, {}, tr ? a.trace_x : nullptr);
+  if (xf_first) load_x(a.x, nw, a.eps, H, xr, red, nullptr, {}, tr ? a.trace_x : nullptr);
   else load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr, &rx);  // both
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
@@ -569,18 +565,12 @@ bool moe_router_barrier_on() {
   return on;
 }
 
-// LILY_CUDA_MOE_ROWS_FIRST (router-from-y form, pairs): 1 the top-k and the first routed pair's requests before the
-// x prologue (the default: 4K 642.2 -> 647.8 tok/s on the H200, session 13), 2 x's loads before those
-// (k_moe_route_gate_up's RF); 0 none
-int moe_rows_first() {
-  static const int rf = [] {
-    const char* v = std::getenv("LILY_CUDA_MOE_ROWS_FIRST");
-    if (!v || !*v) return 1;
-    if (std::strcmp(v, "0") && std::strcmp(v, "1") && std::strcmp(v, "2"))
-      throw Error(std::string("LILY_CUDA_MOE_ROWS_FIRST: expected 0, 1 or 2, got '") + v + "'");
-    return v[0] - '0';
-  }();
-  return rf;
+// LILY_CUDA_MOE_ROWS_FIRST=0 (router-from-y form, pairs): the x prologue before the top-k; default: the top-k and
+// the first routed pair's requests before it (k_moe_route_gate_up's RF: 4K 642.2 -> 647.8 tok/s on the H200,
+// session 13)
+bool moe_rows_first_on() {
+  static const bool on = env_default_on("LILY_CUDA_MOE_ROWS_FIRST");
+  return on;
 }
 
 }  // namespace
@@ -625,10 +615,10 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     constexpr int F = decltype(fmt_tag)::value;
     using X = typename decltype(x_tag)::type;
     if (a.pre) {  // the router's format does not matter
-      const int rf = a.gu_pairs && H <= 32 * 2 * FmtInfo<F>::kElems ? moe_rows_first() : 0;
-      if (rf == 2) run(k_moe_route_gate_up<F, kQ8, X, true, 2>, X::bytes(H));
-      else if (rf == 1) run(k_moe_route_gate_up<F, kQ8, X, true, 1>, X::bytes(H));
-      else run(k_moe_route_gate_up<F, kQ8, X, true>, X::bytes(H));
+      if (a.gu_pairs && H <= 32 * 2 * FmtInfo<F>::kElems && moe_rows_first_on())
+        run(k_moe_route_gate_up<F, kQ8, X, true, true>, X::bytes(H));
+      else
+        run(k_moe_route_gate_up<F, kQ8, X, true>, X::bytes(H));
       return;
     }
     switch (a.router.fmt) {
