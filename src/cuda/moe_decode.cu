@@ -169,18 +169,22 @@ struct GateUpPair {
   int rows[2], r[2], nch;
   uint4 rg[2][U], ru[2][U];
   uint32_t sg[2][U], su[2][U];
-  __device__ __forceinline__ void load_round(int c0, int lane) {
+  template <class F>  // f(row i, chunk slot v, chunk c) for the lane's chunks of round c0 in both rows
+  __device__ __forceinline__ void each(int c0, int lane, F&& f) const {
 #pragma unroll
     for (int v = 0; v < U; ++v) {
       const int c = c0 + lane + 32 * v;
       if (c < nch)
 #pragma unroll
         for (int i = 0; i < 2; ++i)
-          if (r[i] >= 0) {
-            chunk_load<FMT>(g[i], r[i], c, rg[i][v], sg[i][v]);
-            chunk_load<FMT>(u[i], r[i], c, ru[i][v], su[i][v]);
-          }
+          if (r[i] >= 0) f(i, v, c);
     }
+  }
+  __device__ __forceinline__ void load_round(int c0, int lane) {
+    each(c0, lane, [&](int i, int v, int c) {
+      chunk_load<FMT>(g[i], r[i], c, rg[i][v], sg[i][v]);
+      chunk_load<FMT>(u[i], r[i], c, ru[i][v], su[i][v]);
+    });
   }
   __device__ __forceinline__ void load(const MoeArgs& a, const int* s_idx, int row0, int row1, int lane) {
     const int I = a.gate.m.rows;
@@ -209,17 +213,10 @@ struct GateUpPair {
     float ga[2] = {0.f, 0.f}, ua[2] = {0.f, 0.f};
     for (int c0 = 0; c0 < (ONE ? 1 : nch); c0 += 32 * U) {
       if (!ONE && c0 > 0) load_round(c0, lane);
-#pragma unroll
-      for (int v = 0; v < U; ++v) {
-        const int c = c0 + lane + 32 * v;
-        if (c < nch)
-#pragma unroll
-          for (int i = 0; i < 2; ++i)
-            if (r[i] >= 0) {
-              ga[i] += x.template dot<FMT>(rg[i][v], sg[i][v], c);
-              ua[i] += x.template dot<FMT>(ru[i][v], su[i][v], c);
-            }
-      }
+      each(c0, lane, [&](int i, int v, int c) {
+        ga[i] += x.template dot<FMT>(rg[i][v], sg[i][v], c);
+        ua[i] += x.template dot<FMT>(ru[i][v], su[i][v], c);
+      });
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
