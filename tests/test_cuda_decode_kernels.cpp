@@ -488,10 +488,11 @@ TEST(CudaGdnStepArgs, ARowsNeedRowsAndWholeChunks) {  // no device needed: check
   cuda::GdnArgs ga;
   ga.Hk = 16; ga.Hv = 32; ga.Dk = 128; ga.Dv = 128; ga.K = 4;
   float hss = 0.f, out = 0.f;
-  ga.hss = &hss;
   ga.ra_rows = 257;
   ga.ra_cols = 2048;
   ga.ra_out = &out;  // no rows, scales or x
+  EXPECT_THROW(cuda::gdn_decode(ga, nullptr, false), lily::Error);  // and no split form
+  ga.hss = &hss;
   EXPECT_THROW(cuda::gdn_decode(ga, nullptr, false), lily::Error);
   alignas(16) static const uint16_t m[256] = {};
   alignas(16) static const float x[2304] = {};

@@ -390,6 +390,7 @@ void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
   if (g.Dk > kMaxD || g.Dv > kMaxD || g.Dk % 32 || g.Hv % g.Hk || g.K < 1)
     throw Error("gdn_decode: unsupported head sizes (Dk, Dv <= 256, Dk % 32 == 0, Hv % Hk == 0)");
   if (g.yq && !g.hss) throw Error("gdn_decode: the XQ image output (yq) needs the split form");
+  if (g.ra_rows > 0 && !g.hss) throw Error("gdn_decode: router-from-y A rows (ra_rows) need the split form");
   if (g.hss) {  // split form
     if (gdn_split_parts(g.Dv) == 0)
       throw Error("gdn_decode: split form needs Dv % 32 == 0 and Dv <= 256");
