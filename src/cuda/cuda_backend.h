@@ -72,7 +72,7 @@ struct DLayer {
   DStack gate, up, down;        // [E] x [I,H], [I,H], [H,I]
   DMat sh_gate, sh_up, sh_down; // [Is,H] [Is,H] [H,Is]
   int lin_idx = -1, full_idx = -1;  // slot among linear / full layers
-  // router-from-y (LILY_CUDA_ROUTER_Y=1, router_y.h): side rows [E + 1]; A on in_proj's raw x (ry_pa pieces):
+  // router-from-y (LILY_CUDA_ROUTER_Y=1, router_y.h): rows [E + 1]; A on the layer's raw x (ry_pa parts):
   // ry_a (LILY_CUDA_RY_A=i16, default) or ry_r (=q: the router's rows then the shared gate's, a copy in the
   // checkpoint's format, times post_norm); ry_m =
   // W_router diag(post_norm) O as int16 times ry_m_scale on the out projection's x (ry_pm pieces); ry_m null: the

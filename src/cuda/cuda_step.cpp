@@ -86,9 +86,10 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
   embed(embed_, in_ids_, ctl_, x_, s, false);
   mark("embed");
   for (const DLayer& d : layers_) {
-    // router-from-y: A = W_r diag(post_norm) x as side rows of in_proj (parts 0 .. ry_pa - 1 of pre_, the router's
-    // rows on its raw x times post_norm, or with LILY_CUDA_RY_A=i16 (default) int16 rows of W_r diag(post_norm) on it),
-    // B = M y as side rows of the out projection (the next ry_pm parts);
+    // router-from-y: A = W_r diag(post_norm) x in parts 0 .. ry_pa - 1 of pre_ (int16 rows of W_r diag(post_norm) on
+    // the raw x, LILY_CUDA_RY_A=i16, or the router's rows on it times post_norm): by the DeltaNet step's own blocks
+    // (ry_a_gdn: one part) or as side rows of in_proj / q/k/v; B = M y as side rows of the out projection (the next
+    // ry_pm parts);
     // LILY_CUDA_SKIP=ry_a / ry_side (measurement only) leave them out
     const bool ry = d.ry_m != nullptr;
     const bool fa = d.ry_a != nullptr;  // LILY_CUDA_RY_A=i16

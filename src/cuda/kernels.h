@@ -94,7 +94,8 @@ struct HeadNorm {
 // writes it for its consumer (gdn_decode's yq; HeadNorm::xq).
 size_t xq_image_bytes(int n);
 // Side rows of a GEMV (the router-from-y form: M = W_router diag(post_norm) O against out_proj's x, and A's rows
-// against in_proj's raw x: int16 rows of W_router diag(post_norm) (m_raw), or the router's own rows times post_norm):
+// against in_proj's or q/k/v's raw x: int16 rows of W_router diag(post_norm) (m_raw), or the router's own rows times
+// post_norm):
 // int16 rows with a per-row scale (or rows of a quantised matrix),
 // each split into `pieces` column pieces of kGemvSidePiece columns whose dots land in separate partial
 // vectors: part(q, j) = rscale[j] * (M[j, piece q] . x[piece q]). Computed by the warps of the launch next to

@@ -29,6 +29,16 @@ using namespace moe_detail;
 #define LILY_ROUTE_VEC 1
 #endif
 constexpr bool kRouteVec = LILY_ROUTE_VEC != 0;
+// The softmax over the k selected logits v of lanes 0..k-1 (lane 0 holds the largest), of scale * logit (warp 0):
+// lane l < k's weight is the returned exponential / sum.
+__device__ __forceinline__ float selected_exp(float v, int k, float scale, float& sum) {
+  const int lane = threadIdx.x & 31;
+  const float top = __shfl_sync(0xffffffffu, v, 0);
+  const float ex = lane < k ? __expf(scale * (v - top)) : 0.f;
+  sum = warp_sum(ex);
+  return ex;
+}
+
 // k rounds of the warp argmax over the keys (key i of a lane is logit elem(i): lane * kPer + i when vec, else
 // lane + 32 i), then the softmax over the k selected, of scale * logit (scale > 0: the router input's RMS factor where
 // the keys are of logits not yet scaled by it; it does not change the selection). Results as route_warp's.
@@ -68,9 +78,8 @@ __device__ __forceinline__ void route_pick(uint32_t (&key)[kPer], bool vec, int 
     }
     return;
   }
-  const float top = __shfl_sync(0xffffffffu, v, 0);  // the largest
-  const float ex = lane < k ? __expf(scale * (v - top)) : 0.f;
-  const float sum = warp_sum(ex);
+  float sum;
+  const float ex = selected_exp(v, k, scale, sum);
   if (lane < k) {
     idx[lane] = my_e;
     w[lane] = ex / sum;
@@ -138,10 +147,8 @@ struct PreLogits {
 // The weights of route_pick's k selected logits vsel (largest first) as it computes them, of scale * logit (warp 0).
 __device__ __forceinline__ void route_weights(const float* vsel, int k, float scale, float* w) {
   const int lane = threadIdx.x & 31;
-  const float v = lane < k ? vsel[lane] : 0.f;
-  const float top = __shfl_sync(0xffffffffu, v, 0);
-  const float ex = lane < k ? __expf(scale * (v - top)) : 0.f;
-  const float sum = warp_sum(ex);
+  float sum;
+  const float ex = selected_exp(lane < k ? vsel[lane] : 0.f, k, scale, sum);
   if (lane < k) w[lane] = ex / sum;
 }
 
@@ -161,10 +168,11 @@ __device__ __forceinline__ void route_pre(const float* sl, int E, int k, float r
 // Two act rows at once (row1 < 0: only row0): gate and up of both, all their loads in flight before any math (one
 // DRAM round trip for two rows; the same sums, in the same order, as gate_up_row). load() issues the first round of
 // loads (all of a 2048-column 4-bit row), finish() dots it, runs any further rounds and writes the two act values
-// (ONE: the caller knows there is one round, nch <= 32 * U, so the matrices are not kept past load().
+// (ONE: the caller knows there is one round, nch <= chunks_one(), so the matrices are not kept past load()).
 template <int FMT>
 struct GateUpPair {
   static constexpr int U = 2;
+  static constexpr int chunks_one() { return 32 * U; }
   DMat g[2], u[2];
   int rows[2], r[2], nch;
   uint4 rg[2][U], ru[2][U];
@@ -379,10 +387,11 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (!RF && !a.sh_late)
     for (int r = sr0; r < Is; r += nwarps) act_row(a.k * I + r);
   if (tr) trace_at(a.trace, 3);
-  if constexpr (RF) {
-  } else if constexpr (PRE) {  // no router rows, no barrier: r * (the parts' sum) are the true logits
-    pl.sum(a, s_pl);
-    __syncthreads();
+  if constexpr (PRE) {  // no router rows, no barrier: r * (the parts' sum) are the true logits (RF: summed above)
+    if constexpr (!RF) {
+      pl.sum(a, s_pl);
+      __syncthreads();
+    }
   } else if (a.router_barrier) {
     const unsigned nrb = unsigned(std::min<int>(gridDim.x, (nr + kThreads / 32 - 1) / (kThreads / 32)));
     router_arrive(a.route_done + 2, rblock);
@@ -612,7 +621,7 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     constexpr int F = decltype(fmt_tag)::value;
     using X = typename decltype(x_tag)::type;
     if (a.pre) {  // the router's format does not matter
-      if (a.gu_pairs && H <= 32 * 2 * FmtInfo<F>::kElems && moe_rows_first_on())
+      if (a.gu_pairs && H <= GateUpPair<F>::chunks_one() * FmtInfo<F>::kElems && moe_rows_first_on())
         run(k_moe_route_gate_up<F, kQ8, X, true, true>, X::bytes(H));
       else
         run(k_moe_route_gate_up<F, kQ8, X, true>, X::bytes(H));
