@@ -191,10 +191,19 @@ TEST_P(CudaMoeDecode, MatchesReference) {
   std::vector<float> pwt(K);
   ref::route_topk(pl.data(), E, K, pidx.data(), pwt.data());
   EXPECT_EQ(pidx, idx) << "the split logits rank as the reference's";
-  a.pre = dev.up(pre);
+  // the same parts part-major (MoeArgs::pre_ps): part p of element e at p * kMoePrePartStride + e
+  std::vector<float> pre_pm(size_t(cuda::kMoePreMaxParts) * cuda::kMoePrePartStride, 1e30f);
+  for (int e = 0; e <= E; ++e)
+    for (int p = 0; p < 3; ++p) pre_pm[size_t(p) * cuda::kMoePrePartStride + size_t(e)] = part(e, p);
+  float* const d_pre = dev.up(pre);
+  float* const d_pre_pm = dev.up(pre_pm);
   a.pre_parts = 3;
   a.logits = nullptr;  // not read in this form
-  for (int rep = 0; rep < 2; ++rep) {
+  for (int rep = 0; rep < 4; ++rep) {  // reps 2, 3: part-major
+    const bool pm = rep >= 2;
+    a.pre = pm ? d_pre_pm : d_pre;
+    a.pre_es = pm ? 1 : cuda::kMoePreStride;
+    a.pre_ps = pm ? cuda::kMoePrePartStride : 1;
     CK(cudaMemcpy(dx, x.data(), H * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(a.shg, 0xFF, 4));
     cuda::moe_route_gate_up(a, nullptr, true);

@@ -82,8 +82,10 @@ CudaOptions CudaOptions::from_env() {
   o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);
   o.gdn_split = env_on("LILY_CUDA_GDN_SPLIT", true);
   o.gdn_xq = env_on("LILY_CUDA_GDN_XQ", true);
+  o.pre_part_major = env_on("LILY_CUDA_PRE_PART_MAJOR", true);
   if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
   o.trace = env_on("LILY_CUDA_TRACE", false);
+  if (const char* t = std::getenv("LILY_CUDA_TRACE")) o.btrace = std::strcmp(t, "2") == 0;
   return o;
 }
 
@@ -310,8 +312,11 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   y_ = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
   rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
   shg_ = static_cast<float*>(dev_alloc(16));
-  pre_ = static_cast<float*>(dev_alloc(size_t(c.n_experts + 1) * kMoePreStride * 4));
-  LILY_CUDA_CHECK(cudaMemset(pre_, 0, size_t(c.n_experts + 1) * kMoePreStride * 4));
+  // either layout of the router-from-y parts (element-major [E + 1][16], part-major [12][kMoePrePartStride])
+  const size_t pre_floats =
+      std::max(size_t(c.n_experts + 1) * kMoePreStride, size_t(kMoePreMaxParts) * kMoePrePartStride);
+  pre_ = static_cast<float*>(dev_alloc(pre_floats * 4));
+  LILY_CUDA_CHECK(cudaMemset(pre_, 0, pre_floats * 4));
   if (gdn_split_parts(cfg_.lin_v_dim) == 0) opt_.gdn_split = false;
   const size_t hss_bytes = size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4;
   hss_ = static_cast<float*>(dev_alloc(hss_bytes));
@@ -323,6 +328,11 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   if (opt_.trace) {
     trace_ = static_cast<unsigned long long*>(dev_alloc(kTraceSlots * 8));
     LILY_CUDA_CHECK(cudaMemset(trace_, 0, kTraceSlots * 8));
+  }
+  if (opt_.btrace) {
+    const size_t bytes = size_t(2) * kMoeBtraceBlocks * kMoeBtraceSlots * 8;
+    btrace_ = static_cast<unsigned long long*>(dev_alloc(bytes));
+    LILY_CUDA_CHECK(cudaMemset(btrace_, 0, bytes));
   }
   route_done_ = static_cast<unsigned int*>(dev_alloc(32));
   LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 32));
@@ -433,6 +443,34 @@ void CudaBackend::print_trace() const {
   print("first DeltaNet layer + its MoE", 32, gdn);
   line("gdn StepCtl read (b0)", 64, 32);  // slots 64.. belong to the DeltaNet section
   line("gdn pre-wait loads issued (b0)", 65, 32);
+  if (btrace_ && t[32]) print_btrace(t[32]);
+}
+
+void CudaBackend::print_btrace(unsigned long long base) const {
+  std::vector<unsigned long long> b(size_t(2) * kMoeBtraceBlocks * kMoeBtraceSlots);
+  if (cudaMemcpy(b.data(), btrace_, b.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) return;
+  const char* names[2][kMoeBtraceSlots] = {
+      {"entry", "after pdl_wait", "parts summed", "routing ranked", "first rows requested", "x prologue done",
+       "routing published", "first pair done", "block done", nullptr},
+      {"entry", "routing flag seen", "rows requested", "after pdl_wait", "act prologue done", "first row done",
+       nullptr, nullptr, "block done", nullptr}};
+  for (int k = 0; k < 2; ++k) {
+    std::fprintf(stderr, "cuda block trace (first DeltaNet layer, %s; us from in_proj's entry): min p10 p50 p90 max "
+                 "(block of the max)\n", k ? "MoE down" : "fused MoE router + gate_up");
+    for (int i = 0; i < kMoeBtraceSlots; ++i) {
+      if (!names[k][i]) continue;
+      std::vector<std::pair<double, int>> v;
+      for (int blk = 0; blk < kMoeBtraceBlocks; ++blk) {
+        const unsigned long long s = b[(size_t(k) * kMoeBtraceBlocks + blk) * kMoeBtraceSlots + i];
+        if (s) v.emplace_back(double(int64_t(s - base)) / 1e3, blk);
+      }
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      auto q = [&](double f) { return v[size_t(f * double(v.size() - 1) + 0.5)].first; };
+      std::fprintf(stderr, "  %-24s %4zu blocks %8.2f %8.2f %8.2f %8.2f %8.2f (%d)\n", names[k][i], v.size(), q(0),
+                   q(0.1), q(0.5), q(0.9), v.back().first, v.back().second);
+    }
+  }
 }
 
 size_t CudaBackend::step_weight_bytes() const {

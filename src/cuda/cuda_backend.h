@@ -43,12 +43,14 @@ struct CudaOptions {
   // blocks of its own in the DeltaNet step's launch (GdnArgs::ra_*; +1.2% at 4K on the H200 against in, session 13);
   // in: A as side rows of in_proj. The attention layers take A as side rows of q/k/v either way.
   bool ry_a_gdn = true;
+  bool pre_part_major = true;  // LILY_CUDA_PRE_PART_MAJOR=0: router-from-y's parts element-major ([E + 1][16])
   bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
   // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step
   // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
   std::string skip;
   bool skips(const char* name) const;
   bool trace = false;  // LILY_CUDA_TRACE=1: globaltimer stamps in the first attention and DeltaNet layers, printed at exit
+  bool btrace = false;  // LILY_CUDA_TRACE=2: also per-block stamps of the first DeltaNet layer's two MoE kernels
   static CudaOptions from_env();
 };
 
@@ -158,7 +160,9 @@ class CudaBackend : public Backend {
   unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_CUDA_TRACE stamps (attention 0-6, its MoE 16-28; first
                                         // DeltaNet layer: in_proj 32-34, gdn 35-38 and 42-43 and 47 and 64-65,
                                         // out_proj 39-41, MoE x prologues 12-14 / 44-46, its MoE 48-63)
+  unsigned long long* btrace_ = nullptr;  // LILY_CUDA_TRACE=2: [2][kMoeBtraceBlocks][8] per-block MoE stamps
   void print_trace() const;  // LILY_CUDA_TRACE stamps, at exit
+  void print_btrace(unsigned long long base) const;  // the per-block stamps, as quantiles over the blocks
   float* act_ = nullptr;        // [k I + Is]
   int32_t* ridx_ = nullptr;     // [k]
   float* rw_ = nullptr;         // [k]

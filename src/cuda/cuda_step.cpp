@@ -93,12 +93,13 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     // LILY_CUDA_SKIP=ry_a / ry_side (measurement only) leave them out
     const bool ry = d.ry_m != nullptr;
     const bool fa = d.ry_a != nullptr;  // LILY_CUDA_RY_A=i16
+    // part p of element e at pre_[p * ps + e * es] (element-major, or part-major: LILY_CUDA_PRE_PART_MAJOR)
+    const int ps = opt_.pre_part_major ? kMoePrePartStride : 1, es = opt_.pre_part_major ? 1 : kMoePreStride;
     const GemvSide side_a = {d.ry_a, d.ry_a_scale, fa ? DMat{} : d.ry_r, pre_,
-                             ry && !d.ry_a_gdn && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa, 1,
-                             kMoePreStride,
+                             ry && !d.ry_a_gdn && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa, ps, es,
                              fa ? nullptr : d.post_norm, fa};
-    const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa,
-                             ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, 1, kMoePreStride, nullptr};
+    const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa * ps,
+                             ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, ps, es, nullptr};
     if (!d.is_full) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
@@ -136,7 +137,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
         g.ra_out = pre_;
         g.ra_rows = c.n_experts + 1;
         g.ra_cols = c.hidden;
-        g.ra_stride = kMoePreStride;
+        g.ra_stride = es;
       }
       if (!opt_.skips("gdn")) gdn_decode(g, s, pdl);
       mark("gdn recurrence");
@@ -188,6 +189,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     if (trace_ && d.is_full && d.full_idx == 0) m.trace = trace_ + 16;
     if (trace_ && !d.is_full && d.lin_idx == 0) m.trace = trace_ + 48;
     m.trace_x = m.trace ? m.trace - 4 : nullptr;  // slots 12..14 / 44..46 (free in the mixer's range)
+    m.btrace = btrace_ && !d.is_full && d.lin_idx == 0 ? btrace_ : nullptr;  // LILY_CUDA_TRACE=2
     m.E = c.n_experts;
     m.k = c.top_k;
     m.gate = d.gate;
@@ -205,6 +207,8 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     if (fused && ry) {
       m.pre = pre_;
       m.pre_parts = d.ry_pa + d.ry_pm;
+      m.pre_es = es;
+      m.pre_ps = ps;
     } else if (fused && opt_.router_y == 2 && m.E <= 256) {  // measurement only: no producers, stale logits
       m.pre = pre_;
       m.pre_parts = 12;

@@ -74,6 +74,13 @@ __device__ __forceinline__ void trace_at(unsigned long long* trace, int i) {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   trace[i] = t;
 }
+// Per-block stamp (LILY_CUDA_TRACE=2): thread 0 of each block writes bt[blockIdx.x * slots + i] (b < nb).
+__device__ __forceinline__ void btrace_at(unsigned long long* bt, int nb, int slots, int i) {
+  if (!bt || threadIdx.x != 0 || int(blockIdx.x) >= nb) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  bt[blockIdx.x * slots + i] = t;
+}
 // The latest of several blocks: each block's thread 0 calls it once (slot starts zeroed; the last step's max stays).
 __device__ __forceinline__ void trace_max(unsigned long long* trace, int i) {
   if (!trace) return;

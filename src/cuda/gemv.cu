@@ -23,6 +23,8 @@ struct GemvParams {  // passed by value (kernel parameter space)
   unsigned long long* trace;  // LILY_CUDA_TRACE: [3] entry and x loaded (block 0), last block done; or null
   HeadNorm hn;                // per-head scale of x (hn.ss null: none)
   GemvSide side;              // side rows (side.rows 0: none)
+  int resid_early;            // k_gemv_whole (LILY_CUDA_GEMV_RESID_EARLY): an accumulated y[r] read right after the
+                              // PDL wait, beside the x prologue, not after the dots
 };
 
 // Side kinds (the kernels' SIDE parameter): none, int16 rows of side.m on the GEMV's x, rows of side.q on the raw x
@@ -240,6 +242,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
       SIDE == kSideRaw && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols)))
                                        : nullptr;
   pdl_wait();
+  // y[r] to accumulate into: final now (its writers ran before the kernel this one waited for); only this warp
+  // writes it
+  const bool early = p.resid_early && r >= 0 && lane == 0 && p.seg[sg].accumulate;
+  const float y0 = early ? __ldcg(p.seg[sg].y + r) : 0.f;
   gemv_x<SIDE>(p, nw, rw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
@@ -251,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
     acc[0] = warp_sum(acc[0]);
     if (lane == 0) {
       const GemvSeg& g = p.seg[sg];
-      g.y[r] = g.accumulate ? g.y[r] + acc[0] : acc[0];
+      g.y[r] = g.accumulate ? (early ? y0 : g.y[r]) + acc[0] : acc[0];
     }
   }
   if constexpr (SIDE != kSideNone) side_rest(p, sp, xv, xr, warp, gridDim.x * (kThreads / 32), lane);
@@ -346,6 +352,8 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   };
   // LILY_CUDA_GEMV_WHOLE=0: rows of 65..128 chunks as two rounds of k_gemv even when each warp has one row
   static const bool whole_on = env_default_on("LILY_CUDA_GEMV_WHOLE");
+  static const bool resid_early = env_default_on("LILY_CUDA_GEMV_RESID_EARLY");
+  p.resid_early = resid_early;
   auto whole = [&](auto kw) {  // 4-bit, one row per warp in one wave: the whole row (2 x 64 chunks) before the wait
     const int nch = p.cols / FmtInfo<kQ4>::kElems;
     if (!whole_on || nch <= 64 || nch > 128) return false;

@@ -156,6 +156,15 @@ void sample_step(const SampArgs& a, cudaStream_t s, bool pdl);
 // Router logits given in parts (MoeArgs::pre): [E + 1][kMoePreStride] floats, element e's parts 0 .. pre_parts-1
 // contiguous (e < E the logits', e = E the shared-expert gate's), none scaled by the router input's RMS factor.
 constexpr int kMoePreStride = 16, kMoePreMaxParts = 12;
+// The part-major layout of the same buffer (MoeArgs::pre_ps > 1): part p of element e at p * kMoePrePartStride + e,
+// so a block's threads read each part as one coalesced row ((E + 1) <= kMoePrePartStride; 12 parts fit the buffer).
+constexpr int kMoePrePartStride = 264;
+// LILY_CUDA_TRACE=2 per-block stamps (MoeArgs::btrace): blocks b < kMoeBtraceBlocks of each MoE kernel,
+// kMoeBtraceSlots stamps each. Fused kernel: 0 entry, 1 after pdl_wait, 2 parts summed, 3 routing ranked, 4 first
+// routed rows requested, 5 x prologue done, 6 routing published, 7 first routed pair done, 8 block done. Down:
+// 0 entry, 1 routing flag seen, 2 rows requested, 3 after pdl_wait, 4 act prologue done, 5 first row done, 8 block
+// done.
+constexpr int kMoeBtraceBlocks = 512, kMoeBtraceSlots = 10;
 struct MoeArgs {
   const float* x = nullptr;        // residual [H] (normed here with norm_w)
   const float* norm_w = nullptr;   // post_attention_layernorm [H]
@@ -173,6 +182,8 @@ struct MoeArgs {
   float* out = nullptr;            // residual [H], accumulated by down
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-14; fused: 6-7 last block, down 8-9, 15)
   unsigned long long* trace_x = nullptr;  // LILY_CUDA_TRACE: [3] fused x loads landed, x norm reduced, down act landed (b0)
+  unsigned long long* btrace = nullptr;   // LILY_CUDA_TRACE=2: per-block stamps [kMoeBtraceBlocks][slots] of the fused
+                                          // kernel, then the same of down (thread 0 of each block; kernels.h)
   int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)
   int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
@@ -184,9 +195,15 @@ struct MoeArgs {
                                    // order and ranked by each block; shg[0] is then the RMS factor r of x (written
                                    // by the fused kernel's block 0), and down's shared-expert gate r * element E's sum
   int pre_parts = 0;
+  int pre_es = kMoePreStride, pre_ps = 1;  // element and part strides of pre (floats): element-major [E + 1][16], or
+                                   // part-major (pre_es 1, pre_ps kMoePrePartStride; LILY_CUDA_PRE_PART_MAJOR)
   int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
                                    // the routing through route_done[4] and down reads it before its PDL wait
                                    // (route_done[5]: down blocks past the flag; both left zeroed)
+  int out_early = 0;               // down with early_route (set by its launcher from LILY_CUDA_DOWN_OUT_EARLY): each
+                                   // warp reads its first residual row once the routing flag is seen, before its
+                                   // PDL wait (the residual's writer finished before the fused kernel's wait), and
+                                   // stores out + sum at the end instead of a read-modify-write after the dots
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);

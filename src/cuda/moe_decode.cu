@@ -127,9 +127,20 @@ __device__ __forceinline__ float pre_total(const float4 (&q)[kMoePreMaxParts / 4
   return s;
 }
 // element e's parts (all loads in flight at once)
+// (element-major: pre_parts / 4 16-byte loads; part-major: one float per part, the block's threads reading each part
+// as one contiguous row)
 __device__ __forceinline__ void pre_load(const MoeArgs& a, int e, float4 (&q)[kMoePreMaxParts / 4]) {
+  if (a.pre_ps > 1) {
+    float v[kMoePreMaxParts];
+#pragma unroll
+    for (int i = 0; i < kMoePreMaxParts; ++i) v[i] = i < a.pre_parts ? __ldcg(a.pre + i * a.pre_ps + e) : 0.f;
+#pragma unroll
+    for (int i = 0; i < kMoePreMaxParts / 4; ++i)
+      q[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    return;
+  }
   const int nv = (a.pre_parts + 3) / 4;
-  const float4* src = reinterpret_cast<const float4*>(a.pre) + e * (kMoePreStride / 4);
+  const float4* src = reinterpret_cast<const float4*>(a.pre + int64_t(e) * a.pre_es);
 #pragma unroll
   for (int i = 0; i < kMoePreMaxParts / 4; ++i) q[i] = i < nv ? __ldcg(src + i) : make_float4(0.f, 0.f, 0.f, 0.f);
 }
@@ -333,6 +344,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (a.early_trigger) pdl_trigger();
   const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(a.trace, 0);
+  auto bt = [&](int i) { btrace_at(a.btrace, kMoeBtraceBlocks, kMoeBtraceSlots, i); };
+  bt(0);
 
   // this warp's router row in registers before the wait (weights do not depend on the previous kernel)
   const bool rrow = warp < nr, sh = warp == a.E;
@@ -359,6 +372,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
+  bt(1);
   PreLogits pl;  // PRE: the logits' parts requested before the x prologue, their top-k after it
   __shared__ __align__(16) float s_pl[PRE ? 256 : 1];
   if constexpr (PRE) pl.load(a);
@@ -367,12 +381,15 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if constexpr (RF) {
     pl.sum(a, s_pl);
     __syncthreads();
+    bt(2);
     if (threadIdx.x < 32) route_pre(s_pl, a.E, a.k, 1.f, s_idx, s_w, s_v);
     if (a.fixed_route && threadIdx.x < a.k)  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
       s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
     __syncthreads();
+    bt(3);
     const int n = a.k * a.gate.m.rows + Is;  // the routed rows, then the shared expert's
     if (warp < n) first.load(a, s_idx, warp, warp + nwarps < n ? warp + nwarps : -1, lane);
+    bt(4);
   }
   float rx = 1.f;  // the RMS factor of x
   // router_xf: the router's blocks normalise x into the f32 form only (their rows need no more), arrive, and build
@@ -382,6 +399,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   else load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr, &rx);  // both
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
+  bt(5);
   if (rrow) router_row<RFMT>(a, m, mrow, sh, warp, raw, sb, xr, lane);
   auto act_row = [&](int row) { gate_up_row<FMT>(a, s_idx, row, xv, lane); };
   if (!RF && !a.sh_late)
@@ -435,9 +453,11 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     __syncwarp();
     if (a.early_route && threadIdx.x == 0) atomicExch(a.route_done + 4, 1u);  // published: down may read it now
   }
+  bt(6);
   if constexpr (RF) {  // the first pair requested before the x prologue, the rest as below (routed, then shared rows)
     const int n = a.k * I + Is;
     if (warp < n) first.template finish<true>(a, xv, lane);
+    bt(7);
     for (int row = warp + 2 * nwarps; row < n; row += 2 * nwarps)
       gate_up_rows2<FMT>(a, s_idx, row, row + nwarps < n ? row + nwarps : -1, xv, lane);
   } else if (a.gu_pairs) {  // two routed rows per warp in flight
@@ -449,6 +469,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (a.trace) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(a.trace, 7);
+    bt(8);
   }
 }
 
@@ -474,6 +495,9 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(a.trace, 10);
   if (a.trace && threadIdx.x == 0) trace_max(a.trace, 13);  // the last block's entry
+  unsigned long long* const dbt = a.btrace ? a.btrace + kMoeBtraceBlocks * kMoeBtraceSlots : nullptr;
+  auto bt = [&](int i) { btrace_at(dbt, kMoeBtraceBlocks, kMoeBtraceSlots, i); };
+  bt(0);
   if (a.early_route) {  // the routing is published (flag route_done[4]) by the fused kernel right after its top-k
     if (threadIdx.x == 0)
       while (ld_acquire_u32(a.route_done + 4) == 0u) __nanosleep(32);
@@ -482,6 +506,7 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
     pdl_wait();
   }
   if (tr) trace_at(a.trace, 11);
+  bt(1);
   if (threadIdx.x < a.k) {  // through L2 (.cg): written by a kernel that may still be running
     s_w[threadIdx.x] = __ldcg(a.route_w + threadIdx.x);
     s_m[threadIdx.x] = expert(a.down, __ldcg(a.route_idx + threadIdx.x));
@@ -516,6 +541,10 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
     }
   };
   if (warp < H) issue(warp, 0);
+  // out_early: the residual row this warp adds to, read now (final: written before the fused kernel's wait, which
+  // returned before the routing flag was published)
+  const float out0 = a.out_early && lane == 0 && warp < H ? __ldcg(a.out + warp) : 0.f;
+  bt(2);
   const bool tre = tr && a.early_route;  // slots 8, 9, 15 belong to the separate gate_up kernel otherwise
   if (tre) trace_at(a.trace, 9);
   if (a.early_route) {
@@ -523,9 +552,11 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
     if (threadIdx.x == 32) count_past(a.route_done + 4, a.route_done + 5, gridDim.x);  // this block read the flag
   }
   if (tre) trace_at(a.trace, 15);
+  bt(3);
   load_x(a.act, nullptr, 0.f, n, xv, red, nullptr, {}, tr && a.trace_x ? a.trace_x + 2 : nullptr);
   pdl_trigger();
   if (tre) trace_at(a.trace, 8);
+  bt(4);
   for (int row = warp; row < H; row += nwarps) {
     float acc = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 32 * U) {
@@ -536,12 +567,14 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
     }
     if (row + nwarps < H) issue(row + nwarps, 0);  // the next row's loads before this row's reduction
     acc = warp_sum(acc);
-    if (lane == 0) a.out[row] += acc;
+    if (lane == 0) a.out[row] = (a.out_early && row == warp ? out0 : a.out[row]) + acc;
+    if (row == warp) bt(5);
   }
   if (tr) trace_at(a.trace, 12);
   if (a.trace) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(a.trace, 14);
+    bt(8);
   }
 }
 
@@ -603,6 +636,9 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     if (a.E > 256 || a.pre_parts < 1 || a.pre_parts > kMoePreMaxParts || !a.shg ||
         (reinterpret_cast<uintptr_t>(a.pre) & 15))
       throw Error("moe_route_gate_up: summed logits need E <= 256, 1..12 aligned parts and a shg output");
+    const bool em = a.pre_ps == 1 && a.pre_es % 4 == 0 && a.pre_es >= (a.pre_parts + 3) / 4 * 4;
+    if (!em && !(a.pre_es == 1 && a.pre_ps >= a.E + 1))
+      throw Error("moe_route_gate_up: summed logits need an element-major (16-byte rows) or part-major layout");
     a.router_xf = 0;
   }
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1 ||
@@ -648,6 +684,8 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   check(args);
   MoeArgs a = args;
   a.early_trigger = early_trigger_on();
+  static const bool out_early = env_default_on("LILY_CUDA_DOWN_OUT_EARLY");
+  a.out_early = out_early && a.early_route;
   const int n = a.k * a.down.m.cols + a.sh_down.cols;
   const int H = a.down.m.rows;
   const size_t smem = size_t(n) * 4 + size_t(n / 16) * 4;
