@@ -83,6 +83,7 @@ CudaOptions CudaOptions::from_env() {
   o.gdn_split = env_on("LILY_CUDA_GDN_SPLIT", true);
   o.gdn_xq = env_on("LILY_CUDA_GDN_XQ", true);
   o.pre_part_major = env_on("LILY_CUDA_PRE_PART_MAJOR", true);
+  o.side_block_sum = env_on("LILY_CUDA_SIDE_BLOCK_SUM", false);
   if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
   o.trace = env_on("LILY_CUDA_TRACE", false);
   if (const char* t = std::getenv("LILY_CUDA_TRACE")) o.btrace = std::strcmp(t, "2") == 0;

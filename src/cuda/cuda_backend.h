@@ -43,6 +43,8 @@ struct CudaOptions {
   // blocks of its own in the DeltaNet step's launch (GdnArgs::ra_*; +1.2% at 4K on the H200 against in, session 13);
   // in: A as side rows of in_proj. The attention layers take A as side rows of q/k/v either way.
   bool ry_a_gdn = true;
+  bool side_block_sum = false;  // LILY_CUDA_SIDE_BLOCK_SUM=1: B's 8 pieces summed per block into one part
+                                // (measured slower on the H200, session 14; default: 8 parts)
   bool pre_part_major = true;  // LILY_CUDA_PRE_PART_MAJOR=0: router-from-y's parts element-major ([E + 1][16])
   bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
   // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step

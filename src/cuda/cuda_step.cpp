@@ -98,8 +98,11 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     const GemvSide side_a = {d.ry_a, d.ry_a_scale, fa ? DMat{} : d.ry_r, pre_,
                              ry && !d.ry_a_gdn && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa, ps, es,
                              fa ? nullptr : d.post_norm, fa};
+    // B's pieces summed by the out projection's blocks into one part where they are one per warp of a block
+    const bool bsum = opt_.side_block_sum && d.ry_pm == kGemvSideBlockPieces;
     const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa * ps,
-                             ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, ps, es, nullptr};
+                             ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, ps, es, nullptr, false,
+                             bsum};
     if (!d.is_full) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
@@ -206,7 +209,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.early_route = fused && opt_.early_route && !opt_.skips("gate_up");
     if (fused && ry) {
       m.pre = pre_;
-      m.pre_parts = d.ry_pa + d.ry_pm;
+      m.pre_parts = d.ry_pa + (bsum ? 1 : d.ry_pm);
       m.pre_es = es;
       m.pre_ps = ps;
     } else if (fused && opt_.router_y == 2 && m.E <= 256) {  // measurement only: no producers, stale logits

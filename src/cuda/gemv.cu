@@ -60,9 +60,9 @@ struct SidePiece {
       if (lane == 0) rs = p.side.rscale[j];
     }
   }
+  // the piece's partial (in lane 0, which holds rs; j >= 0)
   template <class X>
-  __device__ __forceinline__ void finish(const GemvParams& p, const X& x, int lane) const {
-    if (j < 0) return;
+  __device__ __forceinline__ float value(const GemvParams& p, const X& x, int lane) const {
     float acc = 0.f;
     if constexpr (KIND == kSideRaw) {
       static_assert(std::is_same_v<X, XF>, "side rows of side.q are dotted with the f32 raw x");
@@ -80,19 +80,37 @@ struct SidePiece {
         acc = dot8_i16(w[u], xv, acc);
       }
     }
-    acc = warp_sum(acc);
-    if (lane == 0) p.side.part[q * p.side.part_q + j * p.side.part_j] = acc * rs;
+    return warp_sum(acc) * rs;
   }
 };
 
 // The side pieces of warp `warp`: the first (loaded before the wait, in sp) right after the x prologue, so its
 // registers are free for the rows and no side work sits at the launch's tail behind them; the rest (units past the
 // grid's warps) loaded and finished after the rows.
+static_assert(kThreads / 32 == kGemvSideBlockPieces, "block_sum: one piece per warp of a block");
+// block_sum: called by every warp of the block at once (its warps hold the 8 pieces of one row, or none).
 template <int KIND, class X>
 __device__ __forceinline__ void side_dot(const GemvParams& p, const SidePiece<KIND>& sp, const X& x, const XF& xr,
                                          int lane) {
-  if constexpr (side_reads_raw(KIND)) sp.finish(p, xr, lane);
-  else sp.finish(p, x, lane);
+  float v = 0.f;
+  if (sp.j >= 0) {
+    if constexpr (side_reads_raw(KIND)) v = sp.value(p, xr, lane);
+    else v = sp.value(p, x, lane);
+  }
+  if (!p.side.block_sum) {
+    if (sp.j >= 0 && lane == 0) p.side.part[sp.q * p.side.part_q + sp.j * p.side.part_j] = v;
+    return;
+  }
+  __shared__ float pieces[kGemvSideBlockPieces];
+  if (lane == 0) pieces[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x == 0 && sp.j >= 0) {
+    float s = 0.f;
+#pragma unroll
+    for (int q = 0; q < kGemvSideBlockPieces; ++q) s += pieces[q];
+    p.side.part[sp.j * p.side.part_j] = s;
+  }
+  __syncthreads();  // pieces[] free for a further row (side_rest)
 }
 template <int KIND, class X>
 __device__ __forceinline__ void side_rest(const GemvParams& p, SidePiece<KIND>& sp, const X& x, const XF& xr, int warp,
@@ -312,7 +330,8 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
     if ((q ? side->q.cols != segs[0].m.cols || side->q.rows < side->rows || (side->q.fmt != kQ8 && side->q.fmt != kBF16)
            : !side->m || !side->rscale || (reinterpret_cast<uintptr_t>(side->m) & 15)) ||
         !side->part || side->pieces < 1 || side->part_q < 0 || side->part_j < 0 ||
-        side->pieces * kGemvSidePiece != segs[0].m.cols)
+        side->pieces * kGemvSidePiece != segs[0].m.cols ||
+        (side->block_sum && side->pieces != kGemvSideBlockPieces))
       throw Error("gemv: side rows need f16 rows (16-byte aligned, with scales) or an 8-bit / bf16 matrix, of pieces * "
                   "512 columns, and partials");
     if ((q || side->m_raw) && hn)

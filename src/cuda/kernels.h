@@ -112,7 +112,10 @@ struct GemvSide {
   int rows = 0, pieces = 0, part_q = 0, part_j = 0;
   const float* raw_w = nullptr;  // [cols] or null (q only)
   bool m_raw = false;            // m's rows dotted with x as loaded (no norm, no head norm) instead of the GEMV's x
+  bool block_sum = false;        // pieces == kGemvSideBlockPieces: a block's warps hold one row's pieces and sum them
+                                 // (in piece order) into one partial, part[j * part_j] (LILY_CUDA_SIDE_BLOCK_SUM)
 };
+constexpr int kGemvSideBlockPieces = 8;  // the GEMV's warps per block
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
           bool pdl, unsigned long long* trace = nullptr, const HeadNorm* hn = nullptr,
           const GemvSide* side = nullptr);
@@ -189,6 +192,8 @@ struct MoeArgs {
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
   int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])
   int router_xf = 0;               // fused: router blocks quantise x (int8 form) after their barrier arrival
+  int down_prefetch = 0;           // fused: the down matrices into L2 at each block's end (LILY_CUDA_DOWN_PREFETCH=1)
+  int route_ballot = 0;            // fused, summed logits: route_pick_ballot's top-k (LILY_CUDA_ROUTE_BALLOT)
   int fixed_route = 0;             // measurement only (LILY_CUDA_MOE_FIXED): 1 experts 0..k-1, 2 every E/k-th
   const float* pre = nullptr;      // fused kernel only, E <= 256: the router-from-y form: logits / rms(x) given as
                                    // [E + 1][kMoePreStride] partial sums (no router rows, no barrier), summed in part

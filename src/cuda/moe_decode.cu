@@ -4,7 +4,7 @@
 //  k_moe_down: one warp per hidden row sums, over the k experts and the shared expert, routing weight x
 //    (down row . act), and adds it into the residual.
 // The router and gate_up as two launches (LILY_CUDA_FUSED_ROUTER=0) are in moe_unfused.cu; shared helpers in
-// moe_util.cuh.
+// moe_util.cuh, the top-k in moe_route.cuh.
 #include <cfloat>
 #include <cstdlib>
 #include <cstring>
@@ -12,169 +12,13 @@
 #include <type_traits>
 
 #include "cuda/device_util.cuh"
+#include "cuda/moe_route.cuh"
 #include "cuda/moe_util.cuh"
 
 namespace lily::cuda {
 namespace {
 
 using namespace moe_detail;
-
-// The same top-k by one warp straight from global logits[E] (L2): each lane holds E/32 keys, k rounds of a warp
-// argmax (ties -> lower index), then the softmax over the k selected by lanes 0..k-1. Results in idx[k], w[k]
-// (shared); the caller syncs the block before reading them. Used where every block routes for itself.
-// Each round is two single-instruction warp reductions (redux.sync, sm_80+) on 32-bit keys: the largest ordered
-// logit, then the lowest index holding it (a 64-bit shuffle argmax took ~3.3 us for the 8 rounds).
-// kPer: logits per lane (E <= 32 * kPer); the fused kernel takes 8 for E <= 256 (half the compares of kMaxE / 32).
-#ifndef LILY_ROUTE_VEC  // measurement builds: -DLILY_ROUTE_VEC=0 loads the logits one float per key
-#define LILY_ROUTE_VEC 1
-#endif
-constexpr bool kRouteVec = LILY_ROUTE_VEC != 0;
-// The softmax over the k selected logits v of lanes 0..k-1 (lane 0 holds the largest), of scale * logit (warp 0):
-// lane l < k's weight is the returned exponential / sum.
-__device__ __forceinline__ float selected_exp(float v, int k, float scale, float& sum) {
-  const int lane = threadIdx.x & 31;
-  const float top = __shfl_sync(0xffffffffu, v, 0);
-  const float ex = lane < k ? __expf(scale * (v - top)) : 0.f;
-  sum = warp_sum(ex);
-  return ex;
-}
-
-// k rounds of the warp argmax over the keys (key i of a lane is logit elem(i): lane * kPer + i when vec, else
-// lane + 32 i), then the softmax over the k selected, of scale * logit (scale > 0: the router input's RMS factor where
-// the keys are of logits not yet scaled by it; it does not change the selection). Results as route_warp's.
-// vsel (optional): the k selected logits themselves instead of the weights (route_weights makes them later).
-template <int kPer>
-__device__ __forceinline__ void route_pick(uint32_t (&key)[kPer], bool vec, int k, int* idx, float* w,
-                                           float scale = 1.f, float* vsel = nullptr) {
-  const int lane = threadIdx.x & 31;
-  auto elem = [&](int i) { return vec ? lane * kPer + i : lane + 32 * i; };
-  int my_e = 0;
-  uint32_t my_key = 0u;
-  for (int j = 0; j < k; ++j) {
-    uint32_t m = 0u;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) m = key[i] > m ? key[i] : m;
-    const uint32_t top = __reduce_max_sync(0xffffffffu, m);
-    uint32_t cand = 0xffffffffu;  // this lane's lowest index holding the maximum
-#pragma unroll
-    for (int i = kPer - 1; i >= 0; --i)
-      if (key[i] == top) cand = uint32_t(elem(i));
-    const uint32_t e = __reduce_min_sync(0xffffffffu, cand);  // ties -> lower index
-#pragma unroll
-    for (int i = 0; i < kPer; ++i)
-      if (uint32_t(elem(i)) == e) key[i] = 0u;
-    if (lane == j) {
-      my_e = int(e);
-      my_key = top;
-    }
-  }
-  // the selected logit back from its key (the inverse of route_key's monotone map: no second load)
-  const uint32_t bits = (my_key & 0x80000000u) ? (my_key & 0x7fffffffu) : ~my_key;
-  const float v = lane < k ? __uint_as_float(bits) : 0.f;
-  if (vsel) {
-    if (lane < k) {
-      idx[lane] = my_e;
-      vsel[lane] = v;
-    }
-    return;
-  }
-  float sum;
-  const float ex = selected_exp(v, k, scale, sum);
-  if (lane < k) {
-    idx[lane] = my_e;
-    w[lane] = ex / sum;
-  }
-}
-
-template <int kPer>
-__device__ void route_warp(const float* logits, int E, int k, int* idx, float* w) {
-  const int lane = threadIdx.x & 31;
-  // element of key i: lane + 32 i, or lane * kPer + i where all 32 * kPer logits are loaded as 16-byte vectors
-  // (kRouteVec: kPer / 4 loads per lane instead of kPer)
-  const bool vec = kRouteVec && kPer % 4 == 0 && E == 32 * kPer && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
-  uint32_t key[kPer];  // its ordered logit bits (route_key's high word); 0 = taken / none
-  if (vec) {
-#pragma unroll
-    for (int j = 0; j < kPer / 4; ++j) {
-      const float4 l4 = __ldcg(reinterpret_cast<const float4*>(logits) + lane * (kPer / 4) + j);
-      key[4 * j] = uint32_t(route_key(l4.x, 0) >> 32);
-      key[4 * j + 1] = uint32_t(route_key(l4.y, 0) >> 32);
-      key[4 * j + 2] = uint32_t(route_key(l4.z, 0) >> 32);
-      key[4 * j + 3] = uint32_t(route_key(l4.w, 0) >> 32);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int e = lane + 32 * i;
-      key[i] = e < E ? uint32_t(route_key(__ldcg(logits + e), e) >> 32) : 0u;
-    }
-  }
-  route_pick<kPer>(key, vec, k, idx, w);
-}
-
-// Router logits given before the kernel as partial sums (MoeArgs::pre, the router-from-y form): thread t < E holds
-// element t's parts, all loads issued by load() right after the PDL wait, summed in part order (deterministic) by
-// sum() after the x prologue. The shared-expert gate (element E) is summed by MoE down (pre_total).
-__device__ __forceinline__ float pre_total(const float4 (&q)[kMoePreMaxParts / 4], int parts) {
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < kMoePreMaxParts / 4; ++i) {
-    const float e[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (4 * i + j < parts) s += e[j];
-  }
-  return s;
-}
-// element e's parts (all loads in flight at once)
-// (element-major: pre_parts / 4 16-byte loads; part-major: one float per part, the block's threads reading each part
-// as one contiguous row)
-__device__ __forceinline__ void pre_load(const MoeArgs& a, int e, float4 (&q)[kMoePreMaxParts / 4]) {
-  if (a.pre_ps > 1) {
-    float v[kMoePreMaxParts];
-#pragma unroll
-    for (int i = 0; i < kMoePreMaxParts; ++i) v[i] = i < a.pre_parts ? __ldcg(a.pre + i * a.pre_ps + e) : 0.f;
-#pragma unroll
-    for (int i = 0; i < kMoePreMaxParts / 4; ++i)
-      q[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-    return;
-  }
-  const int nv = (a.pre_parts + 3) / 4;
-  const float4* src = reinterpret_cast<const float4*>(a.pre + int64_t(e) * a.pre_es);
-#pragma unroll
-  for (int i = 0; i < kMoePreMaxParts / 4; ++i) q[i] = i < nv ? __ldcg(src + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-}
-struct PreLogits {
-  float4 t[kMoePreMaxParts / 4];
-  __device__ __forceinline__ void load(const MoeArgs& a) {
-    if (int(threadIdx.x) < a.E) pre_load(a, threadIdx.x, t);
-  }
-  // element t's sum into sl[t] (the caller syncs the block before the top-k reads it)
-  __device__ __forceinline__ void sum(const MoeArgs& a, float* sl) const {
-    if (int(threadIdx.x) < a.E) sl[threadIdx.x] = pre_total(t, a.pre_parts);
-  }
-};
-
-// The weights of route_pick's k selected logits vsel (largest first) as it computes them, of scale * logit (warp 0).
-__device__ __forceinline__ void route_weights(const float* vsel, int k, float scale, float* w) {
-  const int lane = threadIdx.x & 31;
-  float sum;
-  const float ex = selected_exp(lane < k ? vsel[lane] : 0.f, k, scale, sum);
-  if (lane < k) w[lane] = ex / sum;
-}
-
-// The top-k of the E summed logits in sl (shared; keys of elements >= E: none) by warp 0, weights of r * logit
-// (vsel given: the selected logits instead, for route_weights).
-__device__ __forceinline__ void route_pre(const float* sl, int E, int k, float r, int* idx, float* w,
-                                          float* vsel = nullptr) {
-  const int lane = threadIdx.x & 31;
-  uint32_t key[8];
-  const float4 a = reinterpret_cast<const float4*>(sl)[2 * lane], b = reinterpret_cast<const float4*>(sl)[2 * lane + 1];
-  const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) key[i] = lane * 8 + i < E ? uint32_t(route_key(v[i], 0) >> 32) : 0u;
-  route_pick<8>(key, true, k, idx, w, r, vsel);
-}
 
 // Two act rows at once (row1 < 0: only row0): gate and up of both, all their loads in flight before any math (one
 // DRAM round trip for two rows; the same sums, in the same order, as gate_up_row). load() issues the first round of
@@ -254,6 +98,25 @@ __device__ __forceinline__ void gate_up_rows2(const MoeArgs& a, const int* s_idx
   GateUpPair<FMT> p;
   p.load(a, s_idx, row0, row1, lane);
   p.finish(a, x, lane);
+}
+
+// LILY_CUDA_DOWN_PREFETCH (MoeArgs::down_prefetch): the block's 1/gridDim share of the k routed experts' and the
+// shared expert's down matrices (their weights, and their (scale, bias) words) requested into L2 by bulk prefetches
+// (sm_90; thread 2 j + 0/1: matrix j's weights / words), so MoE down's rows come from L2.
+__device__ __forceinline__ void prefetch_down(const MoeArgs& a, const int* s_idx) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (int(threadIdx.x) >= 2 * (a.k + 1)) return;
+  const int j = threadIdx.x >> 1;
+  const bool words = threadIdx.x & 1;
+  const DMat m = j < a.k ? expert(a.down, s_idx[j]) : a.sh_down;
+  const uint8_t* base = words ? reinterpret_cast<const uint8_t*>(m.sb) : m.w;
+  const int64_t bytes = words ? int64_t(m.rows) * m.sb_row * 4 : int64_t(m.rows) * m.row_bytes;
+  const int64_t lo = (bytes * blockIdx.x / gridDim.x) & ~int64_t(15);
+  const int64_t hi =
+      blockIdx.x + 1 == gridDim.x ? bytes & ~int64_t(15) : (bytes * (blockIdx.x + 1) / gridDim.x) & ~int64_t(15);
+  if (base && hi > lo)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + lo), "r"(uint32_t(hi - lo)) : "memory");
+#endif
 }
 
 // Grid-wide barrier of a launch whose blocks are all resident (grid <= resident_grid): ctr[0] counts arrivals,
@@ -382,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     pl.sum(a, s_pl);
     __syncthreads();
     bt(2);
-    if (threadIdx.x < 32) route_pre(s_pl, a.E, a.k, 1.f, s_idx, s_w, s_v);
+    if (threadIdx.x < 32) route_pre(s_pl, a.E, a.k, 1.f, s_idx, s_w, a.route_ballot, s_v);
     if (a.fixed_route && threadIdx.x < a.k)  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
       s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
     __syncthreads();
@@ -421,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (tr) trace_at(a.trace, 4);
   if (threadIdx.x < 32) {
     if constexpr (RF) route_weights(s_v, a.k, rx, s_w);
-    else if constexpr (PRE) route_pre(s_pl, a.E, a.k, rx, s_idx, s_w);
+    else if constexpr (PRE) route_pre(s_pl, a.E, a.k, rx, s_idx, s_w, a.route_ballot);
     else if (a.E <= 256) route_warp<8>(a.logits, a.E, a.k, s_idx, s_w);
     else route_warp<kMaxE / 32>(a.logits, a.E, a.k, s_idx, s_w);
   }
@@ -466,6 +329,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   } else {
     for (int row = warp; row < a.k * I; row += nwarps) act_row(row);
   }
+  if (a.down_prefetch) prefetch_down(a, s_idx);
   if (a.trace) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(a.trace, 7);
@@ -632,6 +496,17 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     throw Error(std::string("LILY_CUDA_MOE_FIXED: expected 0, 1 or 2, got '") + v + "'");
   }();
   a.fixed_route = fixed;
+  // LILY_CUDA_ROUTE_BALLOT=1: route_pick_ballot (measured slower on the H200: 4K 645.7 -> 641.4 tok/s, session 14)
+  static const bool ballot = [] {
+    const char* v = std::getenv("LILY_CUDA_ROUTE_BALLOT");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  a.route_ballot = ballot;
+  static const bool down_prefetch = [] {  // default off: measured slower (4K 645.7 -> 630.1 tok/s, session 14)
+    const char* v = std::getenv("LILY_CUDA_DOWN_PREFETCH");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  a.down_prefetch = down_prefetch && a.early_route;
   if (a.pre) {
     if (a.E > 256 || a.pre_parts < 1 || a.pre_parts > kMoePreMaxParts || !a.shg ||
         (reinterpret_cast<uintptr_t>(a.pre) & 15))
