@@ -476,6 +476,12 @@ bool moe_rows_first_on() {
   return on;
 }
 
+// The measured-slower switches, off unless the variable is "1".
+bool env_is_one(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, "1") == 0;
+}
+
 }  // namespace
 
 void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
@@ -497,15 +503,10 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   }();
   a.fixed_route = fixed;
   // LILY_CUDA_ROUTE_BALLOT=1: route_pick_ballot (measured slower on the H200: 4K 645.7 -> 641.4 tok/s, session 14)
-  static const bool ballot = [] {
-    const char* v = std::getenv("LILY_CUDA_ROUTE_BALLOT");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  static const bool ballot = env_is_one("LILY_CUDA_ROUTE_BALLOT");
   a.route_ballot = ballot;
-  static const bool down_prefetch = [] {  // default off: measured slower (4K 645.7 -> 630.1 tok/s, session 14)
-    const char* v = std::getenv("LILY_CUDA_DOWN_PREFETCH");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  // default off: measured slower (4K 645.7 -> 630.1 tok/s, session 14)
+  static const bool down_prefetch = env_is_one("LILY_CUDA_DOWN_PREFETCH");
   a.down_prefetch = down_prefetch && a.early_route;
   if (a.pre) {
     if (a.E > 256 || a.pre_parts < 1 || a.pre_parts > kMoePreMaxParts || !a.shg ||

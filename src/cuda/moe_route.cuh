@@ -74,9 +74,9 @@ __device__ __forceinline__ void route_pick(uint32_t (&key)[kPer], bool vec, int 
 }
 
 // route_pick's selection and order for the vec layout (element lane * kPer + i) with one warp reduction per round
-// (LILY_CUDA_ROUTE_BALLOT=1; default off: slower on the H200): the round's maximum, then the lowest lane holding it (a lane's elements are
-// contiguous, so that is the lowest index) takes its lowest slot, writes idx[round] and refreshes its own maximum;
-// lane j keeps round j's key. Results as route_pick's.
+// (LILY_CUDA_ROUTE_BALLOT=1; default off: slower on the H200): the round's maximum, then the lowest lane holding it
+// (a lane's elements are contiguous, so that is the lowest index) takes its lowest slot, writes idx[round] and
+// refreshes its own maximum; lane j keeps round j's key. Results as route_pick's.
 template <int kPer>
 __device__ __forceinline__ void route_pick_ballot(uint32_t (&key)[kPer], int k, int* idx, float* w, float scale,
                                                   float* vsel) {
