@@ -177,6 +177,11 @@ __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {  // gpu-
 }
 // One block past a spin wait on *waited: counts itself on *seen; the last of n resets both (so that the next launch
 // starts from zero; it counts only after this one completed). Called by one thread of the block.
+__device__ __forceinline__ unsigned long long ld_acquire_u64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ void count_past(unsigned* waited, unsigned* seen, unsigned n) {
   if (atomicAdd(seen, 1u) == n - 1u) {
     *waited = 0;

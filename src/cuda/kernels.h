@@ -205,6 +205,11 @@ struct MoeArgs {
   int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
                                    // the routing through route_done[4] and down reads it before its PDL wait
                                    // (route_done[5]: down blocks past the flag; both left zeroed)
+  int sh_first = 0;                // fused, rows first (LILY_CUDA_MOE_SH_FIRST): the shared expert's act rows are the
+                                   // first work units, their loads issued before the wait
+  int route_packed = 0;            // early_route with 2 <= k <= 8, E <= 256 (LILY_CUDA_ROUTE_PACKED): the ids also
+                                   // as one word, route_done[6..7] (byte i: id i; nonzero as the ids differ), so down
+                                   // issues its rows from the flag's own load; the weights read after its wait
   int out_early = 0;               // down with early_route (set by its launcher from LILY_CUDA_DOWN_OUT_EARLY): each
                                    // warp reads its first residual row once the routing flag is seen, before its
                                    // PDL wait (the residual's writer finished before the fused kernel's wait), and

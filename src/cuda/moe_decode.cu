@@ -49,27 +49,43 @@ struct GateUpPair {
       chunk_load<FMT>(u[i], r[i], c, ru[i][v], su[i][v]);
     });
   }
-  __device__ __forceinline__ void load(const MoeArgs& a, const int* s_idx, int row0, int row1, int lane) {
+  // slot i for act row `row` (as_row: the matrices of that row, for a slot without one: row < 0)
+  __device__ __forceinline__ void set(const MoeArgs& a, const int* s_idx, int i, int row, int as_row) {
     const int I = a.gate.m.rows;
-    rows[0] = row0;
-    rows[1] = row1;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = rows[i] < 0 ? row0 : rows[i];
-      if (row < a.k * I) {
-        const int e = s_idx[row / I];
-        r[i] = row % I;
-        g[i] = expert(a.gate, e);
-        u[i] = expert(a.up, e);
-      } else {
-        r[i] = row - a.k * I;
-        g[i] = a.sh_gate;
-        u[i] = a.sh_up;
-      }
-      if (rows[i] < 0) r[i] = -1;
+    rows[i] = row;
+    if (as_row < a.k * I) {
+      const int e = s_idx[as_row / I];
+      r[i] = as_row % I;
+      g[i] = expert(a.gate, e);
+      u[i] = expert(a.up, e);
+    } else {
+      r[i] = as_row - a.k * I;
+      g[i] = a.sh_gate;
+      u[i] = a.sh_up;
     }
-    nch = g[0].cols / FmtInfo<FMT>::kElems;
+    if (row < 0) r[i] = -1;
+    nch = a.gate.m.cols / FmtInfo<FMT>::kElems;
+  }
+  __device__ __forceinline__ void load(const MoeArgs& a, const int* s_idx, int row0, int row1, int lane) {
+    set(a, s_idx, 0, row0, row0);
+    set(a, s_idx, 1, row1, row1 < 0 ? row0 : row1);
     load_round(0, lane);
+  }
+  // slot i's first round alone (load_second: the other slot's after it; the same loads as load())
+  __device__ __forceinline__ void load_slot(int i, int lane) {
+#pragma unroll
+    for (int v = 0; v < U; ++v) {
+      const int c = lane + 32 * v;
+      if (c < nch && r[i] >= 0) {
+        chunk_load<FMT>(g[i], r[i], c, rg[i][v], sg[i][v]);
+        chunk_load<FMT>(u[i], r[i], c, ru[i][v], su[i][v]);
+      }
+    }
+  }
+  // slot 0 holds a shared-expert row (needs no routing) loaded before the wait; slot 1 gets row1 now
+  __device__ __forceinline__ void load_second(const MoeArgs& a, const int* s_idx, int row1, int lane) {
+    set(a, s_idx, 1, row1, row1 < 0 ? rows[0] : row1);
+    load_slot(1, lane);
   }
   template <bool ONE = false, class X>
   __device__ __forceinline__ void finish(const MoeArgs& a, const X& x, int lane) {
@@ -232,6 +248,14 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const int snch = H / FmtInfo<FMT>::kElems;
   RowSet<FMT, 2> SP;
   if (!RF && a.sh_late && srr[0] >= 0) SP.load(smp, srr, snch, 0, lane);  // RF: the shared rows are pairs' rows
+  // RF: work unit w is act row unit_row(w); sh_first puts the shared expert's rows first, so the first pair of warps
+  // < Is holds one that needs no routing: its loads go out before the wait (in the pair's own registers)
+  auto unit_row = [&](int w) { return !a.sh_first ? w : w < Is ? a.k * I + w : w - Is; };
+  GateUpPair<FMT> first;  // RF: the warp's first pair, requested before the x prologue
+  if (RF && a.sh_first && warp < Is) {
+    first.set(a, nullptr, 0, a.k * I + warp, a.k * I + warp);
+    first.load_slot(0, lane);
+  }
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
@@ -240,7 +264,6 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   __shared__ __align__(16) float s_pl[PRE ? 256 : 1];
   if constexpr (PRE) pl.load(a);
   __shared__ float s_v[RF ? kMaxK : 1];  // RF: the selected logits
-  GateUpPair<FMT> first;                 // RF: the warp's first routed pair, requested before the x prologue
   if constexpr (RF) {
     pl.sum(a, s_pl);
     __syncthreads();
@@ -250,8 +273,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
       s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
     __syncthreads();
     bt(3);
-    const int n = a.k * a.gate.m.rows + Is;  // the routed rows, then the shared expert's
-    if (warp < n) first.load(a, s_idx, warp, warp + nwarps < n ? warp + nwarps : -1, lane);
+    const int n = a.k * I + Is;  // the routed rows, then the shared expert's (sh_first: the other way round)
+    const int u1 = warp + nwarps < n ? unit_row(warp + nwarps) : -1;
+    if (a.sh_first && warp < Is) first.load_second(a, s_idx, u1, lane);
+    else if (warp < n) first.load(a, s_idx, unit_row(warp), u1, lane);
     bt(4);
   }
   float rx = 1.f;  // the RMS factor of x
@@ -314,15 +339,22 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
       __threadfence();
     }
     __syncwarp();
-    if (a.early_route && threadIdx.x == 0) atomicExch(a.route_done + 4, 1u);  // published: down may read it now
+    if (a.early_route && threadIdx.x == 0) {  // published: down may read it now
+      if (a.route_packed) {
+        unsigned long long v = 0;
+        for (int i = 0; i < a.k; ++i) v |= static_cast<unsigned long long>(s_idx[i]) << (8 * i);
+        atomicExch(packed_route(a.route_done), v);
+      }
+      atomicExch(a.route_done + 4, 1u);
+    }
   }
   bt(6);
   if constexpr (RF) {  // the first pair requested before the x prologue, the rest as below (routed, then shared rows)
     const int n = a.k * I + Is;
     if (warp < n) first.template finish<true>(a, xv, lane);
     bt(7);
-    for (int row = warp + 2 * nwarps; row < n; row += 2 * nwarps)
-      gate_up_rows2<FMT>(a, s_idx, row, row + nwarps < n ? row + nwarps : -1, xv, lane);
+    for (int w = warp + 2 * nwarps; w < n; w += 2 * nwarps)
+      gate_up_rows2<FMT>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane);
   } else if (a.gu_pairs) {  // two routed rows per warp in flight
     for (int row = warp; row < a.k * I; row += 2 * nwarps)
       gate_up_rows2<FMT>(a, s_idx, row, row + nwarps < a.k * I ? row + nwarps : -1, xv, lane);
@@ -334,6 +366,23 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     __syncthreads();
     if (threadIdx.x == 0) trace_max(a.trace, 7);
     bt(8);
+  }
+}
+
+// The k routing weights and the shared expert's gate into w[0..k] (threads 0..k), through L2 (.cg): written by a
+// kernel that may still be running.
+template <bool PRE>
+__device__ __forceinline__ void route_weights_down(const MoeArgs& a, float* w) {
+  if (threadIdx.x < a.k) {
+    w[threadIdx.x] = __ldcg(a.route_w + threadIdx.x);
+  } else if (threadIdx.x == a.k) {
+    if constexpr (PRE) {  // shg holds the router input's RMS factor, the gate's parts are element E
+      float4 q[kMoePreMaxParts / 4];
+      pre_load(a, a.E, q);
+      w[a.k] = sigmoid_f(__ldcg(a.shg) * pre_total(q, a.pre_parts));
+    } else {
+      w[a.k] = sigmoid_f(__ldcg(a.shg));
+    }
   }
 }
 
@@ -362,7 +411,15 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   unsigned long long* const dbt = a.btrace ? a.btrace + kMoeBtraceBlocks * kMoeBtraceSlots : nullptr;
   auto bt = [&](int i) { btrace_at(dbt, kMoeBtraceBlocks, kMoeBtraceSlots, i); };
   bt(0);
-  if (a.early_route) {  // the routing is published (flag route_done[4]) by the fused kernel right after its top-k
+  __shared__ unsigned long long s_ids;
+  if (a.route_packed) {  // the ids in the flag word itself: no L2 round trip between the flag and the rows
+    if (threadIdx.x == 0) {
+      unsigned long long v;
+      while ((v = ld_acquire_u64(packed_route(a.route_done))) == 0ull) __nanosleep(32);
+      s_ids = v;
+    }
+    __syncthreads();
+  } else if (a.early_route) {  // the routing is published (flag route_done[4]) by the fused kernel after its top-k
     if (threadIdx.x == 0)
       while (ld_acquire_u32(a.route_done + 4) == 0u) __nanosleep(32);
     __syncthreads();
@@ -371,19 +428,15 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   }
   if (tr) trace_at(a.trace, 11);
   bt(1);
-  if (threadIdx.x < a.k) {  // through L2 (.cg): written by a kernel that may still be running
-    s_w[threadIdx.x] = __ldcg(a.route_w + threadIdx.x);
+  if (a.route_packed) {  // the weights (s_w) after the wait, below
+    if (threadIdx.x < a.k) s_m[threadIdx.x] = expert(a.down, int((s_ids >> (8 * threadIdx.x)) & 255u));
+    else if (threadIdx.x == a.k) s_m[a.k] = a.sh_down;
+  } else if (threadIdx.x < a.k) {  // through L2 (.cg): written by a kernel that may still be running
     s_m[threadIdx.x] = expert(a.down, __ldcg(a.route_idx + threadIdx.x));
   } else if (threadIdx.x == a.k) {
-    if constexpr (PRE) {  // shg holds the router input's RMS factor, the gate's parts are element E
-      float4 q[kMoePreMaxParts / 4];
-      pre_load(a, a.E, q);
-      s_w[a.k] = sigmoid_f(__ldcg(a.shg) * pre_total(q, a.pre_parts));
-    } else {
-      s_w[a.k] = sigmoid_f(__ldcg(a.shg));
-    }
     s_m[a.k] = a.sh_down;
   }
+  if (!a.route_packed) route_weights_down<PRE>(a, s_w);
   __syncthreads();
   // this warp's first weight loads go out before the act prologue, so their DRAM latency overlaps it
   const int nch = a.k * cpr + cprs;
@@ -413,10 +466,15 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   if (tre) trace_at(a.trace, 9);
   if (a.early_route) {
     pdl_wait();  // act, and out's other writers
-    if (threadIdx.x == 32) count_past(a.route_done + 4, a.route_done + 5, gridDim.x);  // this block read the flag
+    if (threadIdx.x == 32 && atomicAdd(a.route_done + 5, 1u) == gridDim.x - 1u) {  // every block read the flag
+      a.route_done[4] = 0;
+      *packed_route(a.route_done) = 0ull;
+      a.route_done[5] = 0;
+    }
   }
   if (tre) trace_at(a.trace, 15);
   bt(3);
+  if (a.route_packed) route_weights_down<PRE>(a, s_w);  // read by the dots, past load_x's final barrier
   load_x(a.act, nullptr, 0.f, n, xv, red, nullptr, {}, tr && a.trace_x ? a.trace_x + 2 : nullptr);
   pdl_trigger();
   if (tre) trace_at(a.trace, 8);
@@ -471,6 +529,11 @@ bool moe_router_barrier_on() {
 // LILY_CUDA_MOE_ROWS_FIRST=0 (router-from-y form, pairs): the x prologue before the top-k; default: the top-k and
 // the first routed pair's requests before it (k_moe_route_gate_up's RF: 4K 642.2 -> 647.8 tok/s on the H200,
 // session 13)
+// LILY_CUDA_ROUTE_PACKED=0: MoE down reads the routing through L2 after the flag (default: from the flag's word)
+bool route_packed_ok(const MoeArgs& a) {
+  static const bool on = env_default_on("LILY_CUDA_ROUTE_PACKED");
+  return on && a.early_route && a.k >= 2 && a.k <= 8 && a.E <= 256;
+}
 bool moe_rows_first_on() {
   static const bool on = env_default_on("LILY_CUDA_MOE_ROWS_FIRST");
   return on;
@@ -508,6 +571,9 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   // default off: measured slower (4K 645.7 -> 630.1 tok/s, session 14)
   static const bool down_prefetch = env_is_one("LILY_CUDA_DOWN_PREFETCH");
   a.down_prefetch = down_prefetch && a.early_route;
+  a.route_packed = route_packed_ok(a);
+  static const bool sh_first = env_default_on("LILY_CUDA_MOE_SH_FIRST");
+  a.sh_first = sh_first;
   if (a.pre) {
     if (a.E > 256 || a.pre_parts < 1 || a.pre_parts > kMoePreMaxParts || !a.shg ||
         (reinterpret_cast<uintptr_t>(a.pre) & 15))
@@ -562,6 +628,7 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   a.early_trigger = early_trigger_on();
   static const bool out_early = env_default_on("LILY_CUDA_DOWN_OUT_EARLY");
   a.out_early = out_early && a.early_route;
+  a.route_packed = route_packed_ok(a);
   const int n = a.k * a.down.m.cols + a.sh_down.cols;
   const int H = a.down.m.rows;
   const size_t smem = size_t(n) * 4 + size_t(n / 16) * 4;

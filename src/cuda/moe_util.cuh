@@ -16,6 +16,11 @@ __device__ __forceinline__ unsigned long long route_key(float v, int e) {
   return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(e));
 }
 
+// The routing as one word (MoeArgs::route_packed): route_done[6..7].
+__device__ __forceinline__ unsigned long long* packed_route(unsigned int* route_done) {
+  return reinterpret_cast<unsigned long long*>(route_done + 6);
+}
+
 __device__ __forceinline__ DMat expert(const DStack& st, int e) {
   DMat m = st.m;
   m.w += e * st.w_stride;
