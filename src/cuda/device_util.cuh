@@ -177,11 +177,6 @@ __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {  // gpu-
 }
 // One block past a spin wait on *waited: counts itself on *seen; the last of n resets both (so that the next launch
 // starts from zero; it counts only after this one completed). Called by one thread of the block.
-__device__ __forceinline__ unsigned long long ld_acquire_u64(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ void count_past(unsigned* waited, unsigned* seen, unsigned n) {
   if (atomicAdd(seen, 1u) == n - 1u) {
     *waited = 0;
@@ -430,11 +425,12 @@ __device__ __forceinline__ float head_sum(const HeadNorm& hn, int g) {
 // tr (optional, LILY_CUDA_TRACE): stamps when this thread's x loads have landed (tr[0]) and the norm is reduced (tr[1]).
 // r_out (optional): receives the RMS factor rsqrt(mean(x^2)+eps) (1 without norm_w), in every thread.
 // raw2: out2 receives x as loaded (no norm, no head scale), times w2 when given (global or staged like norm_w).
+// keep_last: the thread's last cp.async group is not waited for (copies committed after stage_vec's).
 template <class X>
 __device__ __forceinline__ void load_x(const float* __restrict__ x, const float* __restrict__ norm_w, float eps,
                                        int n, X& out, float* red, XF* out2 = nullptr, HeadNorm hn = {},
                                        unsigned long long* tr = nullptr, float* r_out = nullptr,
-                                       bool raw2 = false, const float* w2 = nullptr) {
+                                       bool raw2 = false, const float* w2 = nullptr, bool keep_last = false) {
   constexpr int kMaxG = 2;  // groups of x held in registers per thread (longer x: plain loop below)
   const int ng = n / 16;
   float4 v[kMaxG][4];
@@ -466,7 +462,8 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
     __syncthreads();
   }
   if (norm_w) {
-    cp_async_wait_all();  // norm_w (and w2) may be staged (stage_vec); block_sum's barrier publishes them
+    if (keep_last) asm volatile("cp.async.wait_group 1;" ::: "memory");
+    else cp_async_wait_all();  // norm_w (and w2) may be staged (stage_vec); block_sum's barrier publishes them
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < kMaxG; ++k)

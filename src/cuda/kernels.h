@@ -207,6 +207,8 @@ struct MoeArgs {
                                    // (route_done[5]: down blocks past the flag; both left zeroed)
   int sh_first = 0;                // fused, rows first (LILY_CUDA_MOE_SH_FIRST): the shared expert's act rows are the
                                    // first work units, their loads issued before the wait
+  int stage2_off = 0;              // fused, rows first (set by its launcher, LILY_CUDA_MOE_STAGE2): byte offset of the
+                                   // warps' StagedRow buffers in dynamic shared memory; 0: none
   int route_packed = 0;            // early_route with 2 <= k <= 8, E <= 256 (LILY_CUDA_ROUTE_PACKED): the ids also
                                    // as one word, route_done[6..7] (byte i: id i; nonzero as the ids differ), so down
                                    // issues its rows from the flag's own load; the weights read after its wait

@@ -20,6 +20,21 @@ namespace {
 
 using namespace moe_detail;
 
+// The gate and up matrices of act row `row` (the k routed experts' rows, then the shared expert's) and its row in them.
+__device__ __forceinline__ void act_row_mats(const MoeArgs& a, const int* s_idx, int row, DMat& g, DMat& u, int& r) {
+  const int I = a.gate.m.rows;
+  if (row < a.k * I) {
+    const int e = s_idx[row / I];
+    r = row % I;
+    g = expert(a.gate, e);
+    u = expert(a.up, e);
+  } else {
+    r = row - a.k * I;
+    g = a.sh_gate;
+    u = a.sh_up;
+  }
+}
+
 // Two act rows at once (row1 < 0: only row0): gate and up of both, all their loads in flight before any math (one
 // DRAM round trip for two rows; the same sums, in the same order, as gate_up_row). load() issues the first round of
 // loads (all of a 2048-column 4-bit row), finish() dots it, runs any further rounds and writes the two act values
@@ -51,18 +66,8 @@ struct GateUpPair {
   }
   // slot i for act row `row` (as_row: the matrices of that row, for a slot without one: row < 0)
   __device__ __forceinline__ void set(const MoeArgs& a, const int* s_idx, int i, int row, int as_row) {
-    const int I = a.gate.m.rows;
     rows[i] = row;
-    if (as_row < a.k * I) {
-      const int e = s_idx[as_row / I];
-      r[i] = as_row % I;
-      g[i] = expert(a.gate, e);
-      u[i] = expert(a.up, e);
-    } else {
-      r[i] = as_row - a.k * I;
-      g[i] = a.sh_gate;
-      u[i] = a.sh_up;
-    }
+    act_row_mats(a, s_idx, as_row, g[i], u[i], r[i]);
     if (row < 0) r[i] = -1;
     nch = a.gate.m.cols / FmtInfo<FMT>::kElems;
   }
@@ -108,6 +113,59 @@ struct GateUpPair {
         if (r[i] >= 0) a.act[rows[i]] = silu_f(ga[i]) * ua[i];
   }
 };
+// A warp's one act row of a second round (LILY_CUDA_MOE_STAGE2, rows first only), copied into shared memory by
+// cp.async as soon as the routing is known, each lane its own chunks of GateUpPair's first round (one round: nch <=
+// chunks_one()), dotted after the first pair: its DRAM round trip overlaps the first pair's instead of following it.
+// The same sums, in the same order, as gate_up_rows2 of that row alone.
+constexpr size_t kStagedRowBytes = 2 * 2 * 32 * (16 + 4);  // StagedRow::Buf (U = 2)
+template <int FMT>
+struct StagedRow {
+  static constexpr int U = GateUpPair<FMT>::U;
+  struct Buf {  // per warp: [chunk slot][gate, up][lane]
+    uint4 w[U][2][32];
+    uint32_t sb[U][2][32];
+  };
+  static_assert(sizeof(Buf) == kStagedRowBytes, "kStagedRowBytes");
+  __device__ __forceinline__ static void issue(const MoeArgs& a, const int* s_idx, int row, Buf& b, int lane) {
+    DMat m[2];
+    int r;
+    act_row_mats(a, s_idx, row, m[0], m[1], r);
+    const int nch = a.gate.m.cols / FmtInfo<FMT>::kElems;
+#pragma unroll
+    for (int v = 0; v < U; ++v) {
+      const int c = lane + 32 * v;
+      if (c < nch)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          cp_async16(&b.w[v][j][lane], m[j].w + int64_t(r) * m[j].row_bytes + int64_t(c) * 16);
+          if constexpr (FMT != kBF16) {
+            const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(&b.sb[v][j][lane]));
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d),
+                         "l"(m[j].sb + int64_t(r) * m[j].sb_row + (c * FmtInfo<FMT>::kElems) / m[j].group)
+                         : "memory");
+          }
+        }
+    }
+  }
+  template <class X>
+  __device__ __forceinline__ static void finish(const MoeArgs& a, int row, const Buf& b, const X& x, int lane) {
+    cp_async_wait_all();  // the lane's own copies: no other lane reads them
+    const int nch = a.gate.m.cols / FmtInfo<FMT>::kElems;
+    float ga = 0.f, ua = 0.f;
+#pragma unroll
+    for (int v = 0; v < U; ++v) {
+      const int c = lane + 32 * v;
+      if (c < nch) {
+        ga += x.template dot<FMT>(b.w[v][0][lane], FMT != kBF16 ? b.sb[v][0][lane] : 0u, c);
+        ua += x.template dot<FMT>(b.w[v][1][lane], FMT != kBF16 ? b.sb[v][1][lane] : 0u, c);
+      }
+    }
+    ga = warp_sum(ga);
+    ua = warp_sum(ua);
+    if (lane == 0) a.act[row] = silu_f(ga) * ua;
+  }
+};
+
 template <int FMT, class X>
 __device__ __forceinline__ void gate_up_rows2(const MoeArgs& a, const int* s_idx, int row0, int row1, const X& x,
                                               int lane) {
@@ -251,6 +309,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   // RF: work unit w is act row unit_row(w); sh_first puts the shared expert's rows first, so the first pair of warps
   // < Is holds one that needs no routing: its loads go out before the wait (in the pair's own registers)
   auto unit_row = [&](int w) { return !a.sh_first ? w : w < Is ? a.k * I + w : w - Is; };
+  // stage2: this warp's work ends with one unit of a second round, staged in shared memory (StagedRow)
+  const int n_units = a.k * I + Is;
+  const bool staged = RF && a.stage2_off && warp + 2 * nwarps < n_units && warp + 3 * nwarps >= n_units;
+  typename StagedRow<FMT>::Buf* const sbuf =
+      reinterpret_cast<typename StagedRow<FMT>::Buf*>(reinterpret_cast<char*>(smem4) + a.stage2_off) +
+      (threadIdx.x >> 5);
   GateUpPair<FMT> first;  // RF: the warp's first pair, requested before the x prologue
   if (RF && a.sh_first && warp < Is) {
     first.set(a, nullptr, 0, a.k * I + warp, a.k * I + warp);
@@ -277,6 +341,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     const int u1 = warp + nwarps < n ? unit_row(warp + nwarps) : -1;
     if (a.sh_first && warp < Is) first.load_second(a, s_idx, u1, lane);
     else if (warp < n) first.load(a, s_idx, unit_row(warp), u1, lane);
+    if (a.stage2_off) {  // uniform: every thread commits a group (load_x then leaves it pending)
+      if (staged) StagedRow<FMT>::issue(a, s_idx, unit_row(warp + 2 * nwarps), *sbuf, lane);
+      cp_async_commit();
+    }
     bt(4);
   }
   float rx = 1.f;  // the RMS factor of x
@@ -284,7 +352,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   // the int8 form while the barrier is pending; the other blocks build the int8 form only
   const bool xf_first = a.router_xf && rblock;
   if (xf_first) load_x(a.x, nw, a.eps, H, xr, red, nullptr, {}, tr ? a.trace_x : nullptr);
-  else load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr, &rx);  // both
+  else  // both (stage2: the staged row's copies stay pending)
+    load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr, &rx, false, nullptr,
+           RF && a.stage2_off);
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
   bt(5);
@@ -353,8 +423,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     const int n = a.k * I + Is;
     if (warp < n) first.template finish<true>(a, xv, lane);
     bt(7);
-    for (int w = warp + 2 * nwarps; w < n; w += 2 * nwarps)
-      gate_up_rows2<FMT>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane);
+    if (staged) {
+      StagedRow<FMT>::finish(a, unit_row(warp + 2 * nwarps), *sbuf, xv, lane);
+    } else {
+      for (int w = warp + 2 * nwarps; w < n; w += 2 * nwarps)
+        gate_up_rows2<FMT>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane);
+    }
   } else if (a.gu_pairs) {  // two routed rows per warp in flight
     for (int row = warp; row < a.k * I; row += 2 * nwarps)
       gate_up_rows2<FMT>(a, s_idx, row, row + nwarps < a.k * I ? row + nwarps : -1, xv, lane);
@@ -526,13 +600,22 @@ bool moe_router_barrier_on() {
   return on;
 }
 
-// LILY_CUDA_MOE_ROWS_FIRST=0 (router-from-y form, pairs): the x prologue before the top-k; default: the top-k and
-// the first routed pair's requests before it (k_moe_route_gate_up's RF: 4K 642.2 -> 647.8 tok/s on the H200,
-// session 13)
 // LILY_CUDA_ROUTE_PACKED=0: MoE down reads the routing through L2 after the flag (default: from the flag's word)
 bool route_packed_ok(const MoeArgs& a) {
   static const bool on = env_default_on("LILY_CUDA_ROUTE_PACKED");
   return on && a.early_route && a.k >= 2 && a.k <= 8 && a.E <= 256;
+}
+
+// LILY_CUDA_MOE_ROWS_FIRST=0 (router-from-y form, pairs): the x prologue before the top-k; default: the top-k and
+// the first routed pair's requests before it (k_moe_route_gate_up's RF: 4K 642.2 -> 647.8 tok/s on the H200,
+// session 13)
+// LILY_CUDA_MOE_STAGE2=0: a second round's act row loaded after the first pair (default: staged, StagedRow)
+bool stage2_ok(const MoeArgs& a) {
+  static const bool on = env_default_on("LILY_CUDA_MOE_STAGE2");
+  auto al = [](const DMat& m, int64_t stride) {
+    return (reinterpret_cast<uintptr_t>(m.w) & 15) == 0 && m.row_bytes % 16 == 0 && stride % 16 == 0;
+  };
+  return on && al(a.gate.m, a.gate.w_stride) && al(a.up.m, a.up.w_stride) && al(a.sh_gate, 0) && al(a.sh_up, 0);
 }
 bool moe_rows_first_on() {
   static const bool on = env_default_on("LILY_CUDA_MOE_ROWS_FIRST");
@@ -588,8 +671,13 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     throw Error("moe_route_gate_up: router and shared gate must share format and cols with the experts' input");
   const int H = a.gate.m.cols;
   const int rows = std::max(a.E + 1, a.k * a.gate.m.rows + a.sh_gate.rows);
-  auto run = [&](auto kern, size_t xbytes) {
-    const size_t smem = size_t(H) * 4 + (xbytes + 15) / 16 * 16 + XF::bytes(H);
+  auto run = [&](auto kern, size_t xbytes, bool stage2 = false) {
+    size_t smem = size_t(H) * 4 + (xbytes + 15) / 16 * 16 + XF::bytes(H);
+    if (stage2) {  // StagedRow's buffers after the x forms
+      smem = (smem + 15) / 16 * 16;
+      a.stage2_off = int(smem);
+      smem += size_t(kThreads / 32) * kStagedRowBytes;
+    }
     allow_smem(kern, smem);
     // every block must be resident at once (grid barrier): at most one wave
     const int blocks = std::min((rows + 7) / 8, resident_grid(kern, kThreads, smem));
@@ -600,7 +688,7 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     using X = typename decltype(x_tag)::type;
     if (a.pre) {  // the router's format does not matter
       if (a.gu_pairs && H <= GateUpPair<F>::chunks_one() * FmtInfo<F>::kElems && moe_rows_first_on())
-        run(k_moe_route_gate_up<F, kQ8, X, true, true>, X::bytes(H));
+        run(k_moe_route_gate_up<F, kQ8, X, true, true>, X::bytes(H), stage2_ok(a));
       else
         run(k_moe_route_gate_up<F, kQ8, X, true>, X::bytes(H));
       return;

@@ -16,6 +16,12 @@ __device__ __forceinline__ unsigned long long route_key(float v, int e) {
   return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(e));
 }
 
+__device__ __forceinline__ unsigned long long ld_acquire_u64(const unsigned long long* p) {  // gpu-scope acquire
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // The routing as one word (MoeArgs::route_packed): route_done[6..7].
 __device__ __forceinline__ unsigned long long* packed_route(unsigned int* route_done) {
   return reinterpret_cast<unsigned long long*>(route_done + 6);
