@@ -20,21 +20,6 @@ namespace {
 
 using namespace moe_detail;
 
-// The gate and up matrices of act row `row` (the k routed experts' rows, then the shared expert's) and its row in them.
-__device__ __forceinline__ void act_row_mats(const MoeArgs& a, const int* s_idx, int row, DMat& g, DMat& u, int& r) {
-  const int I = a.gate.m.rows;
-  if (row < a.k * I) {
-    const int e = s_idx[row / I];
-    r = row % I;
-    g = expert(a.gate, e);
-    u = expert(a.up, e);
-  } else {
-    r = row - a.k * I;
-    g = a.sh_gate;
-    u = a.sh_up;
-  }
-}
-
 // Two act rows at once (row1 < 0: only row0): gate and up of both, all their loads in flight before any math (one
 // DRAM round trip for two rows; the same sums, in the same order, as gate_up_row). load() issues the first round of
 // loads (all of a 2048-column 4-bit row), finish() dots it, runs any further rounds and writes the two act values
@@ -419,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     }
   }
   bt(6);
-  if constexpr (RF) {  // the first pair requested before the x prologue, the rest as below (routed, then shared rows)
+  if constexpr (RF) {  // the first pair requested before the x prologue, the rest by units (unit_row) as below
     const int n = a.k * I + Is;
     if (warp < n) first.template finish<true>(a, xv, lane);
     bt(7);
@@ -606,9 +591,6 @@ bool route_packed_ok(const MoeArgs& a) {
   return on && a.early_route && a.k >= 2 && a.k <= 8 && a.E <= 256;
 }
 
-// LILY_CUDA_MOE_ROWS_FIRST=0 (router-from-y form, pairs): the x prologue before the top-k; default: the top-k and
-// the first routed pair's requests before it (k_moe_route_gate_up's RF: 4K 642.2 -> 647.8 tok/s on the H200,
-// session 13)
 // LILY_CUDA_MOE_STAGE2=0: a second round's act row loaded after the first pair (default: staged, StagedRow)
 bool stage2_ok(const MoeArgs& a) {
   static const bool on = env_default_on("LILY_CUDA_MOE_STAGE2");
@@ -617,6 +599,10 @@ bool stage2_ok(const MoeArgs& a) {
   };
   return on && al(a.gate.m, a.gate.w_stride) && al(a.up.m, a.up.w_stride) && al(a.sh_gate, 0) && al(a.sh_up, 0);
 }
+
+// LILY_CUDA_MOE_ROWS_FIRST=0 (router-from-y form, pairs): the x prologue before the top-k; default: the top-k and
+// the first routed pair's requests before it (k_moe_route_gate_up's RF: 4K 642.2 -> 647.8 tok/s on the H200,
+// session 13)
 bool moe_rows_first_on() {
   static const bool on = env_default_on("LILY_CUDA_MOE_ROWS_FIRST");
   return on;

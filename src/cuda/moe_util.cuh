@@ -63,12 +63,9 @@ __device__ __forceinline__ void router_row(const MoeArgs& a, const DMat& m, int 
   }
 }
 
-// Row `row` of the act layout [k*I routed (expert s_idx[row / I]) | Is shared]: act[row] = silu(gate . x) * (up . x).
-template <int FMT, class X>
-__device__ __forceinline__ void gate_up_row(const MoeArgs& a, const int* s_idx, int row, const X& x, int lane) {
+// The gate and up matrices of act row `row` (the k routed experts' rows, then the shared expert's) and its row in them.
+__device__ __forceinline__ void act_row_mats(const MoeArgs& a, const int* s_idx, int row, DMat& g, DMat& u, int& r) {
   const int I = a.gate.m.rows;
-  DMat g, u;
-  int r;
   if (row < a.k * I) {
     const int e = s_idx[row / I];
     r = row % I;
@@ -79,6 +76,14 @@ __device__ __forceinline__ void gate_up_row(const MoeArgs& a, const int* s_idx, 
     g = a.sh_gate;
     u = a.sh_up;
   }
+}
+
+// Row `row` of the act layout [k*I routed (expert s_idx[row / I]) | Is shared]: act[row] = silu(gate . x) * (up . x).
+template <int FMT, class X>
+__device__ __forceinline__ void gate_up_row(const MoeArgs& a, const int* s_idx, int row, const X& x, int lane) {
+  DMat g, u;
+  int r;
+  act_row_mats(a, s_idx, row, g, u, r);
   float gv, uv;
   row_dot2_lane<FMT>(g, r, u, r, x, lane, gv, uv);
   gv = warp_sum(gv);
