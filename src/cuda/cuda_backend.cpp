@@ -454,7 +454,7 @@ void CudaBackend::print_btrace(unsigned long long base) const {
       {"entry", "after pdl_wait", "parts summed", "routing ranked", "first rows requested", "x prologue done",
        "routing published", "first pair done", "block done", nullptr},
       {"entry", "routing flag seen", "rows requested", "after pdl_wait", "act prologue done", "first row done",
-       nullptr, nullptr, "block done", nullptr}};
+       "ids in shared memory", "rows issued (before out row)", "block done", nullptr}};
   for (int k = 0; k < 2; ++k) {
     std::fprintf(stderr, "cuda block trace (first DeltaNet layer, %s; us from in_proj's entry): min p10 p50 p90 max "
                  "(block of the max)\n", k ? "MoE down" : "fused MoE router + gate_up");

@@ -516,7 +516,9 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
       }
     }
   };
+  bt(6);
   if (warp < H) issue(warp, 0);
+  bt(7);
   // out_early: the residual row this warp adds to, read now (final: written before the fused kernel's wait, which
   // returned before the routing flag was published)
   const float out0 = a.out_early && lane == 0 && warp < H ? __ldcg(a.out + warp) : 0.f;
