@@ -191,6 +191,10 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* g) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
 }
+__device__ __forceinline__ void cp_async4(void* smem, const void* g) {  // 4 bytes (through L1: .ca)
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(g) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 // Starts copying n floats (n % 4 == 0) of src into shared dst; returns the pointer to read them through (dst, or

@@ -209,9 +209,10 @@ struct MoeArgs {
                                    // first work units, their loads issued before the wait
   int stage2_off = 0;              // fused, rows first (set by its launcher, LILY_CUDA_MOE_STAGE2): byte offset of the
                                    // warps' StagedRow buffers in dynamic shared memory; 0: none
-  int route_packed = 0;            // early_route with 2 <= k <= 8, E <= 256 (LILY_CUDA_ROUTE_PACKED): the ids also
-                                   // as one word, route_done[6..7] (byte i: id i; nonzero as the ids differ), so down
-                                   // issues its rows from the flag's own load; the weights read after its wait
+  int route_packed = 0;            // early_route with 2 <= k <= 8, E <= 256 (LILY_CUDA_ROUTE_PACKED): the flag is
+                                   // the ids as one word, route_done[6..7] (byte i: id i; nonzero as the ids differ)
+                                   // instead of route_done[4], so down issues its rows from the flag's own load; the
+                                   // weights read after its wait
   int out_early = 0;               // down with early_route (set by its launcher from LILY_CUDA_DOWN_OUT_EARLY): each
                                    // warp reads its first residual row once the routing flag is seen, before its
                                    // PDL wait (the residual's writer finished before the fused kernel's wait), and

@@ -123,12 +123,8 @@ struct StagedRow {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           cp_async16(&b.w[v][j][lane], m[j].w + int64_t(r) * m[j].row_bytes + int64_t(c) * 16);
-          if constexpr (FMT != kBF16) {
-            const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(&b.sb[v][j][lane]));
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d),
-                         "l"(m[j].sb + int64_t(r) * m[j].sb_row + (c * FmtInfo<FMT>::kElems) / m[j].group)
-                         : "memory");
-          }
+          if constexpr (FMT != kBF16)
+            cp_async4(&b.sb[v][j][lane], m[j].sb + int64_t(r) * m[j].sb_row + (c * FmtInfo<FMT>::kElems) / m[j].group);
         }
     }
   }
@@ -295,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   // < Is holds one that needs no routing: its loads go out before the wait (in the pair's own registers)
   auto unit_row = [&](int w) { return !a.sh_first ? w : w < Is ? a.k * I + w : w - Is; };
   // stage2: this warp's work ends with one unit of a second round, staged in shared memory (StagedRow)
-  const int n_units = a.k * I + Is;
+  const int n_units = a.k * I + Is;  // act rows: the routed experts', then the shared expert's
   const bool staged = RF && a.stage2_off && warp + 2 * nwarps < n_units && warp + 3 * nwarps >= n_units;
   typename StagedRow<FMT>::Buf* const sbuf =
       reinterpret_cast<typename StagedRow<FMT>::Buf*>(reinterpret_cast<char*>(smem4) + a.stage2_off) +
@@ -322,10 +318,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
       s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
     __syncthreads();
     bt(3);
-    const int n = a.k * I + Is;  // the routed rows, then the shared expert's (sh_first: the other way round)
-    const int u1 = warp + nwarps < n ? unit_row(warp + nwarps) : -1;
+    const int u1 = warp + nwarps < n_units ? unit_row(warp + nwarps) : -1;
     if (a.sh_first && warp < Is) first.load_second(a, s_idx, u1, lane);
-    else if (warp < n) first.load(a, s_idx, unit_row(warp), u1, lane);
+    else if (warp < n_units) first.load(a, s_idx, unit_row(warp), u1, lane);
     if (a.stage2_off) {  // uniform: every thread commits a group (load_x then leaves it pending)
       if (staged) StagedRow<FMT>::issue(a, s_idx, unit_row(warp + 2 * nwarps), *sbuf, lane);
       cp_async_commit();
@@ -395,17 +390,18 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     }
     __syncwarp();
     if (a.early_route && threadIdx.x == 0) {  // published: down may read it now
-      if (a.route_packed) {
+      if (a.route_packed) {  // the word is the flag (down reads no other)
         unsigned long long v = 0;
         for (int i = 0; i < a.k; ++i) v |= static_cast<unsigned long long>(s_idx[i]) << (8 * i);
         atomicExch(packed_route(a.route_done), v);
+      } else {
+        atomicExch(a.route_done + 4, 1u);
       }
-      atomicExch(a.route_done + 4, 1u);
     }
   }
   bt(6);
   if constexpr (RF) {  // the first pair requested before the x prologue, the rest by units (unit_row) as below
-    const int n = a.k * I + Is;
+    const int n = n_units;
     if (warp < n) first.template finish<true>(a, xv, lane);
     bt(7);
     if (staged) {
