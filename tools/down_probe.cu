@@ -9,15 +9,17 @@
 #include "probe_util.cuh"
 
 constexpr int kMats = 9, kRows = 2048, kRowBytes = 256, kWordBytes = 32;
+constexpr int kThreads = 288, kWarps = kThreads / 32;  // down's block: one hidden row per warp
+constexpr int64_t kLayerGap = 8 << 20;                 // between one layer slot's stacks
 constexpr int64_t kMatBytes = int64_t(kRows) * kRowBytes;  // 512 KB
 struct Mats {
   int64_t w[kMats], sb[kMats];  // byte offsets of each matrix's rows and words in the buffer
 };
 
-__global__ void __launch_bounds__(288) k_down_probe(const uint8_t* buf, Mats m, float* out) {
+__global__ void __launch_bounds__(kThreads) k_down_probe(const uint8_t* buf, Mats m, float* out) {
   constexpr int U = 5, cpr = kRowBytes / 16, nch = kMats * cpr;
   const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * 9 + (threadIdx.x >> 5);
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (row >= kRows) return;
   uint4 v[U];
   uint32_t s[U];
@@ -27,7 +29,7 @@ __global__ void __launch_bounds__(288) k_down_probe(const uint8_t* buf, Mats m, 
     if (c < nch) {
       const int e = c / cpr, cc = c % cpr;
       v[u] = ldg_stream(buf + m.w[e] + int64_t(row) * kRowBytes + cc * 16);
-      s[u] = *reinterpret_cast<const uint32_t*>(buf + m.sb[e] + int64_t(row) * kWordBytes + (cc / 2) * 4);
+      s[u] = *reinterpret_cast<const uint32_t*>(buf + m.sb[e] + int64_t(row) * kWordBytes + (cc / 2) * 4);  // 32 elements a chunk, 64 a group
     }
   }
   float acc = 0.f;
@@ -41,14 +43,14 @@ int main() {
   const auto [s, buf, out, grid0] = probe_setup();
   (void)grid0;
   constexpr int N = kProbeKernels, reps = kProbeReps;
-  const int grid = (kRows + 8) / 9;
+  const int grid = (kRows + kWarps - 1) / kWarps;
   std::mt19937_64 rng(7);
   // stacks of 256 experts: weights 128 MB, words 16 MB, one pair per layer slot, spread over the span
   const int64_t stack_w = 256 * kMatBytes, stack_sb = 256 * int64_t(kRows) * kWordBytes;
-  const int64_t layers = kProbeSpan / (stack_w + stack_sb + (8 << 20)) - 1;
+  const int64_t layers = kProbeSpan / (stack_w + stack_sb + kLayerGap) - 1;
   const int64_t pages = kProbeSpan / (2 << 20) - 8;
   const char* names[4] = {"stacked (512 KB stride)", "random 2 MB-aligned places", "random places + 4 KB offsets",
-                          "one contiguous 4.7 MB slice"};
+                          "one contiguous range"};
   for (int rep = 0; rep < 2; ++rep)
     for (int mode = 0; mode < 4; ++mode) {
       cudaGraph_t g;
@@ -56,7 +58,7 @@ int main() {
       for (int i = 0; i < N; ++i) {
         Mats m{};
         const int64_t L = int64_t(rng() % uint64_t(layers));
-        const int64_t lw = L * (stack_w + stack_sb + (8 << 20)), lsb = lw + stack_w;
+        const int64_t lw = L * (stack_w + stack_sb + kLayerGap), lsb = lw + stack_w;
         for (int j = 0; j < kMats; ++j) {
           const int64_t e = int64_t(rng() % 256);
           if (mode == 0) {
@@ -71,7 +73,7 @@ int main() {
             m.sb[j] = int64_t(rng() % uint64_t(pages)) * (2 << 20) + off;
           }
         }
-        k_down_probe<<<grid, 288, 0, s>>>(buf, m, out);
+        k_down_probe<<<grid, kThreads, 0, s>>>(buf, m, out);
       }
       CK(cudaStreamEndCapture(s, &g));
       const double us = 1e3 * time_graph_ms(g, s, 2, reps) / N;
