@@ -29,7 +29,8 @@ __global__ void __launch_bounds__(kThreads) k_down_probe(const uint8_t* buf, Mat
     if (c < nch) {
       const int e = c / cpr, cc = c % cpr;
       v[u] = ldg_stream(buf + m.w[e] + int64_t(row) * kRowBytes + cc * 16);
-      s[u] = *reinterpret_cast<const uint32_t*>(buf + m.sb[e] + int64_t(row) * kWordBytes + (cc / 2) * 4);  // 32 elements a chunk, 64 a group
+      // the chunk's (scale, bias) word: 32 elements a chunk, 64 a group
+      s[u] = *reinterpret_cast<const uint32_t*>(buf + m.sb[e] + int64_t(row) * kWordBytes + (cc / 2) * 4);
     }
   }
   float acc = 0.f;
