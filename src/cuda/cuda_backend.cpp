@@ -80,6 +80,7 @@ CudaOptions CudaOptions::from_env() {
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
   o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);
+  o.one_wave = env_on("LILY_CUDA_MOE_ONE_WAVE", false);
   o.gdn_split = env_on("LILY_CUDA_GDN_SPLIT", true);
   o.gdn_xq = env_on("LILY_CUDA_GDN_XQ", true);
   o.pre_part_major = env_on("LILY_CUDA_PRE_PART_MAJOR", true);
@@ -248,6 +249,22 @@ DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what) {
   return st;
 }
 
+// The one-wave MoE's column-blocked copies of a layer's 4-bit down matrices (kernels.h DColBlk).
+void CudaBackend::make_ow_down(DLayer& d, int E) {
+  auto words = [&](const DMat& m, int n) { return size_t(n) * m.rows * (m.cols / 8 + m.cols / m.group); };
+  auto make = [&](const DStack& st, int n) {
+    uint32_t* w = static_cast<uint32_t*>(dev_alloc(words(st.m, n) * 4));
+    weight_bytes_ += words(st.m, n) * 4;
+    return make_colblk(st, n, w, w + size_t(n) * st.m.rows * (st.m.cols / 8));
+  };
+  d.ow_down = make(d.down, E);
+  DStack sh;
+  sh.m = d.sh_down;
+  sh.w_stride = d.sh_down.row_bytes * d.sh_down.rows;
+  sh.sb_stride = int64_t(d.sh_down.sb_row) * d.sh_down.rows;
+  d.ow_sh_down = make(sh, 1);
+}
+
 float* CudaBackend::upload_f32(const std::vector<float>& v) {
   float* d = static_cast<float*>(dev_alloc(std::max<size_t>(v.size(), 1) * 4));
   if (!v.empty()) LILY_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
@@ -303,6 +320,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     d.sh_gate = upload(L.moe.sh_gate, "shared_expert.gate");
     d.sh_up = upload(L.moe.sh_up, "shared_expert.up");
     d.sh_down = upload(L.moe.sh_down, "shared_expert.down");
+    if (opt_.one_wave && d.down.m.fmt == kQ4 && d.sh_down.fmt == kQ4) make_ow_down(d, int(L.moe.down.e.size()));
     layers_.push_back(d);
   }
   const int G = c.n_kv_heads ? c.n_q_heads / c.n_kv_heads : 1;
@@ -338,6 +356,15 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   route_done_ = static_cast<unsigned int*>(dev_alloc(32));
   LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 32));
   act_ = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
+  if (opt_.one_wave) {
+    MoeArgs m;  // the shapes moe_ow_part_floats reads
+    m.E = c.n_experts;
+    m.k = c.top_k;
+    m.gate.m.rows = c.expert_inter;
+    m.gate.m.cols = c.hidden;
+    m.sh_gate.rows = c.shared_inter;
+    ow_part_ = static_cast<float*>(dev_alloc(moe_ow_part_floats(m) * 4));
+  }
   ridx_ = static_cast<int32_t*>(dev_alloc(size_t(c.top_k) * 4));
   rw_ = static_cast<float*>(dev_alloc(size_t(c.top_k) * 4));
   part_ = static_cast<float*>(
@@ -452,7 +479,7 @@ void CudaBackend::print_btrace(unsigned long long base) const {
   if (cudaMemcpy(b.data(), btrace_, b.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) return;
   const char* names[2][kMoeBtraceSlots] = {
       {"entry", "after pdl_wait", "parts summed", "routing ranked", "first rows requested", "x prologue done",
-       "routing published", "first pair done", "block done", nullptr},
+       "routing published", "first pair done", "block done", "one wave: partials written"},
       {"entry", "routing flag seen", "rows requested", "after pdl_wait", "act prologue done", "first row done",
        "ids in shared memory", "rows issued (before out row)", "block done", nullptr}};
   for (int k = 0; k < 2; ++k) {

@@ -28,6 +28,9 @@ struct CudaOptions {
   bool prefill_attn_precise = true;  // LILY_CUDA_PREFILL_ATTN_PRECISE=0: bf16 flash attention in the fp16 modes
   bool fused_router = true;  // LILY_CUDA_FUSED_ROUTER=0: MoE router and gate_up as two launches
   bool early_route = true;   // LILY_CUDA_MOE_EARLY_ROUTE=0: MoE down reads the routing after its PDL wait
+  // LILY_CUDA_MOE_ONE_WAVE=1: MoE down inside the fused MoE kernel (moe_one_wave.cuh) where moe_one_wave_ok allows
+  // it, from column-blocked copies of the 4-bit down matrices made at load (+1/3 of the experts' memory)
+  bool one_wave = false;
   bool gdn_split = true;     // LILY_CUDA_GDN_SPLIT=0: one 1024-thread DeltaNet block per value head (gated norm inside)
   bool gdn_xq = true;        // LILY_CUDA_GDN_XQ=0: the split DeltaNet step writes f32 y, quantised by out_proj (else
                              // its blocks write y's int8 form, an XQ image, where out_proj runs the int8-x path)
@@ -88,6 +91,7 @@ struct DLayer {
   float* ry_m_scale = nullptr;
   int ry_pa = 0, ry_pm = 0;
   bool ry_a_gdn = false;  // A by the DeltaNet step's blocks (one part), not in_proj's side rows
+  DColBlk ow_down, ow_sh_down;  // LILY_CUDA_MOE_ONE_WAVE=1, 4-bit down: column-blocked copies (w null: none)
 };
 
 class CudaState;
@@ -117,6 +121,7 @@ class CudaBackend : public Backend {
  private:
   DMat upload(const QMatrix& m, const char* what);
   DStack upload_stack(const ExpertStack& s, const char* what);
+  void make_ow_down(DLayer& d, int E);
   float* upload_f32(const std::vector<float>& v);
   void enqueue_step(cudaStream_t s, bool sample);
   void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s, unsigned long long* trace = nullptr,
@@ -166,6 +171,7 @@ class CudaBackend : public Backend {
   void print_trace() const;  // LILY_CUDA_TRACE stamps, at exit
   void print_btrace(unsigned long long base) const;  // the per-block stamps, as quantiles over the blocks
   float* act_ = nullptr;        // [k I + Is]
+  float* ow_part_ = nullptr;    // one wave: the fused MoE blocks' partial sums [blocks][H] (moe_ow_part_floats)
   int32_t* ridx_ = nullptr;     // [k]
   float* rw_ = nullptr;         // [k]
   float* part_ = nullptr;       // attention split partials

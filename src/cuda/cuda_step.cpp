@@ -207,6 +207,9 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.out = x_;
     const bool fused = opt_.fused_router && m.router.cols == m.gate.m.cols;
     m.early_route = fused && opt_.early_route && !opt_.skips("gate_up");
+    m.ow_down = d.ow_down;
+    m.ow_sh_down = d.ow_sh_down;
+    m.ow_part = ow_part_;
     if (fused && ry) {
       m.pre = pre_;
       m.pre_parts = d.ry_pa + (bsum ? 1 : d.ry_pm);
@@ -215,6 +218,13 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     } else if (fused && opt_.router_y == 2 && m.E <= 256) {  // measurement only: no producers, stale logits
       m.pre = pre_;
       m.pre_parts = 12;
+    }
+    bool one_wave = false;  // LILY_CUDA_MOE_ONE_WAVE=1: down inside the fused kernel
+    if (fused && opt_.one_wave && !opt_.skips("gate_up") && !opt_.skips("down")) {
+      m.one_wave = 1;
+      one_wave = moe_one_wave_ok(m);
+      m.one_wave = one_wave;
+      if (one_wave) m.early_route = 0;
     }
     if (fused) {
       if (!opt_.skips("gate_up")) moe_route_gate_up(m, s, pdl);
@@ -225,8 +235,8 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       if (!opt_.skips("gate_up")) moe_gate_up(m, s, pdl);
       mark("moe gate_up");
     }
-    if (!opt_.skips("down")) moe_down(m, s, pdl);
-    mark("moe down");
+    if (!opt_.skips("down") && !one_wave) moe_down(m, s, pdl);
+    if (!one_wave) mark("moe down");
   }
   lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, sample ? nullptr : out_ids_, ctl_, s, pdl);
   mark("lm_head argmax");

@@ -164,10 +164,24 @@ constexpr int kMoePreStride = 16, kMoePreMaxParts = 12;
 constexpr int kMoePrePartStride = 264;
 // LILY_CUDA_TRACE=2 per-block stamps (MoeArgs::btrace): blocks b < kMoeBtraceBlocks of each MoE kernel,
 // kMoeBtraceSlots stamps each. Fused kernel: 0 entry, 1 after pdl_wait, 2 parts summed, 3 routing ranked, 4 first
-// routed rows requested, 5 x prologue done, 6 routing published, 7 first routed pair done, 8 block done. Down:
+// routed rows requested, 5 x prologue done, 6 routing published, 7 first routed pair done, 8 block done, 9 (one
+// wave) partial sums written. Down:
 // 0 entry, 1 routing flag seen, 2 rows requested, 3 after pdl_wait, 4 act prologue done, 5 first row done, 8 block
 // done.
 constexpr int kMoeBtraceBlocks = 512, kMoeBtraceSlots = 10;
+// A column-blocked copy of E stacked down matrices [H, cols] (4-bit, the one-wave MoE): w[e][cols / 8][H] words
+// (word (e, c, r) holds row r's 8 columns 8 c .. 8 c + 7, as a row's word does), sb[e][cols / group][H] (scale, bias)
+// words.
+struct DColBlk {
+  const uint32_t* w = nullptr;
+  const uint32_t* sb = nullptr;
+  int rows = 0, cols = 0, group = 0;
+  int cb_per_e = 0, g_per_e = 0;  // cols / 8, cols / group
+};
+// Makes it on the device from E matrices stored as s (fmt kQ4) into dw (E * rows * cols / 8 words) and dsb
+// (E * rows * cols / group words).
+DColBlk make_colblk(const DStack& s, int E, uint32_t* dw, uint32_t* dsb);
+
 struct MoeArgs {
   const float* x = nullptr;        // residual [H] (normed here with norm_w)
   const float* norm_w = nullptr;   // post_attention_layernorm [H]
@@ -213,6 +227,13 @@ struct MoeArgs {
                                    // the ids as one word, route_done[6..7] (byte i: id i; nonzero as the ids differ)
                                    // instead of route_done[4], so down issues its rows from the flag's own load; the
                                    // weights read after its wait
+  // one wave (LILY_CUDA_MOE_ONE_WAVE=1; moe_one_wave.cuh): the fused kernel also does down from column-blocked copies,
+  // its blocks' partial sums in ow_part [blocks][H] (moe_ow_part_floats), then a grid barrier (route_done[0..1]) and
+  // the sum into out; no moe_down follows (the caller checks moe_one_wave_ok first)
+  int one_wave = 0;
+  DColBlk ow_down, ow_sh_down;
+  float* ow_part = nullptr;
+  int ow_off = 0;                  // set by the launcher: byte offset of the copies in dynamic shared memory
   int out_early = 0;               // down with early_route (set by its launcher from LILY_CUDA_DOWN_OUT_EARLY): each
                                    // warp reads its first residual row once the routing flag is seen, before its
                                    // PDL wait (the residual's writer finished before the fused kernel's wait), and
@@ -224,6 +245,10 @@ void moe_down(const MoeArgs& a, cudaStream_t s, bool pdl);
 // router + gate_up as one launch (same results as moe_router then moe_gate_up; barrier on route_done[0..1] or [2..3],
 // which must start zeroed and is left zeroed).
 void moe_route_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
+// Whether moe_route_gate_up can run a's MoE in one wave (a.one_wave set, router-from-y form, 4-bit experts with the
+// int8 x, rows first, sm_90, at most 3 segments per block), and the floats ow_part needs.
+bool moe_one_wave_ok(const MoeArgs& a);
+size_t moe_ow_part_floats(const MoeArgs& a);
 
 // Gated DeltaNet decode step for one layer (conv + SiLU, l2norm, gates, delta rule on fp32 S, gated RMSNorm).
 struct GdnArgs {
