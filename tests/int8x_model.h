@@ -13,15 +13,15 @@
 
 namespace lily::testing_int8x {
 
-inline std::vector<float> quant_hilo(const float* x, int n) {
+inline std::vector<float> quant_hilo(const float* x, int n, int chunk = 32) {  // chunk: elements per scale
   std::vector<float> q(size_t(n), 0.f);
-  for (int c = 0; c < n; c += 32) {
+  for (int c = 0; c < n; c += chunk) {
     float amax = 0.f;
-    for (int i = c; i < c + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    for (int i = c; i < c + chunk; ++i) amax = std::max(amax, std::fabs(x[i]));
     const float dx = amax * (1.f / 127.f);
     const float inv = amax > 0.f ? 127.f / amax : 0.f, inv2 = amax > 0.f ? 32258.f / amax : 0.f;
     const float d = dx * (1.f / 254.f);
-    for (int i = c; i < c + 32; ++i) {
+    for (int i = c; i < c + chunk; ++i) {
       const float h = std::rint(x[i] * inv);
       const float l = std::clamp(std::rint(std::fma(-h, dx, x[i]) * inv2), -127.f, 127.f);
       q[size_t(i)] = float(254.0 * h + l) * d;

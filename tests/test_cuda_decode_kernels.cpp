@@ -219,9 +219,22 @@ TEST_P(CudaMoeDecode, MatchesReference) {
     EXPECT_LT(testmetrics::rms_rel_err(down(dx, H), int8x ? want_q : want), 1e-5) << "pre rep " << rep;
   }
   // The one-wave form (MoeArgs::one_wave): down inside the fused kernel from column-blocked copies of the down
-  // matrices, on the f32 act values (int8 x for gate/up only), summed over the blocks in a fixed order.
-  std::vector<float> want_ow(x);
+  // matrices, on the f32 act values (int8 x for gate/up only) or (ow_int8) on each expert's weight x act quantised in
+  // 8-value chunks; summed over the blocks in a fixed order.
+  std::vector<float> want_ow(x), want_ow8(x);
   moe(int8x, want_ow, false);
+  for (int j = 0; j <= K; ++j) {
+    const QMatrix& d = j < K ? dn.q[idx[j]] : sd.q[0];
+    const int inter = j < K ? I : Is;
+    std::vector<float> act = j < K ? expert_act(gate.q[idx[j]], up.q[idx[j]], I, int8x)
+                                   : expert_act(sg.q[0], su.q[0], Is, int8x);
+    const float scale = j < K ? wt[size_t(j)] : ref::sigmoid(shg);
+    for (float& v : act) v *= scale;
+    const std::vector<float> aq = testing_int8x::quant_hilo(act.data(), inter, 8);
+    std::vector<float> y(H);
+    testing_int8x::matvec_hilo_prequant(d, aq.data(), act.data(), y.data());
+    for (int i = 0; i < H; ++i) want_ow8[size_t(i)] += y[size_t(i)];
+  }
   cuda::MoeArgs ow = a;
   ow.one_wave = 1;
   const size_t dnw = size_t(E) * H * (I / 8), dng = size_t(E) * H * (I / 64);
@@ -239,10 +252,12 @@ TEST_P(CudaMoeDecode, MatchesReference) {
   EXPECT_EQ(ok, int8x && major >= 9) << "the one-wave form needs the int8 x and sm_90";
   if (!ok) return;
   std::vector<float> first;
-  for (int rep = 0; rep < 3; ++rep) {  // rep 2: part-major parts (a's last form); the barrier resets itself
-    ow.pre = rep == 2 ? d_pre_pm : d_pre;
-    ow.pre_es = rep == 2 ? 1 : cuda::kMoePreStride;
-    ow.pre_ps = rep == 2 ? cuda::kMoePrePartStride : 1;
+  for (int rep = 0; rep < 6; ++rep) {  // reps 3..5: ow_int8; 2, 5: part-major parts; the barrier resets itself
+    const bool pm = rep % 3 == 2;
+    ow.ow_int8 = rep >= 3;
+    ow.pre = pm ? d_pre_pm : d_pre;
+    ow.pre_es = pm ? 1 : cuda::kMoePreStride;
+    ow.pre_ps = pm ? cuda::kMoePrePartStride : 1;
     CK(cudaMemcpy(dx, x.data(), H * 4, cudaMemcpyHostToDevice));
     cuda::moe_route_gate_up(ow, nullptr, true);  // no moe_down
     CK(cudaDeviceSynchronize());
@@ -252,9 +267,9 @@ TEST_P(CudaMoeDecode, MatchesReference) {
     const std::vector<uint32_t> ctr = down(ow.route_done, 8);
     for (int i : {0, 2, 3, 4, 5, 6, 7}) EXPECT_EQ(ctr[size_t(i)], 0u) << "one wave rep " << rep << " word " << i;
     const std::vector<float> got = down(dx, H);
-    EXPECT_LT(testmetrics::rms_rel_err(got, want_ow), 1e-5) << "one wave rep " << rep;
+    EXPECT_LT(testmetrics::rms_rel_err(got, ow.ow_int8 ? want_ow8 : want_ow), 1e-5) << "one wave rep " << rep;
     EXPECT_LT(testmetrics::rms_rel_err(got, want), 2e-4) << "one wave rep " << rep;
-    if (rep == 0) first = got;
+    if (rep % 3 == 0) first = got;
     else EXPECT_EQ(got, first) << "one wave rep " << rep << ": the same sums in the same order";
   }
 }

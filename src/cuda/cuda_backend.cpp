@@ -81,6 +81,7 @@ CudaOptions CudaOptions::from_env() {
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
   o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);
   o.one_wave = env_on("LILY_CUDA_MOE_ONE_WAVE", false);
+  o.ow_int8 = env_on("LILY_CUDA_MOE_OW_INT8", true);
   o.gdn_split = env_on("LILY_CUDA_GDN_SPLIT", true);
   o.gdn_xq = env_on("LILY_CUDA_GDN_XQ", true);
   o.pre_part_major = env_on("LILY_CUDA_PRE_PART_MAJOR", true);

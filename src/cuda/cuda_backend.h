@@ -31,6 +31,7 @@ struct CudaOptions {
   // LILY_CUDA_MOE_ONE_WAVE=1: MoE down inside the fused MoE kernel (moe_one_wave.cuh) where moe_one_wave_ok allows
   // it, from column-blocked copies of the 4-bit down matrices made at load (+1/3 of the experts' memory)
   bool one_wave = false;
+  bool ow_int8 = true;  // LILY_CUDA_MOE_OW_INT8=0: the one-wave down on f32 act values (default: int8 hi + lo, dp4a)
   bool gdn_split = true;     // LILY_CUDA_GDN_SPLIT=0: one 1024-thread DeltaNet block per value head (gated norm inside)
   bool gdn_xq = true;        // LILY_CUDA_GDN_XQ=0: the split DeltaNet step writes f32 y, quantised by out_proj (else
                              // its blocks write y's int8 form, an XQ image, where out_proj runs the int8-x path)

@@ -210,6 +210,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.ow_down = d.ow_down;
     m.ow_sh_down = d.ow_sh_down;
     m.ow_part = ow_part_;
+    m.ow_int8 = opt_.ow_int8;
     if (fused && ry) {
       m.pre = pre_;
       m.pre_parts = d.ry_pa + (bsum ? 1 : d.ry_pm);

@@ -234,6 +234,7 @@ struct MoeArgs {
   DColBlk ow_down, ow_sh_down;
   float* ow_part = nullptr;
   int ow_off = 0;                  // set by the launcher: byte offset of the copies in dynamic shared memory
+  int ow_int8 = 0;                 // one wave: down's act as int8 hi + lo per 8-value segment (dp4a), else f32
   int out_early = 0;               // down with early_route (set by its launcher from LILY_CUDA_DOWN_OUT_EARLY): each
                                    // warp reads its first residual row once the routing flag is seen, before its
                                    // PDL wait (the residual's writer finished before the fused kernel's wait), and

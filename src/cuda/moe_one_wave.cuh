@@ -6,8 +6,9 @@
 // (DColBlk: [E][cols / 8][H] words and [E][cols / group][H] words, made at load), 2 x H x 4 bytes per segment, copied
 // into shared memory by bulk copies once the routing is known. Each block writes its partial sums of the H outputs
 // (ow_part[block][H]); after a grid barrier block b adds rows [b R, (b + 1) R) over the blocks in block order into the
-// residual (the same sums in the same order on every run). Down here uses the f32 act values (the two-kernel form
-// quantises them to int8).
+// residual (the same sums in the same order on every run). Down here uses the f32 act values, or (MoeArgs::ow_int8)
+// each segment's 8 values in the int8 hi + lo form (XqCodes) for dp4a (the two-kernel form quantises the act vector
+// in 32-value chunks).
 #pragma once
 
 #include <cstdint>
@@ -123,6 +124,39 @@ struct OneWave {
       }
     }
     float* out = a.ow_part + int64_t(blockIdx.x) * H;
+    if (a.ow_int8) {  // each segment's 8 values as d (254 h + l) (XqCodes of their max), dotted by dp4a
+      int he[kOwMaxSeg], ho[kOwMaxSeg], le[kOwMaxSeg], lo[kOwMaxSeg];
+      float dq[kOwMaxSeg];
+#pragma unroll
+      for (int t = 0; t < kOwMaxSeg; ++t) {
+        float amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(av[t][i]));
+        const XqCodes q(amax);
+        uint32_t h[8], l[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) q.code(av[t][i], h[i], l[i]);
+        auto pk = [](const uint32_t* c, int o) {  // the low bytes of c[o], c[o + 2], c[o + 4], c[o + 6]
+          return int(__byte_perm(__byte_perm(c[o], c[o + 2], 0x0040), __byte_perm(c[o + 4], c[o + 6], 0x0040), 0x5410));
+        };
+        he[t] = pk(h, 0), ho[t] = pk(h, 1), le[t] = pk(l, 0), lo[t] = pk(l, 1);
+        dq[t] = q.scale();
+      }
+      constexpr uint32_t m = 0x0f0f0f0fu;
+      for (int r = threadIdx.x; r < H; r += blockDim.x) {
+        float acc = 0.f;
+#pragma unroll
+        for (int t = 0; t < kOwMaxSeg; ++t) {
+          if (t >= nseg) break;
+          const uint32_t w = sm[size_t(t) * H + r], sb = sm[size_t(kOwMaxSeg + t) * H + r];
+          const int we = int(w & m), wo = int((w >> 4) & m);  // elements 0, 2, 4, 6 / 1, 3, 5, 7 as bytes
+          const int sh = __dp4a(wo, ho[t], __dp4a(we, he[t], 0)), sl = __dp4a(wo, lo[t], __dp4a(we, le[t], 0));
+          acc += fmaf(bf_lo(sb), float(sh * 254 + sl) * dq[t], bf_hi(sb) * asum[t]);
+        }
+        out[r] = acc;
+      }
+      return;
+    }
     for (int r = threadIdx.x; r < H; r += blockDim.x) {
       float acc = 0.f;
 #pragma unroll
