@@ -261,7 +261,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   OneWave ow;
   if constexpr (OW) {
     ow.plan(a, n_units, nwarps, unit_row);
-    if (threadIdx.x == 0) ow_bar_init(&ow_bar);
+    if (threadIdx.x == 0) {
+      ow_bar_init(&ow_bar);
+      ow.issue(a, nullptr, ow_sm, &ow_bar, true);
+    }
   }
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     }
     bt(4);
     if constexpr (OW) {  // after the gate/up rows: their bytes are needed first
-      if (threadIdx.x == 0) ow.issue(a, s_idx, ow_sm, &ow_bar);
+      if (threadIdx.x == 0) ow.issue(a, s_idx, ow_sm, &ow_bar, false);
       if (threadIdx.x == kThreads - 1) {  // the shared-expert gate's parts (element E), for its weight
         float4 q[kMoePreMaxParts / 4];
         pre_load(a, a.E, q);

@@ -39,6 +39,14 @@ __device__ __forceinline__ void ow_bar_expect(uint64_t* bar, uint32_t bytes) {
   (void)bar, (void)bytes;
 #endif
 }
+__device__ __forceinline__ void ow_bar_expect_only(uint64_t* bar, uint32_t bytes) {  // no arrival
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.expect_tx.shared.b64 [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+#else
+  (void)bar, (void)bytes;
+#endif
+}
 __device__ __forceinline__ void ow_bulk(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
@@ -92,14 +100,26 @@ struct OneWave {
       }
     }
   }
-  // thread 0, the routing known: the segments' down columns into shared memory (one mbarrier for all)
-  __device__ __forceinline__ void issue(const MoeArgs& a, const int* s_idx, uint32_t* sm, uint64_t* bar) const {
+  // thread 0: the segments' down columns into shared memory (one mbarrier for all). shared: the shared expert's
+  // segments, before the PDL wait (weights: no routing needed; expect_tx without arrival); else the routed ones, the
+  // routing known (the barrier's one arrival)
+  __device__ __forceinline__ void issue(const MoeArgs& a, const int* s_idx, uint32_t* sm, uint64_t* bar,
+                                        bool shared) const {
     const int H = a.ow_down.rows;
     const uint32_t row_bytes = uint32_t(H) * 4;
-    ow_bar_expect(bar, 2 * nseg * row_bytes);
+    uint32_t n = 0;
+#pragma unroll
+    for (int t = 0; t < kOwMaxSeg; ++t)
+      if (t < nseg && (seg[t].j == a.k) == shared) ++n;
+    if (shared) {
+      if (n) ow_bar_expect_only(bar, 2 * n * row_bytes);
+    } else {
+      ow_bar_expect(bar, 2 * n * row_bytes);
+    }
 #pragma unroll
     for (int t = 0; t < kOwMaxSeg; ++t) {
       if (t >= nseg) break;
+      if ((seg[t].j == a.k) != shared) continue;
       const DColBlk& m = seg[t].j < a.k ? a.ow_down : a.ow_sh_down;
       const int64_t e = seg[t].j < a.k ? s_idx[seg[t].j] : 0;
       const uint32_t* w = m.w + (e * m.cb_per_e + seg[t].col0 / 8) * H;
