@@ -635,6 +635,7 @@ bool moe_one_wave_ok(const MoeArgs& a) {
   int s2 = 0, ow = 0;
   const size_t smem = ow_smem(a, &s2, &ow);
   if (smem > 227 * 1024) return false;
+  allow_smem(ow_kernel(), smem);  // before the occupancy query: above 48 KB it counts only with the limit raised
   const int blocks = std::min((moe_rows(a) + 7) / 8, resident_grid(ow_kernel(), kThreads, smem));
   const int nwarps = blocks * (kThreads / 32);
   return n_units <= kOwMaxSeg * nwarps && size_t(blocks) * H <= moe_ow_part_floats(a);
