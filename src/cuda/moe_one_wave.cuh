@@ -204,8 +204,19 @@ __device__ __forceinline__ void ow_reduce(const MoeArgs& a, float* red) {
   for (int i0 = 0; i0 < R && r0 + i0 < H; i0 += RP) {
     const int r = r0 + i0 + i;
     float s = 0.f;
-    if (g < G && i0 + i < R && r < H)
-      for (int p = g; p < nb; p += G) s += __ldcg(a.ow_part + int64_t(p) * H + r);
+    if (g < G && i0 + i < R && r < H) {
+      constexpr int kB = 12;  // loads in flight at once (one L2 round trip for nb <= kB G)
+      for (int p0 = g; p0 < nb; p0 += kB * G) {
+        float v[kB];
+#pragma unroll
+        for (int u = 0; u < kB; ++u) {
+          const int p = p0 + u * G;
+          v[u] = p < nb ? __ldcg(a.ow_part + int64_t(p) * H + r) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < kB; ++u) s += v[u];
+      }
+    }
     red[threadIdx.x] = s;
     __syncthreads();
     if (int(threadIdx.x) < RP && i0 + int(threadIdx.x) < R && r0 + i0 + int(threadIdx.x) < H) {
