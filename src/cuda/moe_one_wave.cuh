@@ -31,20 +31,14 @@ __device__ __forceinline__ void ow_bar_init(uint64_t* bar) {
   (void)bar;
 #endif
 }
-__device__ __forceinline__ void ow_bar_expect(uint64_t* bar, uint32_t bytes) {
+// bytes more to arrive on bar; arrive: also the barrier's one arrival (else the copies' bytes only)
+__device__ __forceinline__ void ow_bar_expect(uint64_t* bar, uint32_t bytes, bool arrive) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+  if (arrive) asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+  else asm volatile("mbarrier.expect_tx.shared.b64 [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
 #else
-  (void)bar, (void)bytes;
-#endif
-}
-__device__ __forceinline__ void ow_bar_expect_only(uint64_t* bar, uint32_t bytes) {  // no arrival
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  asm volatile("mbarrier.expect_tx.shared.b64 [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
-#else
-  (void)bar, (void)bytes;
+  (void)bar, (void)bytes, (void)arrive;
 #endif
 }
 __device__ __forceinline__ void ow_bulk(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
@@ -111,11 +105,7 @@ struct OneWave {
 #pragma unroll
     for (int t = 0; t < kOwMaxSeg; ++t)
       if (t < nseg && (seg[t].j == a.k) == shared) ++n;
-    if (shared) {
-      if (n) ow_bar_expect_only(bar, 2 * n * row_bytes);
-    } else {
-      ow_bar_expect(bar, 2 * n * row_bytes);
-    }
+    if (n || !shared) ow_bar_expect(bar, 2 * n * row_bytes, !shared);
 #pragma unroll
     for (int t = 0; t < kOwMaxSeg; ++t) {
       if (t >= nseg) break;
@@ -126,6 +116,22 @@ struct OneWave {
       const uint32_t* sb = m.sb + (e * m.g_per_e + seg[t].col0 / m.group) * H;
       ow_bulk(sm + size_t(t) * H, w, row_bytes, bar);
       ow_bulk(sm + size_t(kOwMaxSeg + t) * H, sb, row_bytes, bar);
+    }
+  }
+  // out[r] = sum over the segments t of s * sq(t, w) + b * asum[t] for row r's word w and (scale, bias) s, b
+  template <class SQ>
+  __device__ __forceinline__ void rows(const MoeArgs& a, const uint32_t* sm, const float* asum, float* out,
+                                       SQ&& sq) const {
+    const int H = a.ow_down.rows;
+    for (int r = threadIdx.x; r < H; r += blockDim.x) {
+      float acc = 0.f;
+#pragma unroll
+      for (int t = 0; t < kOwMaxSeg; ++t) {
+        if (t >= nseg) break;
+        const uint32_t w = sm[size_t(t) * H + r], sb = sm[size_t(kOwMaxSeg + t) * H + r];
+        acc += fmaf(bf_lo(sb), sq(t, w), bf_hi(sb) * asum[t]);
+      }
+      out[r] = acc;
     }
   }
   // after the block's act values (s_act[t][8], unscaled) and the copies landed: this block's partial sums of the H
@@ -163,33 +169,19 @@ struct OneWave {
         dq[t] = q.scale();
       }
       constexpr uint32_t m = 0x0f0f0f0fu;
-      for (int r = threadIdx.x; r < H; r += blockDim.x) {
-        float acc = 0.f;
-#pragma unroll
-        for (int t = 0; t < kOwMaxSeg; ++t) {
-          if (t >= nseg) break;
-          const uint32_t w = sm[size_t(t) * H + r], sb = sm[size_t(kOwMaxSeg + t) * H + r];
-          const int we = int(w & m), wo = int((w >> 4) & m);  // elements 0, 2, 4, 6 / 1, 3, 5, 7 as bytes
-          const int sh = __dp4a(wo, ho[t], __dp4a(we, he[t], 0)), sl = __dp4a(wo, lo[t], __dp4a(we, le[t], 0));
-          acc += fmaf(bf_lo(sb), float(sh * 254 + sl) * dq[t], bf_hi(sb) * asum[t]);
-        }
-        out[r] = acc;
-      }
+      rows(a, sm, asum, out, [&](int t, uint32_t w) {
+        const int we = int(w & m), wo = int((w >> 4) & m);  // elements 0, 2, 4, 6 / 1, 3, 5, 7 as bytes
+        const int sh = __dp4a(wo, ho[t], __dp4a(we, he[t], 0)), sl = __dp4a(wo, lo[t], __dp4a(we, le[t], 0));
+        return float(sh * 254 + sl) * dq[t];
+      });
       return;
     }
-    for (int r = threadIdx.x; r < H; r += blockDim.x) {
-      float acc = 0.f;
+    rows(a, sm, asum, out, [&](int t, uint32_t w) {
+      float sq = 0.f;
 #pragma unroll
-      for (int t = 0; t < kOwMaxSeg; ++t) {
-        if (t >= nseg) break;
-        const uint32_t w = sm[size_t(t) * H + r], sb = sm[size_t(kOwMaxSeg + t) * H + r];
-        float sq = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) sq = fmaf(float((w >> (4 * i)) & 15u), av[t][i], sq);
-        acc += fmaf(bf_lo(sb), sq, bf_hi(sb) * asum[t]);
-      }
-      out[r] = acc;
-    }
+      for (int i = 0; i < 8; ++i) sq = fmaf(float((w >> (4 * i)) & 15u), av[t][i], sq);
+      return sq;
+    });
   }
 };
 
