@@ -598,19 +598,32 @@ bool env_is_one(const char* name) {
   return v && std::strcmp(v, "1") == 0;
 }
 
-// The one-wave form's kernel and its dynamic shared memory (as moe_route_gate_up's run() lays it out).
-auto ow_kernel() { return k_moe_route_gate_up<kQ4, kQ8, XQ, true, true, true>; }
-size_t ow_smem(const MoeArgs& a, int* stage2_off, int* ow_off) {
-  const int H = a.gate.m.cols;
-  size_t smem = size_t(H) * 4 + (XQ::bytes(H) + 15) / 16 * 16 + XF::bytes(H);
-  smem = (smem + 15) / 16 * 16;
-  *stage2_off = stage2_ok(a) ? int(smem) : 0;
-  if (*stage2_off) smem += size_t(kThreads / 32) * kStagedRowBytes;
-  smem = (smem + 15) / 16 * 16;
-  *ow_off = int(smem);
-  return smem + OneWave::bytes(H);
+// The fused kernel's dynamic shared memory: norm_w, x in the expert rows' form (xbytes) and in f32, then with
+// stage2 the StagedRow buffers (their offset into *stage2_off).
+size_t fused_smem(int H, size_t xbytes, bool stage2, int* stage2_off) {
+  size_t smem = size_t(H) * 4 + (xbytes + 15) / 16 * 16 + XF::bytes(H);
+  if (stage2) {
+    smem = (smem + 15) / 16 * 16;
+    *stage2_off = int(smem);
+    smem += size_t(kThreads / 32) * kStagedRowBytes;
+  }
+  return smem;
 }
 int moe_rows(const MoeArgs& a) { return std::max(a.E + 1, a.k * a.gate.m.rows + a.sh_gate.rows); }
+// The fused kernel's grid: every block must be resident at once (grid barrier), at most one wave.
+template <class K>
+int fused_grid(K kern, const MoeArgs& a, size_t smem) {
+  allow_smem(kern, smem);  // before the occupancy query: above 48 KB it counts only with the limit raised
+  return std::min((moe_rows(a) + 7) / 8, resident_grid(kern, kThreads, smem));
+}
+// The one-wave form's kernel and its dynamic shared memory: the fused kernel's, then OneWave's copies (at *ow_off).
+auto ow_kernel() { return k_moe_route_gate_up<kQ4, kQ8, XQ, true, true, true>; }
+size_t ow_smem(const MoeArgs& a, int* stage2_off, int* ow_off) {
+  *stage2_off = 0;
+  const size_t smem = (fused_smem(a.gate.m.cols, XQ::bytes(a.gate.m.cols), stage2_ok(a), stage2_off) + 15) / 16 * 16;
+  *ow_off = int(smem);
+  return smem + OneWave::bytes(a.gate.m.cols);
+}
 
 }  // namespace
 
@@ -635,8 +648,7 @@ bool moe_one_wave_ok(const MoeArgs& a) {
   int s2 = 0, ow = 0;
   const size_t smem = ow_smem(a, &s2, &ow);
   if (smem > 227 * 1024) return false;
-  allow_smem(ow_kernel(), smem);  // before the occupancy query: above 48 KB it counts only with the limit raised
-  const int blocks = std::min((moe_rows(a) + 7) / 8, resident_grid(ow_kernel(), kThreads, smem));
+  const int blocks = fused_grid(ow_kernel(), a, smem);
   const int nwarps = blocks * (kThreads / 32);
   return n_units <= kOwMaxSeg * nwarps && size_t(blocks) * H <= moe_ow_part_floats(a);
 }
@@ -685,24 +697,13 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     a.early_route = a.route_packed = a.down_prefetch = 0;
     a.router_xf = 0;
     const size_t smem = ow_smem(a, &a.stage2_off, &a.ow_off);
-    allow_smem(ow_kernel(), smem);
-    const int blocks = std::min((moe_rows(a) + 7) / 8, resident_grid(ow_kernel(), kThreads, smem));
-    launch(ow_kernel(), dim3(blocks), dim3(kThreads), smem, s, pdl, a);
+    launch(ow_kernel(), dim3(fused_grid(ow_kernel(), a, smem)), dim3(kThreads), smem, s, pdl, a);
     return;
   }
   const int H = a.gate.m.cols;
-  const int rows = moe_rows(a);
   auto run = [&](auto kern, size_t xbytes, bool stage2 = false) {
-    size_t smem = size_t(H) * 4 + (xbytes + 15) / 16 * 16 + XF::bytes(H);
-    if (stage2) {  // StagedRow's buffers after the x forms
-      smem = (smem + 15) / 16 * 16;
-      a.stage2_off = int(smem);
-      smem += size_t(kThreads / 32) * kStagedRowBytes;
-    }
-    allow_smem(kern, smem);
-    // every block must be resident at once (grid barrier): at most one wave
-    const int blocks = std::min((rows + 7) / 8, resident_grid(kern, kThreads, smem));
-    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, a);
+    const size_t smem = fused_smem(H, xbytes, stage2, &a.stage2_off);
+    launch(kern, dim3(fused_grid(kern, a, smem)), dim3(kThreads), smem, s, pdl, a);
   };
   auto by_router = [&](auto fmt_tag, auto x_tag) {
     constexpr int F = decltype(fmt_tag)::value;
