@@ -226,9 +226,12 @@ TEST(CudaGemv, HeadNormScalesEachHead) {
 // ties), fed into the next step's input; cursor and position advance and the accumulators reset (two steps).
 TEST(CudaLmHead, LogitsArgmaxAndStepAdvance) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  for (const int fmt : {int(cuda::kQ4), int(cuda::kBF16)}) {
-    SCOPED_TRACE("fmt " + std::to_string(fmt));
-    const int rows = 5003, cols = 2048;  // rows not a multiple of any warp / block count
+  // 5003 rows: at most one row per warp; 70001: ~33 rows per warp, so both row sets of the double-buffered form
+  // (LILY_CUDA_LM_DB) turn over several times. Neither is a multiple of any warp / block count.
+  for (const int fmt : {int(cuda::kQ4), int(cuda::kBF16)})
+  for (const int rows : {5003, 70001}) {
+    SCOPED_TRACE("fmt " + std::to_string(fmt) + " rows " + std::to_string(rows));
+    const int cols = 2048;
     std::mt19937 rng(99 + fmt);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     TestMat m;

@@ -473,6 +473,33 @@ void CudaBackend::print_trace() const {
   line("gdn StepCtl read (b0)", 64, 32);  // slots 64.. belong to the DeltaNet section
   line("gdn pre-wait loads issued (b0)", 65, 32);
   if (btrace_ && t[32]) print_btrace(t[32]);
+  print_step_trace(t);
+}
+
+// The whole step from the every-layer end stamps (slots 80 + layer) and the lm_head's (66..68): each layer's time
+// from the previous layer's end, averaged per layer kind.
+void CudaBackend::print_step_trace(const unsigned long long* t) const {
+  const int n = std::min(int(layers_.size()), kTraceSlots - 80);
+  double sum[2] = {0, 0};
+  int cnt[2] = {0, 0};
+  for (int i = 1; i < n; ++i) {
+    if (!t[80 + i] || !t[79 + i]) return;
+    const int k = layers_[size_t(i)].is_full ? 1 : 0;
+    sum[k] += double(int64_t(t[80 + i] - t[79 + i])) / 1e3;
+    ++cnt[k];
+  }
+  std::fprintf(stderr, "cuda trace (whole step, last step): layer 0 ends %.2f us before the last layer's end\n",
+               double(int64_t(t[79 + n] - t[80])) / 1e3);
+  if (cnt[0]) std::fprintf(stderr, "  DeltaNet layer (end to end, mean of %d) %8.2f\n", cnt[0], sum[0] / cnt[0]);
+  if (cnt[1]) std::fprintf(stderr, "  attention layer (end to end, mean of %d) %7.2f\n", cnt[1], sum[1] / cnt[1]);
+  if (t[66] && t[68]) {
+    auto us = [&](int a, int b) { return double(int64_t(t[b] - t[a])) / 1e3; };
+    std::fprintf(stderr, "  lm_head: entry (b0) %.2f, after pdl_wait (b0) %.2f, rows done (last block) %.2f us "
+                 "from the last layer's end\n", us(79 + n, 66), us(79 + n, 67), us(79 + n, 68));
+    if (t[71] && t[71] != ~0ull)
+      std::fprintf(stderr, "  lm_head: first block's entry %.2f, last block's entry %.2f\n", us(79 + n, 71),
+                   us(79 + n, 70));
+  }
 }
 
 void CudaBackend::print_btrace(unsigned long long base) const {

@@ -164,13 +164,15 @@ class CudaBackend : public Backend {
   float* hss_ = nullptr;        // [lin_v_heads][gdn_split_parts(lin_v_dim)] DeltaNet o^2 partial sums (split form)
   void* yq_ = nullptr;          // [xq_image_bytes(vd)] bytes: y as an XQ image (split form, gdn_xq)
   unsigned int* route_done_ = nullptr;  // router last-block counter
-  static constexpr int kTraceSlots = 80;
+  static constexpr int kTraceSlots = 128;
   unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_CUDA_TRACE stamps (attention 0-6, its MoE 16-28; first
                                         // DeltaNet layer: in_proj 32-34, gdn 35-38 and 42-43 and 47 and 64-65,
-                                        // out_proj 39-41, MoE x prologues 12-14 / 44-46, its MoE 48-63)
+                                        // out_proj 39-41, MoE x prologues 12-14 / 44-46, its MoE 48-63;
+                                        // lm_head 66-68; every layer's end 80 + layer)
   unsigned long long* btrace_ = nullptr;  // LILY_CUDA_TRACE=2: [2][kMoeBtraceBlocks][kMoeBtraceSlots] stamps
   void print_trace() const;  // LILY_CUDA_TRACE stamps, at exit
   void print_btrace(unsigned long long base) const;  // the per-block stamps, as quantiles over the blocks
+  void print_step_trace(const unsigned long long* t) const;  // per-layer-kind times and the lm_head's
   float* act_ = nullptr;        // [k I + Is]
   float* ow_part_ = nullptr;    // one wave: the fused MoE blocks' partial sums [blocks][H] (moe_ow_part_floats)
   int32_t* ridx_ = nullptr;     // [k]

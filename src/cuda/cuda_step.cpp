@@ -193,6 +193,8 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     if (trace_ && !d.is_full && d.lin_idx == 0) m.trace = trace_ + 48;
     m.trace_x = m.trace ? m.trace - 4 : nullptr;  // slots 12..14 / 44..46 (free in the mixer's range)
     m.btrace = btrace_ && !d.is_full && d.lin_idx == 0 ? btrace_ : nullptr;  // LILY_CUDA_TRACE=2
+    const int li = int(&d - layers_.data());
+    m.trace_end = trace_ && li < kTraceSlots - 80 ? trace_ + 80 + li : nullptr;
     m.E = c.n_experts;
     m.k = c.top_k;
     m.gate = d.gate;
@@ -239,7 +241,8 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     if (!opt_.skips("down") && !one_wave) moe_down(m, s, pdl);
     if (!one_wave) mark("moe down");
   }
-  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, sample ? nullptr : out_ids_, ctl_, s, pdl);
+  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, sample ? nullptr : out_ids_, ctl_, s, pdl,
+                 trace_ ? trace_ + 66 : nullptr);
   mark("lm_head argmax");
   if (sample) {
     SampArgs a;

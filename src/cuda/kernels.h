@@ -126,8 +126,10 @@ void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, c
 // lm_head with final RMSNorm, logits out [V], argmax; the last block writes out_ids[cursor] = argmax, feeds it to
 // in_ids[cursor+1] when cursor+1 >= n_given, and advances cursor and pos.
 // out_ids == null: logits only (the last block just resets the accumulators; sample_step then picks the id).
+// trace (LILY_CUDA_TRACE): [6] globaltimer stamps: block 0 entry, block 0 after pdl_wait, last block's rows done,
+// (scratch), last block's entry, first block's entry.
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
-                    int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl);
+                    int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl, unsigned long long* trace = nullptr);
 
 // Step sampler (engine/step_sampler.h has the algorithm and its host reference): penalties from a device token
 // table, greedy / top-k / min-p / top-p thresholds found by radix select over the logits' order keys, an
@@ -199,6 +201,7 @@ struct MoeArgs {
   float* out = nullptr;            // residual [H], accumulated by down
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-14; fused: 6-7 last block, down 8-9, 15)
   unsigned long long* trace_x = nullptr;  // LILY_CUDA_TRACE: [3] fused x loads landed, x norm reduced, down act landed (b0)
+  unsigned long long* trace_end = nullptr;  // LILY_CUDA_TRACE: [1] the layer's end (down's last block), every layer
   unsigned long long* btrace = nullptr;   // LILY_CUDA_TRACE=2: per-block stamps [kMoeBtraceBlocks][slots] of the fused
                                           // kernel, then the same of down (thread 0 of each block; kernels.h)
   int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)

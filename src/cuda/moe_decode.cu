@@ -536,9 +536,10 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
     if (row == warp) bt(5);
   }
   if (tr) trace_at(a.trace, 12);
-  if (a.trace) {  // uniform over the launch
+  if (a.trace || a.trace_end) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(a.trace, 14);
+    if (threadIdx.x == 0) trace_max(a.trace_end, 0);
     bt(8);
   }
 }

@@ -22,10 +22,13 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int id) {
 // kRows: rows per warp in flight (4 by default; ~117 rows per warp at V = 248k; LILY_CUDA_LM_ROWS=2 for comparison).
 // X: activation form, as the GEMVs (XQ: int8 hi+lo x with dp4a for 4-bit weights where decode_int8_x() is on, XF:
 // f32); the f32 form made this 286 MB GEMV issue-bound.
-template <int FMT, int kRows, class X>
+// DB (LILY_CUDA_LM_DB, 4-bit rows of at most 64 chunks, kRows = 2): two row sets per warp; one set's loads are in flight while the
+// other's dots run, and the dotted set then requests the rows two sets on (else the next set's loads go out only
+// after this set's dots).
+template <int FMT, int kRows, class X, bool DB>
 __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const float* x, const float* norm_w, float eps,
                                                       float* logits, int32_t* in_ids, int32_t* out_ids,
-                                                      StepCtl* ctl) {
+                                                      StepCtl* ctl, unsigned long long* trace) {
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
   X xv(nws + W.cols, W.cols);
@@ -50,15 +53,64 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
       mp[i] = &W;
     }
   };
+  const bool tr = trace && threadIdx.x == 0 && blockIdx.x == 0;
+  if (tr) trace_at(trace, 0);
+  if (trace && threadIdx.x == 0) {  // the first and the last block's entry (slot 3 reset by the last block)
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    atomicMin(trace + 3, t);
+    atomicMax(trace + 4, t);
+  }
   set_rows();
   if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
+  RowSet<FMT, kRows> Q;  // DB: the other set
+  int rq[kRows];
+  auto rows_at = [&](int base, int (&r)[kRows]) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) r[i] = base + i * nwarps < W.rows ? base + i * nwarps : -1;
+  };
+  if (DB) {
+    rows_at(row + kRows * nwarps, rq);
+    if (rq[0] >= 0) Q.load(mp, rq, nch, 0, lane);
+  }
   const float* nw = stage_vec(norm_w, W.cols, nws);
   pdl_wait();
+  if (tr) trace_at(trace, 1);
   load_x(x, nw, eps, W.cols, xv, red);
   pdl_trigger();
   float bv = -FLT_MAX;
   int bi = 0;
-  while (rr[0] >= 0) {
+  auto take = [&](const float (&acc)[kRows], const int (&cr)[kRows]) {  // rows ascend per warp
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      if (cr[i] < 0) continue;  // warp-uniform
+      const float v = warp_sum(acc[i]);
+      if (lane == 0) logits[cr[i]] = v;
+      if (v > bv) { bv = v; bi = cr[i]; }  // strict > keeps the lowest id on ties
+    }
+  };
+  // DB: set S (rows rs) dotted while the other is in flight, then S takes the rows two sets on
+  auto db_step = [&](RowSet<FMT, kRows>& S, int (&rs)[kRows]) {
+    float acc[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) acc[i] = 0.f;
+    S.dot(rs, xv, nch, 0, lane, acc);
+    int cr[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) cr[i] = rs[i];
+    row += kRows * nwarps;
+    rows_at(row + kRows * nwarps, rs);
+    if (rs[0] >= 0) S.load(mp, rs, nch, 0, lane);
+    take(acc, cr);
+  };
+  if (DB) {
+    while (rr[0] >= 0) {
+      db_step(P, rr);
+      if (rq[0] < 0) break;
+      db_step(Q, rq);
+    }
+  }
+  while (!DB && rr[0] >= 0) {
     float acc[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) acc[i] = 0.f;
@@ -72,17 +124,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
     row += kRows * nwarps;
     set_rows();
     if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      if (cr[i] < 0) continue;  // warp-uniform
-      const float v = warp_sum(acc[i]);
-      if (lane == 0) logits[cr[i]] = v;
-      if (v > bv) { bv = v; bi = cr[i]; }  // strict > keeps the lowest id on ties (rows ascend)
-    }
+    take(acc, cr);
   }
   if (lane == 0) wbest[wib] = pack_best(bv, bi);
   __syncthreads();
   if (threadIdx.x == 0) {
+    trace_max(trace, 2);  // the last block's rows done
     unsigned long long b = 0;
     for (int w = 0; w < kThreads / 32; ++w) b = max(b, wbest[w]);
     atomicMax(&ctl->best, b);
@@ -103,33 +150,46 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
     }
     ctl->best = 0;
     ctl->lm_done = 0;
+    if (trace) {  // this step's first entry kept in slot 5
+      trace[5] = atomicAdd(trace + 3, 0ull);
+      trace[3] = ~0ull;
+    }
   }
 }
 
 }  // namespace
 
 namespace {
-bool lm_rows4() {  // LILY_CUDA_LM_ROWS=2 keeps 2 rows per warp in flight in the lm_head
+bool lm_rows4() {  // LILY_CUDA_LM_ROWS=2 keeps 2 rows per warp in flight in the lm_head (with LILY_CUDA_LM_DB=0)
   static const bool on = env_rows4("LILY_CUDA_LM_ROWS");
+  return on;
+}
+bool lm_db() {  // LILY_CUDA_LM_DB=0: one row set per warp in flight in the lm_head
+  static const bool on = env_default_on("LILY_CUDA_LM_DB");
   return on;
 }
 }  // namespace
 
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
-                    int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl) {
+                    int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl, unsigned long long* trace) {
   const size_t smem = size_t(W.cols) * 8 + size_t(W.cols / 16) * 4;  // norm_w + the larger x form (XF)
   auto run = [&](auto kern) {
     allow_smem(kern, smem);
     const int blocks = std::min((W.rows + 7) / 8, resident_grid(kern, kThreads, smem));
-    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, W, x, norm_w, eps, logits, in_ids, out_ids, ctl);
+    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, W, x, norm_w, eps, logits, in_ids, out_ids, ctl, trace);
   };
+  const bool db = lm_db() && W.cols <= 64 * FmtInfo<kQ4>::kElems;  // one chunk pair per lane and row (Q4)
   switch (W.fmt) {
     case kQ4:
-      if (use_int8_x(kQ4, W.cols)) lm_rows4() ? run(k_lm_head<kQ4, 4, XQ>) : run(k_lm_head<kQ4, 2, XQ>);
-      else lm_rows4() ? run(k_lm_head<kQ4, 4, XF>) : run(k_lm_head<kQ4, 2, XF>);
+      if (use_int8_x(kQ4, W.cols)) {
+        if (db) run(k_lm_head<kQ4, 2, XQ, true>);  // two sets of 2 rows (4 rows a set spill: measured slower)
+        else lm_rows4() ? run(k_lm_head<kQ4, 4, XQ, false>) : run(k_lm_head<kQ4, 2, XQ, false>);
+      } else {
+        lm_rows4() ? run(k_lm_head<kQ4, 4, XF, false>) : run(k_lm_head<kQ4, 2, XF, false>);
+      }
       break;
-    case kQ8: lm_rows4() ? run(k_lm_head<kQ8, 4, XF>) : run(k_lm_head<kQ8, 2, XF>); break;
-    default: lm_rows4() ? run(k_lm_head<kBF16, 4, XF>) : run(k_lm_head<kBF16, 2, XF>); break;
+    case kQ8: lm_rows4() ? run(k_lm_head<kQ8, 4, XF, false>) : run(k_lm_head<kQ8, 2, XF, false>); break;
+    default: lm_rows4() ? run(k_lm_head<kBF16, 4, XF, false>) : run(k_lm_head<kBF16, 2, XF, false>); break;
   }
 }
 
