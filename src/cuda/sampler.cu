@@ -3,6 +3,8 @@
 // The last block to finish writes the id to out_ids[cursor], feeds it to the next step's input, advances the
 // step (cursor, pos) and resets the accumulators: the whole step can be replayed from a CUDA graph.
 #include <cfloat>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "cuda/device_util.cuh"
@@ -22,10 +24,10 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int id) {
 // kRows: rows per warp in flight (4 by default; ~117 rows per warp at V = 248k; LILY_CUDA_LM_ROWS=2 for comparison).
 // X: activation form, as the GEMVs (XQ: int8 hi+lo x with dp4a for 4-bit weights where decode_int8_x() is on, XF:
 // f32); the f32 form made this 286 MB GEMV issue-bound.
-// DB (LILY_CUDA_LM_DB, 4-bit rows of at most 64 chunks, kRows = 2): two row sets per warp; one set's loads are in flight while the
-// other's dots run, and the dotted set then requests the rows two sets on (else the next set's loads go out only
-// after this set's dots).
-template <int FMT, int kRows, class X, bool DB>
+// NB > 1 (LILY_CUDA_LM_SETS, 4-bit rows of at most 64 chunks, kRows = 2): NB row sets per warp; while one set's dots
+// run the others' loads are in flight, and the dotted set then requests the rows NB sets on (NB = 1: the next set's
+// loads go out only after this set's dots).
+template <int FMT, int kRows, class X, int NB>
 __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const float* x, const float* norm_w, float eps,
                                                       float* logits, int32_t* in_ids, int32_t* out_ids,
                                                       StepCtl* ctl, unsigned long long* trace) {
@@ -62,16 +64,19 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
     atomicMax(trace + 4, t);
   }
   set_rows();
-  if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
-  RowSet<FMT, kRows> Q;  // DB: the other set
-  int rq[kRows];
+  if (NB == 1 && rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
+  RowSet<FMT, kRows> S[NB > 1 ? NB : 1];  // NB > 1: the sets, set b holding the rows of base rs[b][0]
+  int rs[NB > 1 ? NB : 1][kRows];
   auto rows_at = [&](int base, int (&r)[kRows]) {
 #pragma unroll
     for (int i = 0; i < kRows; ++i) r[i] = base + i * nwarps < W.rows ? base + i * nwarps : -1;
   };
-  if (DB) {
-    rows_at(row + kRows * nwarps, rq);
-    if (rq[0] >= 0) Q.load(mp, rq, nch, 0, lane);
+  if (NB > 1) {
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      rows_at(row + b * kRows * nwarps, rs[b]);
+      if (rs[b][0] >= 0) S[b].load(mp, rs[b], nch, 0, lane);
+    }
   }
   const float* nw = stage_vec(norm_w, W.cols, nws);
   pdl_wait();
@@ -89,28 +94,30 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
       if (v > bv) { bv = v; bi = cr[i]; }  // strict > keeps the lowest id on ties
     }
   };
-  // DB: set S (rows rs) dotted while the other is in flight, then S takes the rows two sets on
-  auto db_step = [&](RowSet<FMT, kRows>& S, int (&rs)[kRows]) {
-    float acc[kRows];
+  if (NB > 1) {
+    bool go = rs[0][0] >= 0;
+    while (go) {
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) acc[i] = 0.f;
-    S.dot(rs, xv, nch, 0, lane, acc);
-    int cr[kRows];
+      for (int b = 0; b < NB; ++b) {
+        if (!go || rs[b][0] < 0) {  // warp-uniform; the sets' bases ascend, so every later set is empty too
+          go = false;
+          continue;
+        }
+        float acc[kRows];
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) cr[i] = rs[i];
-    row += kRows * nwarps;
-    rows_at(row + kRows * nwarps, rs);
-    if (rs[0] >= 0) S.load(mp, rs, nch, 0, lane);
-    take(acc, cr);
-  };
-  if (DB) {
-    while (rr[0] >= 0) {
-      db_step(P, rr);
-      if (rq[0] < 0) break;
-      db_step(Q, rq);
+        for (int i = 0; i < kRows; ++i) acc[i] = 0.f;
+        S[b].dot(rs[b], xv, nch, 0, lane, acc);
+        int cr[kRows];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) cr[i] = rs[b][i];
+        row += kRows * nwarps;  // the next set's base
+        rows_at(row + (NB - 1) * kRows * nwarps, rs[b]);
+        if (rs[b][0] >= 0) S[b].load(mp, rs[b], nch, 0, lane);
+        take(acc, cr);
+      }
     }
   }
-  while (!DB && rr[0] >= 0) {
+  while (NB == 1 && rr[0] >= 0) {
     float acc[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) acc[i] = 0.f;
@@ -160,13 +167,18 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
 }  // namespace
 
 namespace {
-bool lm_rows4() {  // LILY_CUDA_LM_ROWS=2 keeps 2 rows per warp in flight in the lm_head (with LILY_CUDA_LM_DB=0)
+bool lm_rows4() {  // LILY_CUDA_LM_ROWS=2 keeps 2 rows per warp in flight in the lm_head (with LILY_CUDA_LM_SETS=1)
   static const bool on = env_rows4("LILY_CUDA_LM_ROWS");
   return on;
 }
-bool lm_db() {  // LILY_CUDA_LM_DB=0: one row set per warp in flight in the lm_head
-  static const bool on = env_default_on("LILY_CUDA_LM_DB");
-  return on;
+int lm_sets() {  // LILY_CUDA_LM_SETS=1|2|3: row sets per warp in the lm_head (k_lm_head's NB; default 2)
+  static const int n = [] {
+    const char* v = std::getenv("LILY_CUDA_LM_SETS");
+    if (!v || !*v) return 2;
+    if (std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) return v[0] - '0';
+    throw Error(std::string("LILY_CUDA_LM_SETS: expected 1, 2 or 3, got '") + v + "'");
+  }();
+  return n;
 }
 }  // namespace
 
@@ -178,18 +190,19 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
     const int blocks = std::min((W.rows + 7) / 8, resident_grid(kern, kThreads, smem));
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, W, x, norm_w, eps, logits, in_ids, out_ids, ctl, trace);
   };
-  const bool db = lm_db() && W.cols <= 64 * FmtInfo<kQ4>::kElems;  // one chunk pair per lane and row (Q4)
+  const int nb = W.cols <= 64 * FmtInfo<kQ4>::kElems ? lm_sets() : 1;  // one chunk pair per lane and row (Q4)
   switch (W.fmt) {
     case kQ4:
-      if (use_int8_x(kQ4, W.cols)) {
-        if (db) run(k_lm_head<kQ4, 2, XQ, true>);  // two sets of 2 rows (4 rows a set spill: measured slower)
-        else lm_rows4() ? run(k_lm_head<kQ4, 4, XQ, false>) : run(k_lm_head<kQ4, 2, XQ, false>);
+      if (use_int8_x(kQ4, W.cols)) {  // NB sets of 2 rows (sets of 4 rows spill: measured slower)
+        if (nb == 3) run(k_lm_head<kQ4, 2, XQ, 3>);
+        else if (nb == 2) run(k_lm_head<kQ4, 2, XQ, 2>);
+        else lm_rows4() ? run(k_lm_head<kQ4, 4, XQ, 1>) : run(k_lm_head<kQ4, 2, XQ, 1>);
       } else {
-        lm_rows4() ? run(k_lm_head<kQ4, 4, XF, false>) : run(k_lm_head<kQ4, 2, XF, false>);
+        lm_rows4() ? run(k_lm_head<kQ4, 4, XF, 1>) : run(k_lm_head<kQ4, 2, XF, 1>);
       }
       break;
-    case kQ8: lm_rows4() ? run(k_lm_head<kQ8, 4, XF, false>) : run(k_lm_head<kQ8, 2, XF, false>); break;
-    default: lm_rows4() ? run(k_lm_head<kBF16, 4, XF, false>) : run(k_lm_head<kBF16, 2, XF, false>); break;
+    case kQ8: lm_rows4() ? run(k_lm_head<kQ8, 4, XF, 1>) : run(k_lm_head<kQ8, 2, XF, 1>); break;
+    default: lm_rows4() ? run(k_lm_head<kBF16, 4, XF, 1>) : run(k_lm_head<kBF16, 2, XF, 1>); break;
   }
 }
 
