@@ -193,7 +193,7 @@ __device__ __forceinline__ void merge_parts(const AttnArgs& a, const float* pk, 
 // so both L2 round trips overlap. Every block computes all the weights (n x G, tiny).
 template <int HD, int G>
 __device__ __forceinline__ void merge_slice(const AttnArgs& a, const float* pk, int n, int stride, int slice,
-                                            float* wsp, int kvh) {
+                                            float* wsp, int kvh, bool trl) {
   constexpr int NO = G * HD / 4, kT = kWarps * 32, kSpt = 4;  // outputs; threads; splits held per thread
   const int O = (NO + n - 1) / n, o0 = slice * O;
   if (o0 >= NO) return;  // uniform over the block
@@ -215,6 +215,7 @@ __device__ __forceinline__ void merge_slice(const AttnArgs& a, const float* pk, 
   if (first < hi) load(first, v, gt);
   merge_weights<HD, G>(pk, n, stride, wsp, nullptr);
   __syncthreads();
+  if (trl) trace_at(a.trace, 10);
   // warp-uniform trip count (the butterfly's shuffles need every lane of the warp)
   for (int oi0 = (int(threadIdx.x) >> 5) * (32 / T); oi0 < hi; oi0 += step) {
     const int oi = oi0 + lane / T;
@@ -244,6 +245,7 @@ __device__ __forceinline__ void merge_slice(const AttnArgs& a, const float* pk, 
     if (valid && sub == 0)
       *reinterpret_cast<float4*>(a.out + (kvh * G + g) * HD + d) = make_float4(
           num.x * sigmoid_f(gt.x), num.y * sigmoid_f(gt.y), num.z * sigmoid_f(gt.z), num.w * sigmoid_f(gt.w));
+    if (trl && oi0 == 0) trace_at(a.trace, 11);  // thread 0's first output summed
   }
 }
 
@@ -493,7 +495,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     if (threadIdx.x == 32) count_past(done, seen, unsigned(nsplit));
     const bool trl = a.trace && threadIdx.x == 0 && kvh == 0 && split == 0;
     if (trl) trace_at(a.trace, 5);
-    merge_slice<HD, G>(a, a.part + int64_t(kvh) * kAttnPartSlots * stride, nsplit, stride, split, slab, kvh);
+    merge_slice<HD, G>(a, a.part + int64_t(kvh) * kAttnPartSlots * stride, nsplit, stride, split, slab, kvh, trl);
     if (trl) trace_at(a.trace, 6);
     return;
   }

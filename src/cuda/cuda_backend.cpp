@@ -453,7 +453,8 @@ void CudaBackend::print_trace() const {
   const char* attn[16] = {"attn entry", "attn after pdl_wait", "attn prologue done", "attn scan done (block 0)",
                           "attn published (block 0)", "attn last block starts merge", "attn merge done",
                           "attn q/k/v in shared memory (b0)", "attn q/k normed (b0)", "attn first K/V rows done (b0)",
-                          0, 0, "MoE x loads landed (b0)", "MoE x norm reduced (b0)", "down act loads landed (b0)"};
+                          "attn merge weights ready (b0)", "attn merge first sum written (b0)", "MoE x loads landed (b0)",
+                          "MoE x norm reduced (b0)", "down act loads landed (b0)"};
   const char* gdn[16] = {"in_proj entry (b0)", "in_proj x loaded (b0)", "in_proj last block done", "gdn entry (b0)",
                          "gdn after pdl_wait (b0)", "gdn rows done (b0)", "gdn last block done", "out_proj entry (b0)",
                          "out_proj x loaded (b0)", "out_proj last block done", "gdn conv done (b0)",
