@@ -209,8 +209,7 @@ struct MoeArgs {
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
   int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])
   int router_xf = 0;               // fused: router blocks quantise x (int8 form) after their barrier arrival
-  int down_prefetch = 0;           // fused: the down matrices into L2: 1 at each block's end, 2 (rows-first form) once
-                                   // the routing is known, the shared expert's before the wait (LILY_CUDA_DOWN_PREFETCH)
+  int down_prefetch = 0;           // fused: the down matrices into L2 at each block's end (LILY_CUDA_DOWN_PREFETCH=1)
   int route_ballot = 0;            // fused, summed logits: route_pick_ballot's top-k (LILY_CUDA_ROUTE_BALLOT)
   int fixed_route = 0;             // measurement only (LILY_CUDA_MOE_FIXED): 1 experts 0..k-1, 2 every E/k-th
   const float* pre = nullptr;      // fused kernel only, E <= 256: the router-from-y form: logits / rms(x) given as

@@ -267,7 +267,6 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     }
   }
   const float* nw = stage_vec(a.norm_w, H, nws);
-  if (RF && a.down_prefetch == 2) prefetch_down(a, s_idx, a.k, a.k + 1);  // the shared expert's: no routing needed
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
   bt(1);
@@ -292,7 +291,6 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
       cp_async_commit();
     }
     bt(4);
-    if (a.down_prefetch == 2) prefetch_down(a, s_idx, 0, a.k);  // after the gate/up rows' requests
     if constexpr (OW) {  // after the gate/up rows: their bytes are needed first
       if (threadIdx.x == 0) ow.issue(a, s_idx, ow_sm, &ow_bar, false);
       if (threadIdx.x == kThreads - 1) {  // the shared-expert gate's parts (element E), for its weight
@@ -392,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   } else {
     for (int row = warp; row < a.k * I; row += nwarps) act_row(row);
   }
-  if (a.down_prefetch == 1) prefetch_down(a, s_idx, 0, a.k + 1);
+  if (a.down_prefetch) prefetch_down(a, s_idx);
   if constexpr (OW) {
     __syncthreads();  // s_act, s_shsum
     ow_bar_wait(&ow_bar);
@@ -678,13 +676,8 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   static const bool ballot = env_is_one("LILY_CUDA_ROUTE_BALLOT");
   a.route_ballot = ballot;
   // default off: measured slower (4K 645.7 -> 630.1 tok/s, session 14)
-  static const int down_prefetch = [] {  // 1: at each block's end; 2: once the routing is known (rows-first form)
-    const char* v = std::getenv("LILY_CUDA_DOWN_PREFETCH");
-    if (!v || !*v || std::strcmp(v, "0") == 0) return 0;
-    if (std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0) return v[0] - '0';
-    throw Error(std::string("LILY_CUDA_DOWN_PREFETCH: expected 0, 1 or 2, got '") + v + "'");
-  }();
-  a.down_prefetch = a.early_route ? down_prefetch : 0;
+  static const bool down_prefetch = env_is_one("LILY_CUDA_DOWN_PREFETCH");
+  a.down_prefetch = down_prefetch && a.early_route;
   a.route_packed = route_packed_ok(a);
   static const bool sh_first = env_default_on("LILY_CUDA_MOE_SH_FIRST");
   a.sh_first = sh_first;

@@ -102,14 +102,13 @@ inline void check(const MoeArgs& a) {
     throw Error("moe: sizes must be multiples of 32");
 }
 
-// LILY_CUDA_DOWN_PREFETCH (MoeArgs::down_prefetch): the block's 1/gridDim share of down matrices j0 .. j1 - 1
-// (j < k: routed expert s_idx[j]; j == k: the shared expert's; their weights, and their (scale, bias) words)
-// requested into L2 by bulk prefetches (sm_90; thread 2 (j - j0) + 0/1: matrix j's weights / words), so MoE down's
-// rows come from L2.
-__device__ __forceinline__ void prefetch_down(const MoeArgs& a, const int* s_idx, int j0, int j1) {
+// LILY_CUDA_DOWN_PREFETCH (MoeArgs::down_prefetch): the block's 1/gridDim share of the k routed experts' and the
+// shared expert's down matrices (their weights, and their (scale, bias) words) requested into L2 by bulk prefetches
+// (sm_90; thread 2 j + 0/1: matrix j's weights / words), so MoE down's rows come from L2.
+__device__ __forceinline__ void prefetch_down(const MoeArgs& a, const int* s_idx) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (int(threadIdx.x) >= 2 * (j1 - j0)) return;
-  const int j = j0 + (threadIdx.x >> 1);
+  if (int(threadIdx.x) >= 2 * (a.k + 1)) return;
+  const int j = threadIdx.x >> 1;
   const bool words = threadIdx.x & 1;
   const DMat m = j < a.k ? expert(a.down, s_idx[j]) : a.sh_down;
   const uint8_t* base = words ? reinterpret_cast<const uint8_t*>(m.sb) : m.w;
