@@ -226,8 +226,8 @@ TEST(CudaGemv, HeadNormScalesEachHead) {
 // ties), fed into the next step's input; cursor and position advance and the accumulators reset (two steps).
 TEST(CudaLmHead, LogitsArgmaxAndStepAdvance) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  // 5003 rows: at most one row per warp; 70001: ~33 rows per warp, so both row sets of the double-buffered form
-  // (LILY_CUDA_LM_DB) turn over several times. Neither is a multiple of any warp / block count.
+  // 5003 rows: at most one row per warp; 70001: ~33 rows per warp, so every row set of the 4-bit form
+  // (LILY_CUDA_LM_SETS) turns over several times. Neither is a multiple of any warp / block count.
   for (const int fmt : {int(cuda::kQ4), int(cuda::kBF16)})
   for (const int rows : {5003, 70001}) {
     SCOPED_TRACE("fmt " + std::to_string(fmt) + " rows " + std::to_string(rows));

@@ -197,7 +197,8 @@ int run_cudabench(const Args&) { throw Error("cudabench: this build has no CUDA 
 
 }  // namespace
 
-LILY_COMMAND("cudabench", "decode tok/s of the CUDA backend on a synthetic full-size model (--ctx 256,4096 --steps N --sampled 0|1)",
+LILY_COMMAND("cudabench",
+             "decode tok/s of the CUDA backend on a synthetic full-size model (--ctx 256,4096 --steps N --sampled 0|1)",
              run_cudabench, {});
 
 }  // namespace lily

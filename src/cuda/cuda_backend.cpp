@@ -477,7 +477,7 @@ void CudaBackend::print_trace() const {
   print_step_trace(t);
 }
 
-// The whole step from the every-layer end stamps (slots 80 + layer) and the lm_head's (66..68): each layer's time
+// The whole step from the every-layer end stamps (slots 80 + layer) and the lm_head's (66..71): each layer's time
 // from the previous layer's end, averaged per layer kind.
 void CudaBackend::print_step_trace(const unsigned long long* t) const {
   const int n = std::min(int(layers_.size()), kTraceSlots - 80);

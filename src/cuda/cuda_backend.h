@@ -168,7 +168,7 @@ class CudaBackend : public Backend {
   unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_CUDA_TRACE stamps (attention 0-6, its MoE 16-28; first
                                         // DeltaNet layer: in_proj 32-34, gdn 35-38 and 42-43 and 47 and 64-65,
                                         // out_proj 39-41, MoE x prologues 12-14 / 44-46, its MoE 48-63;
-                                        // lm_head 66-68; every layer's end 80 + layer)
+                                        // lm_head 66-71; every layer's end 80 + layer)
   unsigned long long* btrace_ = nullptr;  // LILY_CUDA_TRACE=2: [2][kMoeBtraceBlocks][kMoeBtraceSlots] stamps
   void print_trace() const;  // LILY_CUDA_TRACE stamps, at exit
   void print_btrace(unsigned long long base) const;  // the per-block stamps, as quantiles over the blocks

@@ -21,7 +21,7 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int id) {
   return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(id));
 }
 
-// kRows: rows per warp in flight (4 by default; ~117 rows per warp at V = 248k; LILY_CUDA_LM_ROWS=2 for comparison).
+// kRows: rows per set (~117 rows per warp at V = 248k): 2 with NB > 1; with NB = 1, 4 (LILY_CUDA_LM_ROWS=2: 2).
 // X: activation form, as the GEMVs (XQ: int8 hi+lo x with dp4a for 4-bit weights where decode_int8_x() is on, XF:
 // f32); the f32 form made this 286 MB GEMV issue-bound.
 // NB > 1 (LILY_CUDA_LM_SETS, 4-bit rows of at most 64 chunks, kRows = 2): NB row sets per warp; while one set's dots
