@@ -227,11 +227,15 @@ TEST(CudaGemv, HeadNormScalesEachHead) {
 TEST(CudaLmHead, LogitsArgmaxAndStepAdvance) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   // 5003 rows: at most one row per warp; 70001: ~33 rows per warp, so every row set of the 4-bit form
-  // (LILY_CUDA_LM_SETS) turns over several times. Neither is a multiple of any warp / block count.
-  for (const int fmt : {int(cuda::kQ4), int(cuda::kBF16)})
-  for (const int rows : {5003, 70001}) {
-    SCOPED_TRACE("fmt " + std::to_string(fmt) + " rows " + std::to_string(rows));
-    const int cols = 2048;
+  // (LILY_CUDA_LM_SETS) turns over several times. Neither is a multiple of any warp / block count. 4096 columns:
+  // rows of more than one chunk round (the one-set loop's further rounds).
+  struct Case {
+    int fmt, rows, cols;
+  };
+  for (const Case k : {Case{cuda::kQ4, 5003, 2048}, Case{cuda::kQ4, 70001, 2048}, Case{cuda::kQ4, 20011, 4096},
+                       Case{cuda::kBF16, 5003, 2048}, Case{cuda::kBF16, 70001, 2048}}) {
+    const int fmt = k.fmt, rows = k.rows, cols = k.cols;
+    SCOPED_TRACE("fmt " + std::to_string(fmt) + " rows " + std::to_string(rows) + " cols " + std::to_string(cols));
     std::mt19937 rng(99 + fmt);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     TestMat m;

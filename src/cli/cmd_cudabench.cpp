@@ -142,7 +142,7 @@ int run_cudabench(const Args& a) {
   // --sampled 0: greedy decode only (the sampled columns print 0), so LILY_CUDA_TRACE's last step is a greedy one
   const bool with_sampled = a.get_int("sampled", 1) != 0;
   // the hardware limit the GB/s column is read against: the device's sustained copy rate (bytes read + written)
-  const double copy_gbps = cuda_probe_limits(1.0).copy_gbps;
+  const double copy_gbps = cuda_copy_gbps(0.5);
   auto t0 = std::chrono::steady_clock::now();
   auto w = synthetic_35b();
   auto be = make_cuda_backend(w);

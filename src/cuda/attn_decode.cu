@@ -215,6 +215,7 @@ __device__ __forceinline__ void merge_slice(const AttnArgs& a, const float* pk, 
   if (first < hi) load(first, v, gt);
   merge_weights<HD, G>(pk, n, stride, wsp, nullptr);
   __syncthreads();
+  if (a.trigger == 2) pdl_trigger();  // blocks without a share signal by exiting
   if (trl) trace_at(a.trace, 10);
   // warp-uniform trip count (the butterfly's shuffles need every lane of the warp)
   for (int oi0 = (int(threadIdx.x) >> 5) * (32 / T); oi0 < hi; oi0 += step) {
@@ -353,7 +354,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     vn[d] = bf2f(vb);
   }
   __syncthreads();
-  pdl_trigger();
+  if (a.trigger == 0) pdl_trigger();
   if (tr) trace_at(a.trace, 2);
 
   // The online softmax state of head hg = lane / (32 / G) (the head whose score the transpose-reduce leaves in this
@@ -482,6 +483,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   }
   __threadfence();
   __syncthreads();
+  if (a.trigger == 1) pdl_trigger();
   if (tr) trace_at(a.trace, 4);
   if (a.merge_levels == 0) {  // every split block waits for all of its kv head's splits, then merges its share
     unsigned* done = &ctl->attn_done[kvh];
@@ -554,6 +556,8 @@ void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
   AttnArgs a = args;
   a.min_split = min_split;
   a.merge_levels = attn_merge_levels();
+  static const int trigger = env_choice("LILY_CUDA_ATTN_TRIGGER", {"prologue", "published", "merge"}, 1);
+  a.trigger = trigger;
   if (a.nkv < 1 || a.nkv > kAttnMaxKv || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
   if (a.rope_dim > a.hd || a.rope_dim % 2) throw Error("attn_decode: rope_dim must be even and <= head_dim");
   const int G = a.nq / a.nkv;

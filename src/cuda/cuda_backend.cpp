@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_factory.h"
+#include "cuda/env_switch.h"
 #include "cuda/prefill_runner.h"
 #include "engine/step_sampler.h"
 
@@ -50,10 +51,7 @@ CudaOptions CudaOptions::from_env() {
     if (*end || v < 16 || v > 16384) throw Error("LILY_CUDA_PREFILL_MAX_CHUNK: expected a number of tokens in 16..16384");
     o.prefill_max_chunk = int(v);
   }
-  if (const char* smp = std::getenv("LILY_CUDA_SAMPLER"); smp && *smp) {
-    if (std::strcmp(smp, "host") == 0) o.device_sampler = false;
-    else if (std::strcmp(smp, "device") != 0) throw Error("LILY_CUDA_SAMPLER: expected host or device");
-  }
+  o.device_sampler = env_choice("LILY_CUDA_SAMPLER", {"device", "host"}, 0) == 0;
   o.prefill_simple = env_on("LILY_CUDA_PREFILL_SIMPLE", false);
   const char* prec = std::getenv("LILY_CUDA_PREFILL_PRECISION");
   // Default fp16 (A / 2^(e-15) per row, 11-bit significands, 8x finer than the bf16 operands other engines use):
@@ -62,21 +60,9 @@ CudaOptions CudaOptions::from_env() {
   // costs 23% of the 4K prefill (22,964 vs 17,787 tok/s); bf16: 1.07 with top-1 0.875.
   o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecFP16;
   o.prefill_attn_precise = env_on("LILY_CUDA_PREFILL_ATTN_PRECISE", true);
-  if (const char* ry = std::getenv("LILY_CUDA_ROUTER_Y"); ry && *ry) {
-    if (std::strcmp(ry, "0") && std::strcmp(ry, "1") && std::strcmp(ry, "2"))
-      throw Error(std::string("LILY_CUDA_ROUTER_Y: expected 0, 1 or 2, got '") + ry + "'");
-    o.router_y = ry[0] - '0';
-  }
-  if (const char* ra = std::getenv("LILY_CUDA_RY_A"); ra && *ra) {
-    if (std::strcmp(ra, "q") && std::strcmp(ra, "i16"))
-      throw Error(std::string("LILY_CUDA_RY_A: expected q or i16, got '") + ra + "'");
-    o.ry_a_i16 = ra[0] == 'i';
-  }
-  if (const char* at = std::getenv("LILY_CUDA_RY_A_AT"); at && *at) {
-    if (std::strcmp(at, "in") && std::strcmp(at, "gdn"))
-      throw Error(std::string("LILY_CUDA_RY_A_AT: expected in or gdn, got '") + at + "'");
-    o.ry_a_gdn = at[0] == 'g';
-  }
+  o.router_y = env_choice("LILY_CUDA_ROUTER_Y", {"0", "1", "2"}, 1);
+  o.ry_a_i16 = env_choice("LILY_CUDA_RY_A", {"q", "i16"}, 1) == 1;
+  o.ry_a_gdn = env_choice("LILY_CUDA_RY_A_AT", {"in", "gdn"}, 1) == 1;
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
   o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);

@@ -19,5 +19,7 @@ struct CudaLimits {
   double copy_gbps = 0, matmul_tflops = 0;
 };
 CudaLimits cuda_probe_limits(double seconds);
+// The copy rate alone (GB/s read + written, best of 2 GiB copies for about `seconds`).
+double cuda_copy_gbps(double seconds);
 
 }  // namespace lily

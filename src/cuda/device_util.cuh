@@ -13,7 +13,9 @@
 #include <utility>
 
 #include "cuda/cuda_check.h"
+#include "cuda/env_switch.h"
 #include "cuda/kernels.h"
+#include "cuda/weight_loads.cuh"
 
 namespace lily::cuda {
 
@@ -27,27 +29,6 @@ __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-// ---- switches read from the environment (by the launchers, once, into statics) ----
-// On unless the variable starts with '0'.
-inline bool env_default_on(const char* name) {
-  const char* v = std::getenv(name);
-  return !(v && v[0] == '0');
-}
-// Rows per warp in flight: 4 (unset or "4") or 2 ("2"); anything else is an error naming the variable.
-inline bool env_rows4(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v || std::strcmp(v, "4") == 0) return true;
-  if (std::strcmp(v, "2") == 0) return false;
-  throw Error(std::string(name) + ": expected 2 or 4");
-}
-// LILY_CUDA_EARLY_TRIGGER=0: kernels that may signal their PDL dependents at entry (so the next kernel's blocks land
-// beside them, where resources allow, and issue their weight loads while they run) signal after their own wait
-// instead. Default on. (The dependents' griddepcontrol.wait still waits for this whole grid and its writes.)
-inline bool early_trigger_on() {
-  static const bool on = env_default_on("LILY_CUDA_EARLY_TRIGGER");
-  return on;
 }
 
 // Launch helper: cudaLaunchKernelEx with the programmatic-serialization attribute when pdl is set.
@@ -68,25 +49,24 @@ void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_
 }
 
 // ---- in-graph timing (LILY_CUDA_TRACE=1): %globaltimer stamps written by one thread into trace[i] ----
-__device__ __forceinline__ void trace_at(unsigned long long* trace, int i) {
-  if (!trace) return;
+__device__ __forceinline__ unsigned long long globaltimer() {  // ns
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  trace[i] = t;
+  return t;
+}
+__device__ __forceinline__ void trace_at(unsigned long long* trace, int i) {
+  if (!trace) return;
+  trace[i] = globaltimer();
 }
 // Per-block stamp (LILY_CUDA_TRACE=2): thread 0 of each block writes bt[blockIdx.x * slots + i] (b < nb).
 __device__ __forceinline__ void btrace_at(unsigned long long* bt, int nb, int slots, int i) {
   if (!bt || threadIdx.x != 0 || int(blockIdx.x) >= nb) return;
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  bt[blockIdx.x * slots + i] = t;
+  bt[blockIdx.x * slots + i] = globaltimer();
 }
 // The latest of several blocks: each block's thread 0 calls it once (slot starts zeroed; the last step's max stays).
 __device__ __forceinline__ void trace_max(unsigned long long* trace, int i) {
   if (!trace) return;
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  atomicMax(trace + i, t);
+  atomicMax(trace + i, globaltimer());
 }
 
 // ---- grid sizing: blocks of `kern` that fit on the device at once (one wave; more blocks would run a second
@@ -128,48 +108,7 @@ void allow_smem(K kern, size_t bytes) {
   cur = bytes;
 }
 
-// ---- loads ----
-__device__ __forceinline__ uint4 ldg_stream(const void* p) {  // read-only, do not keep in L1
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-// Decode weight chunks (chunk_load: GEMVs, MoE, lm_head) are read with an L2 evict-first policy (sm_80+), so the
-// ~1.9 GB per step weight stream pushes the step's small tensors and state out of L2 less (+0.7% at 4K on the H200).
-// Compile with -DLILY_L2_EVICT_FIRST=0 for plain loads (the values read are the same either way).
-#ifndef LILY_L2_EVICT_FIRST
-#define LILY_L2_EVICT_FIRST 1
-#endif
-#if LILY_L2_EVICT_FIRST && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define LILY_L2_EF_LOADS 1
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-  return pol;
-}
-#endif
-__device__ __forceinline__ uint4 ldg_weight(const void* p) {
-#ifdef LILY_L2_EF_LOADS
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p), "l"(l2_evict_first_policy()));
-  return r;
-#else
-  return ldg_stream(p);
-#endif
-}
-__device__ __forceinline__ uint32_t ldg_weight_u32(const uint32_t* p) {
-#ifdef LILY_L2_EF_LOADS
-  uint32_t r;
-  asm volatile("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(p), "l"(l2_evict_first_policy()));
-  return r;
-#else
-  return __ldg(p);
-#endif
-}
+// ---- loads: weights (ldg_weight, with its L2 policies) in cuda/weight_loads.cuh ----
 __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {  // gpu-scope acquire (flags, counters)
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

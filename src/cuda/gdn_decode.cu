@@ -309,6 +309,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   const float nrm_w = t < kSplitRows ? g.norm_w[v0 + t] : 0.f;
   if (tr) trace_at(g.trace, 12);
   pdl_wait();
+  if (g.trigger_wait) pdl_trigger();
   if (tr) trace_at(g.trace, 1);
   float xin[2];
 #pragma unroll
@@ -386,7 +387,11 @@ int gdn_split_parts(int Dv) { return Dv % kSplitRows || Dv / kSplitRows > kHeadN
 
 void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
   GdnArgs g = args;
-  g.early_trigger = early_trigger_on();
+  // LILY_CUDA_GDN_TRIGGER: when the DeltaNet step signals out_proj: entry (default, as EARLY_TRIGGER), wait (after
+  // its PDL wait; split form), rows (after its state rows)
+  static const int trigger = env_choice("LILY_CUDA_GDN_TRIGGER", {"entry", "wait", "rows"}, 0);
+  g.early_trigger = early_trigger_on() && trigger == 0;
+  g.trigger_wait = trigger == 1;
   if (g.Dk > kMaxD || g.Dv > kMaxD || g.Dk % 32 || g.Hv % g.Hk || g.K < 1)
     throw Error("gdn_decode: unsupported head sizes (Dk, Dv <= 256, Dk % 32 == 0, Hv % Hk == 0)");
   if (g.yq && !g.hss) throw Error("gdn_decode: the XQ image output (yq) needs the split form");

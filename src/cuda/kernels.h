@@ -205,6 +205,8 @@ struct MoeArgs {
   unsigned long long* btrace = nullptr;   // LILY_CUDA_TRACE=2: per-block stamps [kMoeBtraceBlocks][slots] of the fused
                                           // kernel, then the same of down (thread 0 of each block; kernels.h)
   int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)
+  int trigger_rows = 0;            // down: signal them once it has the routing (1) / its first rows are requested (2)
+                                   // instead (LILY_CUDA_DOWN_TRIGGER=flag / rows)
   int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
   int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])
@@ -273,6 +275,7 @@ struct GdnArgs {
                                 // instead of y, for a 4-bit out_proj on the int8-x path (HeadNorm::xq)
   const StepCtl* ctl = nullptr; // pos, S, conv
   int early_trigger = 0;        // signal PDL dependents at entry (set by gdn_decode from LILY_CUDA_EARLY_TRIGGER)
+  int trigger_wait = 0;         // split form: signal them after its wait instead (LILY_CUDA_GDN_TRIGGER=wait)
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: block 0 entry, after wait, rows done [0..2]; last block
                                         // done [3]; block 0 conv done, norms done [7..8] ([4..6]: out_proj's);
                                         // split form: block 0 before its pdl_wait [12], after its StepCtl
@@ -308,6 +311,10 @@ struct AttnArgs {
   int min_split = 64;           // positions per split at least (set by attn_decode)
   int merge_levels = 0;         // 0: spread over the split blocks; 2: groups of kAttnGroup splits merged first, then
                                 // the groups; 1: the last block merges all (set by attn_decode)
+  // LILY_CUDA_ATTN_TRIGGER (set by attn_decode): when the blocks signal o_proj's launch (PDL): 0 (prologue) after the
+  // prologue, 1 (published, the default since session 19: +0.4% at 4K on the H200) after publishing their split,
+  // 2 (merge) after the spread merge's weights (merge_levels 0)
+  int trigger = 1;
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [8] globaltimer stamps of block (0,0) and the last block
 };
 void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl);

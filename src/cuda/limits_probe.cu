@@ -35,22 +35,18 @@ void check_cublas(cublasStatus_t s, const char* what) {
 
 }  // namespace
 
-CudaLimits cuda_probe_limits(double seconds) {
-  CudaLimits out;
-  cudaDeviceProp prop{};
-  LILY_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  out.device = prop.name;
+double cuda_copy_gbps(double seconds) {
   cudaEvent_t a, b;
   LILY_CUDA_CHECK(cudaEventCreate(&a));
   LILY_CUDA_CHECK(cudaEventCreate(&b));
-  // copy: 2 GiB buffers, best of several copies
+  // 2 GiB buffers, best of several copies
   const size_t bytes = size_t(2) << 30;
   void *src = nullptr, *dst = nullptr;
   LILY_CUDA_CHECK(cudaMalloc(&src, bytes));
   LILY_CUDA_CHECK(cudaMalloc(&dst, bytes));
   LILY_CUDA_CHECK(cudaMemset(src, 1, bytes));
   float best = 1e30f;
-  const auto t_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds / 2);
+  const auto t_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   for (int i = 0; i < 3 || (std::chrono::steady_clock::now() < t_end && i < 50); ++i) {
     LILY_CUDA_CHECK(cudaEventRecord(a));
     LILY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice));
@@ -60,9 +56,19 @@ CudaLimits cuda_probe_limits(double seconds) {
     LILY_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
     if (i > 0) best = std::min(best, ms);  // the first copy is a warm-up
   }
-  out.copy_gbps = 2.0 * double(bytes) / (best * 1e-3) / 1e9;
   LILY_CUDA_CHECK(cudaFree(src));
   LILY_CUDA_CHECK(cudaFree(dst));
+  LILY_CUDA_CHECK(cudaEventDestroy(a));
+  LILY_CUDA_CHECK(cudaEventDestroy(b));
+  return 2.0 * double(bytes) / (best * 1e-3) / 1e9;
+}
+
+CudaLimits cuda_probe_limits(double seconds) {
+  CudaLimits out;
+  cudaDeviceProp prop{};
+  LILY_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  out.device = prop.name;
+  out.copy_gbps = cuda_copy_gbps(seconds / 2);
 #ifdef LILY_HAVE_CUBLAS
   // matrix rate: C = A·B, bf16 in, fp32 accumulate, random data
   const int n = 8192;
@@ -70,13 +76,16 @@ CudaLimits cuda_probe_limits(double seconds) {
   LILY_CUDA_CHECK(cudaMalloc(&A, size_t(n) * n * 2));
   LILY_CUDA_CHECK(cudaMalloc(&B, size_t(n) * n * 2));
   LILY_CUDA_CHECK(cudaMalloc(&C, size_t(n) * n * 2));
+  cudaEvent_t a, b;
+  LILY_CUDA_CHECK(cudaEventCreate(&a));
+  LILY_CUDA_CHECK(cudaEventCreate(&b));
   fill_random_bf16<<<1024, 256>>>(A, size_t(n) * n, 1u);
   fill_random_bf16<<<1024, 256>>>(B, size_t(n) * n, 2u);
   LILY_CUDA_CHECK(cudaGetLastError());
   cublasHandle_t h;
   check_cublas(cublasCreate(&h), "create");
   const float one = 1.0f, zero = 0.0f;
-  best = 1e30f;
+  float best = 1e30f;
   const auto t_end2 = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds / 2);
   for (int i = 0; i < 4 || (std::chrono::steady_clock::now() < t_end2 && i < 30); ++i) {
     LILY_CUDA_CHECK(cudaEventRecord(a));
@@ -94,9 +103,9 @@ CudaLimits cuda_probe_limits(double seconds) {
   LILY_CUDA_CHECK(cudaFree(A));
   LILY_CUDA_CHECK(cudaFree(B));
   LILY_CUDA_CHECK(cudaFree(C));
-#endif  // without cuBLAS the matrix rate stays 0 (reported as not measured)
   LILY_CUDA_CHECK(cudaEventDestroy(a));
   LILY_CUDA_CHECK(cudaEventDestroy(b));
+#endif  // without cuBLAS the matrix rate stays 0 (reported as not measured)
   return out;
 }
 
