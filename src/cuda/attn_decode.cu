@@ -548,11 +548,7 @@ void set_attn_merge_levels(int levels) { g_merge_levels = levels; }
 int attn_merge_levels() { return g_merge_levels; }
 
 void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
-  static const int min_split = [] {
-    const char* v = std::getenv("LILY_CUDA_ATTN_MIN_SPLIT");
-    const int n = v ? std::atoi(v) : 0;
-    return n > 0 ? n : kDefaultMinSplit;
-  }();
+  static const int min_split = int(env_count("LILY_CUDA_ATTN_MIN_SPLIT", 1, 1 << 20, kDefaultMinSplit));
   AttnArgs a = args;
   a.min_split = min_split;
   a.merge_levels = attn_merge_levels();

@@ -45,12 +45,7 @@ CudaOptions CudaOptions::from_env() {
   o.profile = env_on("LILY_CUDA_PROFILE", false);
   if (o.profile) o.graph = false;
   o.prefill = env_on("LILY_CUDA_PREFILL", true);
-  if (const char* mc = std::getenv("LILY_CUDA_PREFILL_MAX_CHUNK"); mc && *mc) {
-    char* end = nullptr;
-    const long v = std::strtol(mc, &end, 10);
-    if (*end || v < 16 || v > 16384) throw Error("LILY_CUDA_PREFILL_MAX_CHUNK: expected a number of tokens in 16..16384");
-    o.prefill_max_chunk = int(v);
-  }
+  o.prefill_max_chunk = int(env_count("LILY_CUDA_PREFILL_MAX_CHUNK", 16, 16384, 0));  // tokens
   o.device_sampler = env_choice("LILY_CUDA_SAMPLER", {"device", "host"}, 0) == 0;
   o.prefill_simple = env_on("LILY_CUDA_PREFILL_SIMPLE", false);
   const char* prec = std::getenv("LILY_CUDA_PREFILL_PRECISION");

@@ -33,14 +33,15 @@ inline int env_choice(const char* name, std::initializer_list<const char*> choic
   }
   throw Error(std::string(name) + ": expected one of " + list + ", got '" + v + "'");
 }
-// A whole number in [0, max]; `def` when unset or empty.
-inline long env_count(const char* name, long max, long def) {
+// A whole number in [lo, hi]; `def` when unset or empty.
+inline long env_count(const char* name, long lo, long hi, long def) {
   const char* v = std::getenv(name);
   if (!v || !*v) return def;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
-  if (*end || n < 0 || n > max)
-    throw Error(std::string(name) + ": expected a whole number in 0.." + std::to_string(max) + ", got '" + v + "'");
+  if (*end || n < lo || n > hi)
+    throw Error(std::string(name) + ": expected a whole number in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                ", got '" + v + "'");
   return n;
 }
 // Rows per warp in flight: 4 (unset or "4") or 2 ("2").
