@@ -205,8 +205,8 @@ struct MoeArgs {
   unsigned long long* btrace = nullptr;   // LILY_CUDA_TRACE=2: per-block stamps [kMoeBtraceBlocks][slots] of the fused
                                           // kernel, then the same of down (thread 0 of each block; kernels.h)
   int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)
-  int trigger_rows = 0;            // down: signal them once it has the routing (1) / its first rows are requested (2)
-                                   // instead (LILY_CUDA_DOWN_TRIGGER=flag / rows)
+  int down_trigger = 0;            // down: signal them once it has the routing (1) / once its first rows are
+                                   // requested (2) instead (LILY_CUDA_DOWN_TRIGGER=flag / rows)
   int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
   int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
   int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])

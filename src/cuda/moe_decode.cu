@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   }
   if (tr) trace_at(a.trace, 11);
   bt(1);
-  if (a.trigger_rows == 1) pdl_trigger();
+  if (a.down_trigger == 1) pdl_trigger();
   if (a.route_packed) {  // the weights (s_w) after the wait, below
     if (threadIdx.x < a.k) s_m[threadIdx.x] = expert(a.down, int((s_ids >> (8 * threadIdx.x)) & 255u));
     else if (threadIdx.x == a.k) s_m[a.k] = a.sh_down;
@@ -501,7 +501,7 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   };
   bt(6);
   if (warp < H) issue(warp, 0);
-  if (a.trigger_rows == 2) pdl_trigger();
+  if (a.down_trigger == 2) pdl_trigger();
   bt(7);
   // out_early: the residual row this warp adds to, read now (final: written before the fused kernel's wait, which
   // returned before the routing flag was published)
@@ -733,7 +733,7 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   // its act prologue: slower)
   static const int trigger = env_choice("LILY_CUDA_DOWN_TRIGGER", {"entry", "flag", "rows", "act"}, 2);
   a.early_trigger = early_trigger_on() && trigger == 0;
-  a.trigger_rows = trigger == 1 || trigger == 2 ? trigger : 0;
+  a.down_trigger = trigger == 1 || trigger == 2 ? trigger : 0;
   static const bool out_early = env_default_on("LILY_CUDA_DOWN_OUT_EARLY");
   a.out_early = out_early && a.early_route;
   a.route_packed = route_packed_ok(a);
