@@ -75,4 +75,16 @@ TEST_F(EnvSwitch, OnOffAndRows) {
   EXPECT_NE(error_of([] { env_rows4(kVar); }).find(kVar), std::string::npos);
 }
 
+TEST_F(EnvSwitch, OnWithDefault) {
+  unsetenv(kVar);
+  EXPECT_TRUE(env_on(kVar, true));
+  EXPECT_FALSE(env_on(kVar, false));
+  for (const char* off : {"0", "off", "false"}) {
+    set(off);
+    EXPECT_FALSE(env_on(kVar, true)) << off;
+  }
+  set("1");
+  EXPECT_TRUE(env_on(kVar, false));
+}
+
 }  // namespace

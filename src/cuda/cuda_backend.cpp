@@ -30,12 +30,6 @@ float to_f32(const void* p, DType t, size_t i) {
   }
 }
 
-bool env_on(const char* name, bool def) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return def;
-  return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
-}
-
 }  // namespace
 
 CudaOptions CudaOptions::from_env() {

@@ -15,6 +15,12 @@ inline bool env_default_on(const char* name) {
   const char* v = std::getenv(name);
   return !(v && v[0] == '0');
 }
+// `def` when unset or empty; else off for "0", "off" or "false" (CudaOptions::from_env's switches).
+inline bool env_on(const char* name, bool def) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
+}
 // The measured-slower switches: off unless the variable is "1".
 inline bool env_is_one(const char* name) {
   const char* v = std::getenv(name);

@@ -733,7 +733,7 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   // its act prologue: slower)
   static const int trigger = env_choice("LILY_CUDA_DOWN_TRIGGER", {"entry", "flag", "rows", "act"}, 2);
   a.early_trigger = early_trigger_on() && trigger == 0;
-  a.down_trigger = trigger == 1 || trigger == 2 ? trigger : 0;
+  a.down_trigger = trigger <= 2 ? trigger : 0;  // act: only the trigger after the act prologue
   static const bool out_early = env_default_on("LILY_CUDA_DOWN_OUT_EARLY");
   a.out_early = out_early && a.early_route;
   a.route_packed = route_packed_ok(a);

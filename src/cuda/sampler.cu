@@ -3,8 +3,6 @@
 // The last block to finish writes the id to out_ids[cursor], feeds it to the next step's input, advances the
 // step (cursor, pos) and resets the accumulators: the whole step can be replayed from a CUDA graph.
 #include <cfloat>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 #include "cuda/device_util.cuh"
