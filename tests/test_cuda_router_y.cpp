@@ -21,6 +21,7 @@
 #include "cuda_test_buffers.h"
 #include "test_metrics.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/kernels.h"
@@ -303,6 +304,62 @@ TEST(CudaRouterY, ComposeMatchesHost) {
     EXPECT_EQ(mx, 32767.0) << "row " << j << ": its largest entry maps to 32767";
     EXPECT_LE(err, 0.5 * rh[size_t(j)] + 2e-6 * wmx) << "row " << j;
   }
+}
+
+// A route block without the side rows it polls for (none, summed per block, or written elsewhere than B's parts of
+// the route's buffer), or with a top-k the ids word cannot hold, is refused before any launch (no device needed);
+// so is a published routing for a fused MoE launch that is not the rows-first form.
+TEST(CudaGemvRouteArgs, RouteNeedsItsSideRows) {
+  alignas(16) static float pre[cuda::kMoePreMaxParts * cuda::kMoePrePartStride] = {};
+  alignas(16) static const uint16_t m[16] = {};
+  static const float rs[1] = {1.f};
+  static unsigned long long pub[8] = {};
+  const int ps = cuda::kMoePrePartStride;
+  cuda::GemvSeg seg;
+  seg.m.fmt = cuda::kQ4;
+  seg.m.rows = 2048;
+  seg.m.cols = 4096;
+  cuda::GemvSide side;
+  side.m = m;
+  side.rscale = rs;
+  side.part = pre + ps;
+  side.rows = 257;
+  side.pieces = 8;
+  side.part_q = ps;
+  side.part_j = 1;
+  cuda::GemvRoute route = {pre, 9, 1, ps, 1, 256, 8, 0, pub};
+  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, nullptr, &route),
+               lily::Error);  // no side rows
+  cuda::GemvSide bad = side;
+  bad.block_sum = true;
+  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &bad, &route),
+               lily::Error);
+  bad = side;
+  bad.part = pre + 2 * ps;  // not where B's first part is
+  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &bad, &route),
+               lily::Error);
+  bad = side;
+  bad.rows = 256;  // not every element's row
+  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &bad, &route),
+               lily::Error);
+  cuda::GemvRoute r2 = route;
+  r2.k = 9;  // more ids than the word's 8 bytes
+  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &side, &r2),
+               lily::Error);
+  r2 = route;
+  r2.parts = 10;  // B's parts are the side rows' pieces, no more
+  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &side, &r2),
+               lily::Error);
+  r2 = route;
+  r2.pub = nullptr;
+  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &side, &r2),
+               lily::Error);
+  cuda::MoeArgs a;  // no parts: the rows-first form does not apply
+  a.E = 256;
+  a.k = 8;
+  a.route_pub = pub;
+  EXPECT_FALSE(cuda::moe_route_pub_ok(a));
+  EXPECT_THROW(cuda::moe_route_gate_up(a, nullptr, false), lily::Error);
 }
 
 // The whole decode step with the routing published by the out projections (LILY_CUDA_ROUTE_PUB=1) against the
