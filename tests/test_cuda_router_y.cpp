@@ -214,7 +214,7 @@ TEST_P(CudaGemvRoute, PublishesTheRanking) {
   side.pieces = pieces;
   side.part_q = ps;
   side.part_j = 1;
-  const cuda::GemvRoute route = {d_pre, parts, pa, ps, 1, E, K, 0, pub};
+  const cuda::GemvRoute route = {d_pre, parts, pa, ps, 1, E, K, pub};
   float* const y = dev.poisoned(rows);
   cuda::GemvSeg seg = {o.d.m, y, 0};
   float* const dx = dev.up(x);
@@ -327,7 +327,7 @@ TEST(CudaGemvRouteArgs, RouteNeedsItsSideRows) {
   side.pieces = 8;
   side.part_q = ps;
   side.part_j = 1;
-  cuda::GemvRoute route = {pre, 9, 1, ps, 1, 256, 8, 0, pub};
+  cuda::GemvRoute route = {pre, 9, 1, ps, 1, 256, 8, pub};
   EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, nullptr, &route),
                lily::Error);  // no side rows
   cuda::GemvSide bad = side;

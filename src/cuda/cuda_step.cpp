@@ -119,7 +119,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     // ids (GemvRoute), so the fused MoE kernel requests its first routed rows before its PDL wait; MoE down resets
     // the ids word. Only where every writer and reader of that handshake runs.
     unsigned long long* const rtr = trace_ && !d.is_full && d.lin_idx == 0 ? trace_ + 72 : nullptr;  // slot 72
-    const GemvRoute route = {pre_, d.ry_pa + d.ry_pm, d.ry_pa, ps, es, c.n_experts, c.top_k, 0, route_pub_, rtr};
+    const GemvRoute route = {pre_, d.ry_pa + d.ry_pm, d.ry_pa, ps, es, c.n_experts, c.top_k, route_pub_, rtr};
     const bool pub = ry && opt_.route_pub && !bsum && fused && !opt_.one_wave && route_pub_ok(d) &&
                      side_m.rows > 0 && !opt_.skips(d.is_full ? "o" : "gdn_out") && !opt_.skips("gate_up") &&
                      !opt_.skips("down");

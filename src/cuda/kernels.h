@@ -129,7 +129,6 @@ struct GemvRoute {
   float* pre = nullptr;             // the parts (MoeArgs::pre's layout): part q of element e at pre[q * ps + e * es]
   int parts = 0, b_first = 0;       // parts in all; the first of B's (written by this launch's side rows)
   int ps = 0, es = 0, E = 0, k = 0;  // E <= 256, 2 <= k <= 8; 256-thread blocks
-  int ballot = 0;                   // route_pick_ballot's top-k (LILY_CUDA_ROUTE_BALLOT)
   unsigned long long* pub = nullptr;
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [1] globaltimer stamp once the ids word is published
 };

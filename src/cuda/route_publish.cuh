@@ -51,7 +51,7 @@ __device__ __forceinline__ void route_publish_block(const GemvRoute& r) {
   __syncthreads();
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
-  moe_detail::route_pre(sl, r.E, r.k, 1.f, s_idx, s_w, r.ballot != 0, s_v);
+  moe_detail::route_pre(sl, r.E, r.k, 1.f, s_idx, s_w, false, s_v);  // route_pick: the ballot form ranks alike
   float* const vsel = reinterpret_cast<float*>(r.pub + 1);
   if (lane < r.k) {
     vsel[lane] = s_v[lane];
