@@ -91,13 +91,13 @@ __device__ __forceinline__ void gate_up_row(const MoeArgs& a, const int* s_idx, 
   if (lane == 0) a.act[row] = silu_f(gv) * uv;
 }
 
-// The checks every MoE launcher makes of the weights' formats and sizes.
 // LILY_CUDA_ROUTE_PACKED=0: MoE down reads the routing through L2 after the flag (default: from the flag's word)
 inline bool route_packed_ok(const MoeArgs& a) {
   static const bool on = env_default_on("LILY_CUDA_ROUTE_PACKED");
   return on && a.early_route && a.k >= 2 && a.k <= 8 && a.E <= 256;
 }
 
+// The checks every MoE launcher makes of the weights' formats and sizes.
 inline void check(const MoeArgs& a) {
   const int f = a.gate.m.fmt;
   if (a.up.m.fmt != f || a.down.m.fmt != f || a.sh_gate.fmt != f || a.sh_up.fmt != f || a.sh_down.fmt != f)
