@@ -25,9 +25,6 @@ if timeout 240 python3 tools/fixtures/make_fixtures.py /tmp/lily-small small > "
     echo "-- $layout cuda, decode path (LILY_CUDA_PREFILL=0)"
     LILY_CUDA_PREFILL=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
-    echo "-- $layout cuda, decode path, routing published by the out projection (LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTE_PUB=1)"
-    LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTE_PUB=1 "$B/lily" eval --model /tmp/lily-small/model-$layout \
-      --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
     echo "-- $layout cuda, decode path, the router's own rows (LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTER_Y=0)"
     LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTER_Y=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
@@ -55,8 +52,4 @@ if [ "${RY_AB:-1}" = 1 ]; then
       LILY_CUDA_ROUTER_Y=$ry timeout 120 "$B/lily" cudabench --ctx 256,4096 --steps 256 2>&1 | tail -2
     done
   done | tee "$OUT/router_y_ab.txt"
-fi
-echo "== published routing: A/B of LILY_CUDA_ROUTE_PUB=0|1, same binary, alternated twice (PUB_AB=0 skips)"
-if [ "${PUB_AB:-1}" = 1 ]; then
-  bash scripts/ab-switch.sh "$B/lily" LILY_CUDA_ROUTE_PUB "0 1" --ctx 256,4096 --steps 256 | tee "$OUT/route_pub_ab.txt"
 fi

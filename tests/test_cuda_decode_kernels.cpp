@@ -8,7 +8,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -218,36 +217,6 @@ TEST_P(CudaMoeDecode, MatchesReference) {
     const std::vector<uint32_t> ctr = down(a.route_done, 8);
     for (int i : {0, 2, 3, 4, 5, 6, 7}) EXPECT_EQ(ctr[size_t(i)], 0u) << "pre rep " << rep << " word " << i;
     EXPECT_LT(testmetrics::rms_rel_err(down(dx, H), int8x ? want_q : want), 1e-5) << "pre rep " << rep;
-  }
-  // The routing published by the out projection's route block (MoeArgs::route_pub, LILY_CUDA_ROUTE_PUB): the ids
-  // word and the selected sums (the parts summed in order, unscaled) as that block writes them; the same outputs bit
-  // for bit as the kernel's own ranking (the last rep above: part-major), and down clears the word.
-  if (cuda::moe_route_pub_ok(a)) {
-    const std::vector<float> ranked = down(dx, H);
-    std::vector<uint32_t> pubh(16, 0u);
-    unsigned long long word = 0;
-    for (int j = 0; j < K; ++j) {
-      word |= static_cast<unsigned long long>(pidx[size_t(j)]) << (8 * j);
-      const float sum = (0.f + part(pidx[size_t(j)], 0) + part(pidx[size_t(j)], 1)) + part(pidx[size_t(j)], 2);
-      std::memcpy(&pubh[size_t(2 + j)], &sum, 4);
-    }
-    std::memcpy(pubh.data(), &word, 8);
-    cuda::MoeArgs pa = a;
-    pa.route_pub = reinterpret_cast<unsigned long long*>(dev.up(pubh));
-    for (int rep = 0; rep < 2; ++rep) {
-      CK(cudaMemcpy(pa.route_pub, pubh.data(), 8, cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(dx, x.data(), H * 4, cudaMemcpyHostToDevice));
-      cuda::moe_route_gate_up(pa, nullptr, true);
-      cuda::moe_down(pa, nullptr, true);
-      CK(cudaDeviceSynchronize());
-      std::vector<int32_t> gidx(K);
-      CK(cudaMemcpy(gidx.data(), pa.route_idx, K * 4, cudaMemcpyDeviceToHost));
-      for (int j = 0; j < K; ++j) EXPECT_EQ(gidx[j], pidx[j]) << "pub rep " << rep << " slot " << j;
-      EXPECT_EQ(down(pa.route_pub, 1)[0], 0ull) << "pub rep " << rep << ": down clears the ids word";
-      const std::vector<uint32_t> ctr = down(pa.route_done, 8);
-      for (int i : {0, 2, 3, 4, 5, 6, 7}) EXPECT_EQ(ctr[size_t(i)], 0u) << "pub rep " << rep << " word " << i;
-      EXPECT_EQ(down(dx, H), ranked) << "pub rep " << rep;
-    }
   }
   // The one-wave form (MoeArgs::one_wave): down inside the fused kernel from column-blocked copies of the down
   // matrices, on the f32 act values (int8 x for gate/up only) or (ow_int8) on each expert's weight x act quantised in

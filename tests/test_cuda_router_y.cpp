@@ -10,9 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <numeric>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -21,14 +18,11 @@
 #include "cuda_test_buffers.h"
 #include "test_metrics.h"
 #include "core/dtype.h"
-#include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/kernels.h"
 #include "cuda/router_y.h"
-#include "engine/backend.h"
 #include "int8x_model.h"
-#include "synth/synthetic_model.h"
 
 using namespace lily;
 
@@ -172,95 +166,6 @@ INSTANTIATE_TEST_SUITE_P(WholeAndLooped, CudaGemvSide,
                                            std::make_tuple(true, 12352, 2048, 257, 3),
                                            std::make_tuple(false, 512, 1024, 33, 3)));
 
-// The out projection's route block (GemvRoute, LILY_CUDA_ROUTE_PUB): the same launch with the route block publishes
-// the top-k of the parts' sums (A parts given, B's written by the side rows) exactly as the fused MoE kernel would
-// rank them: the ids word and the selected sums bit for bit, B's parts of elements < E set back to unset (element E's
-// kept for down), the GEMV's own outputs unchanged; a second launch after the ids word is cleared (MoE down's job)
-// publishes the same again. (rows, cols, E, A parts): the model's out_proj (whole rows) and a looped GEMV.
-class CudaGemvRoute : public ::testing::TestWithParam<std::tuple<int, int, int, int>> {};
-
-TEST_P(CudaGemvRoute, PublishesTheRanking) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const int rows = std::get<0>(GetParam()), cols = std::get<1>(GetParam()), E = std::get<2>(GetParam());
-  const int pa = std::get<3>(GetParam()), K = 8, R = E + 1, pieces = cols / cuda::kGemvSidePiece;
-  const int ps = cuda::kMoePrePartStride, parts = pa + pieces;
-  ASSERT_LE(parts, cuda::kMoePreMaxParts);
-  std::mt19937 rng(17);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  Dev dev;
-  AffStack o;
-  make_stack(o, 1, rows, cols, 4, rng, dev);
-  std::vector<float> x(cols), rs(R);
-  for (auto& v : x) v = 2.f * u(rng);
-  for (auto& v : rs) v = (1.f + 0.5f * u(rng)) / 4096.f;
-  const std::vector<uint16_t> m = random_i16(size_t(R) * cols, rng);
-  // the parts buffer as the backend keeps it: part-major, unset (0xFF bytes) but for the A parts
-  std::vector<float> pre(size_t(cuda::kMoePreMaxParts) * ps);
-  std::fill(pre.begin(), pre.end(), [] {
-    const uint32_t b = cuda::kPreUnset;
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-  }());
-  for (int i = 0; i < pa; ++i)
-    for (int e = 0; e <= E; ++e) pre[size_t(i) * ps + e] = 0.5f * u(rng);
-  float* d_pre = dev.up(pre);
-  auto* pub = reinterpret_cast<unsigned long long*>(dev.up(std::vector<uint32_t>(16, 0)));
-  cuda::GemvSide side;
-  side.m = dev.up(m);
-  side.rscale = dev.up(rs);
-  side.part = d_pre + size_t(pa) * ps;
-  side.rows = R;
-  side.pieces = pieces;
-  side.part_q = ps;
-  side.part_j = 1;
-  const cuda::GemvRoute route = {d_pre, parts, pa, ps, 1, E, K, pub};
-  float* const y = dev.poisoned(rows);
-  cuda::GemvSeg seg = {o.d.m, y, 0};
-  float* const dx = dev.up(x);
-  // without the route block: the parts it will rank
-  cuda::gemv(&seg, 1, dx, nullptr, 1e-6f, nullptr, true, nullptr, nullptr, &side);
-  CK(cudaDeviceSynchronize());
-  const std::vector<float> written = down(d_pre, pre.size()), y0 = down(y, rows);
-  std::vector<float> sum(E);
-  for (int e = 0; e < E; ++e) {
-    float acc = 0.f;  // in part order, as the fused kernel sums them
-    for (int i = 0; i < parts; ++i) acc += written[size_t(i) * ps + e];
-    sum[size_t(e)] = acc;
-  }
-  std::vector<int> order(E);
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                    [&](int a, int b) { return sum[a] > sum[b] || (sum[a] == sum[b] && a < b); });
-  CK(cudaMemcpy(d_pre, pre.data(), pre.size() * 4, cudaMemcpyHostToDevice));  // B's parts unset again
-  for (int rep = 0; rep < 2; ++rep) {
-    CK(cudaMemset(pub, 0, 8));  // as MoE down does after its wait
-    CK(cudaMemset(y, 0xFF, size_t(rows) * 4));
-    cuda::gemv(&seg, 1, dx, nullptr, 1e-6f, nullptr, true, nullptr, nullptr, &side, &route);
-    CK(cudaDeviceSynchronize());
-    const std::vector<unsigned long long> word = down(pub, 1);
-    const std::vector<float> vsel = down(reinterpret_cast<const float*>(pub + 1), K);
-    for (int j = 0; j < K; ++j) {
-      EXPECT_EQ(int((word[0] >> (8 * j)) & 255u), order[size_t(j)]) << "rep " << rep << " slot " << j;
-      EXPECT_EQ(vsel[size_t(j)], sum[size_t(order[size_t(j)])]) << "rep " << rep << " slot " << j;
-    }
-    EXPECT_EQ(down(y, rows), y0) << "rep " << rep << ": the GEMV's rows as without the route block";
-    const std::vector<float> after = down(d_pre, pre.size());
-    for (int i = 0; i < parts; ++i)
-      for (int e = 0; e <= E; ++e) {
-        const size_t at = size_t(i) * ps + e;
-        uint32_t bits;
-        std::memcpy(&bits, &after[at], 4);
-        if (i >= pa && e < E) EXPECT_EQ(bits, cuda::kPreUnset) << "rep " << rep << " part " << i << " element " << e;
-        else EXPECT_EQ(after[at], written[at]) << "rep " << rep << " part " << i << " element " << e;
-      }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(WholeAndLooped, CudaGemvRoute,
-                         ::testing::Values(std::make_tuple(2048, 4096, 256, 1), std::make_tuple(2048, 4096, 256, 4),
-                                           std::make_tuple(512, 1024, 64, 2)));
-
 // M = W_r diag(nw) O (8-bit router and shared gate, 4-bit O), rows as int16 times a per-row scale, against the host
 // product in double: every entry within half a step (the row's largest / 65534) plus the f32 product's rounding
 // (f16 rows, before, were off by up to 2^-12 of the entry: up to 8x a step near the row's largest).
@@ -304,90 +209,6 @@ TEST(CudaRouterY, ComposeMatchesHost) {
     EXPECT_EQ(mx, 32767.0) << "row " << j << ": its largest entry maps to 32767";
     EXPECT_LE(err, 0.5 * rh[size_t(j)] + 2e-6 * wmx) << "row " << j;
   }
-}
-
-// A route block without the side rows it polls for (none, summed per block, or written elsewhere than B's parts of
-// the route's buffer), or with a top-k the ids word cannot hold, is refused before any launch (no device needed);
-// so is a published routing for a fused MoE launch that is not the rows-first form.
-TEST(CudaGemvRouteArgs, RouteNeedsItsSideRows) {
-  alignas(16) static float pre[cuda::kMoePreMaxParts * cuda::kMoePrePartStride] = {};
-  alignas(16) static const uint16_t m[16] = {};
-  static const float rs[1] = {1.f};
-  static unsigned long long pub[8] = {};
-  const int ps = cuda::kMoePrePartStride;
-  cuda::GemvSeg seg;
-  seg.m.fmt = cuda::kQ4;
-  seg.m.rows = 2048;
-  seg.m.cols = 4096;
-  cuda::GemvSide side;
-  side.m = m;
-  side.rscale = rs;
-  side.part = pre + ps;
-  side.rows = 257;
-  side.pieces = 8;
-  side.part_q = ps;
-  side.part_j = 1;
-  cuda::GemvRoute route = {pre, 9, 1, ps, 1, 256, 8, pub};
-  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, nullptr, &route),
-               lily::Error);  // no side rows
-  cuda::GemvSide bad = side;
-  bad.block_sum = true;
-  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &bad, &route),
-               lily::Error);
-  bad = side;
-  bad.part = pre + 2 * ps;  // not where B's first part is
-  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &bad, &route),
-               lily::Error);
-  bad = side;
-  bad.rows = 256;  // not every element's row
-  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &bad, &route),
-               lily::Error);
-  cuda::GemvRoute r2 = route;
-  r2.k = 9;  // more ids than the word's 8 bytes
-  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &side, &r2),
-               lily::Error);
-  r2 = route;
-  r2.parts = 10;  // B's parts are the side rows' pieces, no more
-  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &side, &r2),
-               lily::Error);
-  r2 = route;
-  r2.pub = nullptr;
-  EXPECT_THROW(cuda::gemv(&seg, 1, nullptr, nullptr, 1e-6f, nullptr, false, nullptr, nullptr, &side, &r2),
-               lily::Error);
-  cuda::MoeArgs a;  // no parts: the rows-first form does not apply
-  a.E = 256;
-  a.k = 8;
-  a.route_pub = pub;
-  EXPECT_FALSE(cuda::moe_route_pub_ok(a));
-  EXPECT_THROW(cuda::moe_route_gate_up(a, nullptr, false), lily::Error);
-}
-
-// The whole decode step with the routing published by the out projections (LILY_CUDA_ROUTE_PUB=1) against the
-// same step ranking in the fused MoE kernel (the default), on the synthetic `small` preset (hidden 512: every layer
-// takes router-from-y): the same sums in the same order, so the prompt's logits and the greedy ids are identical.
-TEST(CudaRoutePub, SmallModelMatchesOwnRanking) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  auto w = make_synthetic("small", 5);
-  setenv("LILY_CUDA_PREFILL", "0", 1);  // the prompt through the decode step too
-  auto off = make_cuda_backend(w);
-  setenv("LILY_CUDA_ROUTE_PUB", "1", 1);
-  auto on = make_cuda_backend(w);
-  unsetenv("LILY_CUDA_ROUTE_PUB");
-  unsetenv("LILY_CUDA_PREFILL");
-  const int V = w->cfg.vocab, L = 24, N = 24;
-  std::vector<int32_t> ids(L);
-  for (int i = 0; i < L; ++i) ids[size_t(i)] = (37 * i + 11) % V;
-  std::vector<std::vector<float>> logits(2, std::vector<float>(size_t(4) * V, NAN));
-  std::vector<std::vector<int32_t>> greedy(2, std::vector<int32_t>(size_t(N), -1));
-  Backend* be[2] = {off.get(), on.get()};
-  for (int b = 0; b < 2; ++b) {
-    auto st = be[b]->new_state(256);
-    be[b]->forward(*st, ids.data(), L, 4, logits[size_t(b)].data(), {});
-    be[b]->decode_argmax(*st, N, ids[0], greedy[size_t(b)].data());
-  }
-  for (float v : logits[1]) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_EQ(logits[1], logits[0]);
-  EXPECT_EQ(greedy[1], greedy[0]);
 }
 
 }  // namespace

@@ -61,7 +61,6 @@ CudaOptions CudaOptions::from_env() {
   o.gdn_xq = env_on("LILY_CUDA_GDN_XQ", true);
   o.pre_part_major = env_on("LILY_CUDA_PRE_PART_MAJOR", true);
   o.side_block_sum = env_on("LILY_CUDA_SIDE_BLOCK_SUM", false);
-  o.route_pub = env_on("LILY_CUDA_ROUTE_PUB", false);
   if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
   o.trace = env_on("LILY_CUDA_TRACE", false);
   if (const char* t = std::getenv("LILY_CUDA_TRACE")) o.btrace = std::strcmp(t, "2") == 0;
@@ -312,10 +311,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   const size_t pre_floats =
       std::max(size_t(c.n_experts + 1) * kMoePreStride, size_t(kMoePreMaxParts) * kMoePrePartStride);
   pre_ = static_cast<float*>(dev_alloc(pre_floats * 4));
-  // with route_pub every part starts unset (kPreUnset bytes): the route block polls B's parts until written
-  LILY_CUDA_CHECK(cudaMemset(pre_, opt_.route_pub ? 0xFF : 0, pre_floats * 4));
-  route_pub_ = static_cast<unsigned long long*>(dev_alloc(64));
-  LILY_CUDA_CHECK(cudaMemset(route_pub_, 0, 64));
+  LILY_CUDA_CHECK(cudaMemset(pre_, 0, pre_floats * 4));
   if (gdn_split_parts(cfg_.lin_v_dim) == 0) opt_.gdn_split = false;
   const size_t hss_bytes = size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4;
   hss_ = static_cast<float*>(dev_alloc(hss_bytes));
@@ -452,7 +448,6 @@ void CudaBackend::print_trace() const {
   print("first DeltaNet layer + its MoE", 32, gdn);
   line("gdn StepCtl read (b0)", 64, 32);  // slots 64.. belong to the DeltaNet section
   line("gdn pre-wait loads issued (b0)", 65, 32);
-  line("out_proj route block published (LILY_CUDA_ROUTE_PUB)", 72, 32);
   if (btrace_ && t[32]) print_btrace(t[32]);
   print_step_trace(t);
 }

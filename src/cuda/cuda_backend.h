@@ -50,9 +50,6 @@ struct CudaOptions {
   bool side_block_sum = false;  // LILY_CUDA_SIDE_BLOCK_SUM=1: B's 8 pieces summed per block into one part
                                 // (measured slower on the H200, session 14; default: 8 parts)
   bool pre_part_major = true;  // LILY_CUDA_PRE_PART_MAJOR=0: router-from-y's parts element-major ([E + 1][16])
-  // LILY_CUDA_ROUTE_PUB=1: the out projection's launch publishes the MoE routing from router-from-y's parts (a
-  // route block, GemvRoute), read by the fused MoE kernel before its PDL wait (default off: not yet measured)
-  bool route_pub = false;
   bool int8_x = true;  // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (else int8 hi+lo, dp4a)
   // LILY_CUDA_SKIP=name,...: MEASUREMENT ONLY (the results are wrong): leaves these kernels out of the decode step
   // (gdn_in, gdn, gdn_out, qkv, attn, o, router, gate_up, down) to time their share inside the graph
@@ -148,7 +145,6 @@ class CudaBackend : public Backend {
   CudaOptions opt_;
   cudaStream_t stream_ = nullptr;
   void setup_router_y();                  // makes each eligible layer's side rows (opt_.router_y == 1)
-  bool route_pub_ok(const DLayer& d) const;  // layer d's MoE can read a published routing (LILY_CUDA_ROUTE_PUB)
   cudaGraphExec_t graph_ = nullptr;       // greedy step
   cudaGraphExec_t graph_samp_ = nullptr;  // sampled step
   std::vector<void*> allocs_;
@@ -165,7 +161,6 @@ class CudaBackend : public Backend {
   float* rlogits_ = nullptr;    // [E]
   float* shg_ = nullptr;        // [1]
   float* pre_ = nullptr;        // [E + 1][kMoePreStride] router-from-y partial logits
-  unsigned long long* route_pub_ = nullptr;  // [8] the published routing (GemvRoute::pub): ids word, selected sums
   float* hss_ = nullptr;        // [lin_v_heads][gdn_split_parts(lin_v_dim)] DeltaNet o^2 partial sums (split form)
   void* yq_ = nullptr;          // [xq_image_bytes(vd)] bytes: y as an XQ image (split form, gdn_xq)
   unsigned int* route_done_ = nullptr;  // router last-block counter

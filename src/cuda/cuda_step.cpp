@@ -62,17 +62,6 @@ void CudaBackend::setup_router_y() {
   dev_free(scratch);
 }
 
-// Whether layer d's MoE runs in the form that reads a published routing (LILY_CUDA_ROUTE_PUB): the shapes and
-// switches moe_route_pub_ok checks, with the parts enqueue_step gives it.
-bool CudaBackend::route_pub_ok(const DLayer& d) const {
-  MoeArgs m;
-  m.pre = pre_;
-  m.E = cfg_.n_experts;
-  m.k = cfg_.top_k;
-  m.gate = d.gate;
-  return moe_route_pub_ok(m);
-}
-
 // Segments that read the same normalised x: one launch when they share a weight format, else one each.
 // side (optional): side rows of the first launch.
 void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s,
@@ -114,15 +103,6 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa * ps,
                              ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, ps, es, nullptr, false,
                              bsum};
-    const bool fused = opt_.fused_router && d.router.cols == d.gate.m.cols;
-    // LILY_CUDA_ROUTE_PUB=1: the out projection's launch ranks the parts in a block of its own and publishes the
-    // ids (GemvRoute), so the fused MoE kernel requests its first routed rows before its PDL wait; MoE down resets
-    // the ids word. Only where every writer and reader of that handshake runs.
-    unsigned long long* const rtr = trace_ && !d.is_full && d.lin_idx == 0 ? trace_ + 72 : nullptr;  // slot 72
-    const GemvRoute route = {pre_, d.ry_pa + d.ry_pm, d.ry_pa, ps, es, c.n_experts, c.top_k, route_pub_, rtr};
-    const bool pub = ry && opt_.route_pub && !bsum && fused && !opt_.one_wave && route_pub_ok(d) &&
-                     side_m.rows > 0 && !opt_.skips(d.is_full ? "o" : "gdn_out") && !opt_.skips("gate_up") &&
-                     !opt_.skips("down");
     if (!d.is_full) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
@@ -167,8 +147,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       GemvSeg o = {d.out, x_, 1};
       const HeadNorm hn = {hss_, c.lin_v_dim, gdn_split_parts(c.lin_v_dim), eps, g.yq};
       if (!opt_.skips("gdn_out"))
-        gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, opt_.gdn_split ? &hn : nullptr, &side_m,
-             pub ? &route : nullptr);
+        gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, opt_.gdn_split ? &hn : nullptr, &side_m);
       mark("gdn out_proj gemv");
     } else {
       const int qr = c.q_proj_rows(), kvd = c.kv_dim();
@@ -196,8 +175,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       if (!opt_.skips("attn")) attn_decode(a, s, pdl);
       mark("attention");
       GemvSeg o = {d.o, x_, 1};
-      if (!opt_.skips("o"))
-        gemv(&o, 1, y_, nullptr, eps, s, pdl, nullptr, nullptr, &side_m, pub ? &route : nullptr);
+      if (!opt_.skips("o")) gemv(&o, 1, y_, nullptr, eps, s, pdl, nullptr, nullptr, &side_m);
       mark("attn o_proj gemv");
     }
     // MoE
@@ -229,7 +207,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.route_idx = ridx_;
     m.route_w = rw_;
     m.out = x_;
-    m.route_pub = pub ? route_pub_ : nullptr;
+    const bool fused = opt_.fused_router && m.router.cols == m.gate.m.cols;
     m.early_route = fused && opt_.early_route && !opt_.skips("gate_up");
     m.ow_down = d.ow_down;
     m.ow_sh_down = d.ow_sh_down;

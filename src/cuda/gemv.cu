@@ -6,7 +6,6 @@
 
 #include "cuda/device_util.cuh"
 #include "cuda/i16_dot.cuh"
-#include "cuda/route_publish.cuh"
 
 namespace lily::cuda {
 namespace {
@@ -26,13 +25,7 @@ struct GemvParams {  // passed by value (kernel parameter space)
   GemvSide side;              // side rows (side.rows 0: none)
   int resid_early;            // k_gemv_whole (LILY_CUDA_GEMV_RESID_EARLY): an accumulated y[r] read right after the
                               // PDL wait, beside the x prologue, not after the dots
-  GemvRoute route;            // route.pub set: the launch's last block is the route block (route_publish.cuh)
 };
-
-// Warps of the launch that take rows and side pieces (all but the route block's).
-__device__ __forceinline__ int row_warps(const GemvParams& p) {
-  return (int(gridDim.x) - (p.route.pub ? 1 : 0)) * (kThreads / 32);
-}
 
 // Side kinds (the kernels' SIDE parameter): none, int16 rows of side.m on the GEMV's x, rows of side.q on the raw x
 // (times side.raw_w), int16 rows of side.m on the raw x (side.m_raw).
@@ -104,7 +97,6 @@ __device__ __forceinline__ void side_dot(const GemvParams& p, const SidePiece<KI
     if constexpr (side_reads_raw(KIND)) v = sp.value(p, xr, lane);
     else v = sp.value(p, x, lane);
   }
-  if (__float_as_uint(v) == kPreUnset) v = __uint_as_float(0x7fffffffu);  // a reader polls for kPreUnset
   if (!p.side.block_sum) {
     if (sp.j >= 0 && lane == 0) p.side.part[sp.q * p.side.part_q + sp.j * p.side.part_j] = v;
     return;
@@ -116,7 +108,7 @@ __device__ __forceinline__ void side_dot(const GemvParams& p, const SidePiece<KI
     float s = 0.f;
 #pragma unroll
     for (int q = 0; q < kGemvSideBlockPieces; ++q) s += pieces[q];
-    p.side.part[sp.j * p.side.part_j] = __float_as_uint(s) == kPreUnset ? __uint_as_float(0x7fffffffu) : s;
+    p.side.part[sp.j * p.side.part_j] = s;
   }
   __syncthreads();  // pieces[] free for a further row (side_rest)
 }
@@ -174,13 +166,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   X xv(nws + p.cols, p.cols);
   XF xr(raw_x_base<X>(nws, p.cols), p.cols);  // side kinds reading the raw x only
   __shared__ float red[32];
-  if (p.route.pub && blockIdx.x == gridDim.x - 1) {  // uniform over the block
-    route_publish_block(p.route);
-    return;
-  }
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
-  const int nwarps = row_warps(p);
+  const int nwarps = gridDim.x * (kThreads / 32);
 
   const int nch = p.cols / FmtInfo<FMT>::kElems;
   // Weights do not depend on the previous kernel: load this warp's first rows before waiting on it and before
@@ -252,10 +240,6 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
   X xv(nws + p.cols, p.cols);
   XF xr(raw_x_base<X>(nws, p.cols), p.cols);  // side kinds reading the raw x only
   __shared__ float red[32];
-  if (p.route.pub && blockIdx.x == gridDim.x - 1) {  // uniform over the block
-    route_publish_block(p.route);
-    return;
-  }
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
   int sg, r;
@@ -294,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
       g.y[r] = g.accumulate ? (early ? y0 : g.y[r]) + acc[0] : acc[0];
     }
   }
-  if constexpr (SIDE != kSideNone) side_rest(p, sp, xv, xr, warp, row_warps(p), lane);
+  if constexpr (SIDE != kSideNone) side_rest(p, sp, xv, xr, warp, gridDim.x * (kThreads / 32), lane);
   if (p.trace) {  // uniform over the launch
     __syncthreads();
     if (threadIdx.x == 0) trace_max(p.trace, 2);
@@ -338,19 +322,9 @@ size_t xq_image_bytes(int n) { return XQ::bytes(n); }
 size_t gemv_smem_bytes(int cols) { return size_t(cols) * 8 + size_t(cols / 16) * 4; }  // x, staged norm_w, sums
 
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
-          bool pdl, unsigned long long* trace, const HeadNorm* hn, const GemvSide* side, const GemvRoute* route) {
+          bool pdl, unsigned long long* trace, const HeadNorm* hn, const GemvSide* side) {
   if (nseg < 1 || nseg > kMaxSegs) throw Error("gemv: bad segment count");
   GemvParams p = {};
-  if (route) {  // the route block polls for the parts this launch's side rows write: they must be there
-    const bool fits = side && side->rows > route->E && !side->block_sum && route->b_first >= 0 &&
-                      route->parts == route->b_first + side->pieces && route->parts <= kMoePreMaxParts;
-    if (!fits || !route->pre || !route->pub || route->E < 1 || route->E > kThreads || route->k < 2 ||
-        route->k > 8 || route->ps < 1 || route->es < 1 || side->part != route->pre + route->b_first * route->ps ||
-        side->part_q != route->ps || side->part_j != route->es)
-      throw Error("gemv: a route block needs this launch's side rows as B's parts (one per piece, after b_first "
-                  "others, at most 12) of E <= 256 elements, 2 <= k <= 8, and the ids word");
-    p.route = *route;
-  }
   if (side && side->rows > 0) {
     const bool q = side->q.w != nullptr;
     if ((q ? side->q.cols != segs[0].m.cols || side->q.rows < side->rows || (side->q.fmt != kQ8 && side->q.fmt != kBF16)
@@ -391,10 +365,9 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   const size_t smem =
       gemv_smem_bytes(p.cols) + (raw ? XF::bytes(p.cols) + 16 : 0) + (p.side.q.w ? size_t(p.cols) * 4 : 0);
   const int units = std::max(p.total_rows, p.side.rows * p.side.pieces);  // warps with work
-  const int extra = p.route.pub ? 1 : 0;  // the route block, after the blocks with rows
   auto grid = [&](auto kern) {
     allow_smem(kern, smem);
-    return std::min((units + wpb - 1) / wpb, resident_grid(kern, kThreads, smem) - extra);
+    return std::min((units + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
   };
   // LILY_CUDA_GEMV_WHOLE=0: rows of 65..128 chunks as two rounds of k_gemv even when each warp has one row
   static const bool whole_on = env_default_on("LILY_CUDA_GEMV_WHOLE");
@@ -405,16 +378,16 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
     if (!whole_on || nch <= 64 || nch > 128) return false;
     const int b = grid(kw);
     if (units > b * wpb) return false;
-    launch(kw, dim3(b + extra), dim3(kThreads), smem, s, pdl, p);
+    launch(kw, dim3(b), dim3(kThreads), smem, s, pdl, p);
     return true;
   };
   auto run = [&](auto k2, auto k4) {  // 4 rows per warp in flight once each warp has >= 3 rows
     const int b2 = grid(k2);
     if (gemv_rows4() && p.total_rows >= 3 * b2 * wpb) {  // (b2 from units >= total_rows)
       const int b4 = grid(k4);
-      launch(k4, dim3(b4 + extra), dim3(kThreads), smem, s, pdl, p);
+      launch(k4, dim3(b4), dim3(kThreads), smem, s, pdl, p);
     } else {
-      launch(k2, dim3(b2 + extra), dim3(kThreads), smem, s, pdl, p);
+      launch(k2, dim3(b2), dim3(kThreads), smem, s, pdl, p);
     }
   };
   // one instantiation set per side kind (tag: std::integral_constant<int, kind>)

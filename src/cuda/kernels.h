@@ -116,25 +116,9 @@ struct GemvSide {
                                  // (in piece order) into one partial, part[j * part_j] (LILY_CUDA_SIDE_BLOCK_SUM)
 };
 constexpr int kGemvSideBlockPieces = 8;  // the GEMV's warps per block
-// A part of the router-from-y buffer not yet written: the side rows' writers never store this bit pattern (a NaN
-// that arithmetic does not produce; side_dot stores the canonical NaN instead), so a reader can poll for it.
-constexpr unsigned kPreUnset = 0xffffffffu;
-// The routing published by the out projection's launch (LILY_CUDA_ROUTE_PUB): one extra block of the GEMV (its
-// last) waits for the side rows' parts of elements 0 .. E-1 (polling each until it is not kPreUnset, then setting it
-// back to kPreUnset), sums every part in part order (the A parts, final once its PDL wait returns, then B's), ranks
-// the E sums (top-k, as the fused MoE kernel's route_pre) and publishes pub[0] = the k ids (byte i: id i; nonzero as
-// they differ, k >= 2) after the k selected sums at reinterpret_cast<float*>(pub + 1). The fused MoE kernel reads
-// them before its PDL wait (MoeArgs::route_pub); MoE down sets pub[0] back to 0 after its wait.
-struct GemvRoute {
-  float* pre = nullptr;             // the parts (MoeArgs::pre's layout): part q of element e at pre[q * ps + e * es]
-  int parts = 0, b_first = 0;       // parts in all; the first of B's (written by this launch's side rows)
-  int ps = 0, es = 0, E = 0, k = 0;  // E <= 256, 2 <= k <= 8; 256-thread blocks
-  unsigned long long* pub = nullptr;
-  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [1] globaltimer stamp once the ids word is published
-};
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
           bool pdl, unsigned long long* trace = nullptr, const HeadNorm* hn = nullptr,
-          const GemvSide* side = nullptr, const GemvRoute* route = nullptr);
+          const GemvSide* side = nullptr);
 
 // Embedding: x[H] = dequant(embed row in_ids[ctl->cursor]).
 void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, cudaStream_t s, bool pdl);
@@ -181,10 +165,9 @@ constexpr int kMoePreStride = 16, kMoePreMaxParts = 12;
 // so a block's threads read each part as one coalesced row ((E + 1) <= kMoePrePartStride; 12 parts fit the buffer).
 constexpr int kMoePrePartStride = 264;
 // LILY_CUDA_TRACE=2 per-block stamps (MoeArgs::btrace): blocks b < kMoeBtraceBlocks of each MoE kernel,
-// kMoeBtraceSlots stamps each. Fused kernel: 0 entry, 1 after pdl_wait, 2 parts summed (route_pub: the published
-// ids word seen, before the wait), 3 routing ranked (route_pub: ids in shared memory), 4 first routed rows
-// requested, 5 x prologue done, 6 routing published, 7 first routed pair done, 8 block done, 9 (one wave) partial
-// sums written. Down:
+// kMoeBtraceSlots stamps each. Fused kernel: 0 entry, 1 after pdl_wait, 2 parts summed, 3 routing ranked, 4 first
+// routed rows requested, 5 x prologue done, 6 routing published, 7 first routed pair done, 8 block done, 9 (one
+// wave) partial sums written. Down:
 // 0 entry, 1 routing flag seen, 2 rows requested, 3 after pdl_wait, 4 act prologue done, 5 first row done, 8 block
 // done.
 constexpr int kMoeBtraceBlocks = 512, kMoeBtraceSlots = 10;
@@ -243,9 +226,6 @@ struct MoeArgs {
                                    // (route_done[5]: down blocks past the flag; both left zeroed)
   int sh_first = 0;                // fused, rows first (LILY_CUDA_MOE_SH_FIRST): the shared expert's act rows are the
                                    // first work units, their loads issued before the wait
-  unsigned long long* route_pub = nullptr;  // fused, rows first: the routing published by the out projection's route
-                                   // block (GemvRoute::pub), read before the PDL wait so the first routed rows are
-                                   // requested then (no parts read, no top-k here); down resets it after its wait
   int stage2_off = 0;              // fused, rows first (set by its launcher, LILY_CUDA_MOE_STAGE2): byte offset of the
                                    // warps' StagedRow buffers in dynamic shared memory; 0: none
   int route_packed = 0;            // early_route with 2 <= k <= 8, E <= 256 (LILY_CUDA_ROUTE_PACKED): the flag is
@@ -268,8 +248,6 @@ struct MoeArgs {
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_down(const MoeArgs& a, cudaStream_t s, bool pdl);
-// Whether moe_route_gate_up runs a's MoE in the rows-first form that can read a published routing (a.route_pub).
-bool moe_route_pub_ok(const MoeArgs& a);
 // router + gate_up as one launch (same results as moe_router then moe_gate_up; barrier on route_done[0..1] or [2..3],
 // which must start zeroed and is left zeroed).
 void moe_route_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);

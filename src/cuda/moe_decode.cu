@@ -183,21 +183,6 @@ __device__ __forceinline__ void requant(const XF& src, X& dst, int n) {
   __syncthreads();
 }
 
-// RF: once the routing is known, the warp's first pair (its routed rows; the shared expert's second slot) and a
-// staged second-round row are requested. unit_row: work unit -> act row.
-template <int FMT, class U>
-__device__ __forceinline__ void issue_first(const MoeArgs& a, const int* s_idx, GateUpPair<FMT>& first, bool staged,
-                                            typename StagedRow<FMT>::Buf& sbuf, int warp, int nwarps, int n_units,
-                                            int Is, int lane, const U& unit_row) {
-  const int u1 = warp + nwarps < n_units ? unit_row(warp + nwarps) : -1;
-  if (a.sh_first && warp < Is) first.load_second(a, s_idx, u1, lane);
-  else if (warp < n_units) first.load(a, s_idx, unit_row(warp), u1, lane);
-  if (a.stage2_off) {  // uniform: every thread commits a group (load_x then leaves it pending)
-    if (staged) StagedRow<FMT>::issue(a, s_idx, unit_row(warp + 2 * nwarps), sbuf, lane);
-    cp_async_commit();
-  }
-}
-
 // Router + gate_up in one launch (the default; LILY_CUDA_FUSED_ROUTER=0 runs k_moe_router then k_moe_gate_up).
 // Warps 0..E of the grid compute the router logits and the shared-expert gate (rows in registers before pdl_wait,
 // x in f32 as k_moe_router), the following warps the shared expert's gate/up rows, which need no routing (loaded
@@ -208,13 +193,11 @@ __device__ __forceinline__ void issue_first(const MoeArgs& a, const int* s_idx, 
 // only, LILY_CUDA_MOE_ROWS_FIRST): the top-k first and the warp's first routed pair requested before the x prologue,
 // so their DRAM round trip overlaps it (the weights, which need x's RMS factor, after it). x's loads issued before
 // the rows' too measured slower (4K 649.2 -> 646.1 tok/s on the H200, session 13). OW (RF only): the one-wave form
-// (moe_one_wave.cuh), down in this kernel. PUB (RF only, LILY_CUDA_ROUTE_PUB): the routing published by the out
-// projection's route block (MoeArgs::route_pub) read before the PDL wait, the first pair requested then.
-template <int FMT, int RFMT, class X, bool PRE = false, bool RF = false, bool OW = false, bool PUB = false>
+// (moe_one_wave.cuh), down in this kernel.
+template <int FMT, int RFMT, class X, bool PRE = false, bool RF = false, bool OW = false>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs a) {
   static_assert(PRE || !RF, "rows first needs the summed logits");
   static_assert(RF || !OW, "one wave needs rows first");
-  static_assert(!PUB || (RF && !OW), "a published routing is read by the rows-first form");
   extern __shared__ float4 smem4[];
   const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
@@ -284,34 +267,14 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     }
   }
   const float* nw = stage_vec(a.norm_w, H, nws);
-  __shared__ float s_v[RF ? kMaxK : 1];  // RF: the selected logits
-  if constexpr (PUB) {  // the routing published by the out projection's route block (ids word): rows before the wait
-    __shared__ unsigned long long s_word;
-    if (threadIdx.x == 0) {
-      unsigned long long v;
-      while ((v = ld_acquire_u64(a.route_pub)) == 0ull) __nanosleep(32);
-      s_word = v;
-    }
-    __syncthreads();
-    bt(2);
-    if (threadIdx.x < a.k) s_idx[threadIdx.x] = int((s_word >> (8 * threadIdx.x)) & 255u);
-    if (a.fixed_route && threadIdx.x < a.k)  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
-      s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
-    // the selected sums, written before the ids word (its acquire above, then the barrier, order these loads)
-    const float vs = threadIdx.x < a.k ? __ldcg(reinterpret_cast<const float*>(a.route_pub + 1) + threadIdx.x) : 0.f;
-    __syncthreads();
-    bt(3);
-    issue_first<FMT>(a, s_idx, first, staged, *sbuf, warp, nwarps, n_units, Is, lane, unit_row);
-    if (threadIdx.x < a.k) s_v[threadIdx.x] = vs;  // read by route_weights, past load_x's barriers
-    bt(4);
-  }
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
   bt(1);
   PreLogits pl;  // PRE: the logits' parts requested before the x prologue, their top-k after it
-  __shared__ __align__(16) float s_pl[PRE && !PUB ? 256 : 1];
-  if constexpr (PRE && !PUB) pl.load(a);
-  if constexpr (RF && !PUB) {
+  __shared__ __align__(16) float s_pl[PRE ? 256 : 1];
+  if constexpr (PRE) pl.load(a);
+  __shared__ float s_v[RF ? kMaxK : 1];  // RF: the selected logits
+  if constexpr (RF) {
     pl.sum(a, s_pl);
     __syncthreads();
     bt(2);
@@ -320,15 +283,21 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
       s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
     __syncthreads();
     bt(3);
-    issue_first<FMT>(a, s_idx, first, staged, *sbuf, warp, nwarps, n_units, Is, lane, unit_row);
+    const int u1 = warp + nwarps < n_units ? unit_row(warp + nwarps) : -1;
+    if (a.sh_first && warp < Is) first.load_second(a, s_idx, u1, lane);
+    else if (warp < n_units) first.load(a, s_idx, unit_row(warp), u1, lane);
+    if (a.stage2_off) {  // uniform: every thread commits a group (load_x then leaves it pending)
+      if (staged) StagedRow<FMT>::issue(a, s_idx, unit_row(warp + 2 * nwarps), *sbuf, lane);
+      cp_async_commit();
+    }
     bt(4);
-  }
-  if constexpr (OW) {  // after the gate/up rows: their bytes are needed first
-    if (threadIdx.x == 0) ow.issue(a, s_idx, ow_sm, &ow_bar, false);
-    if (threadIdx.x == kThreads - 1) {  // the shared-expert gate's parts (element E), for its weight
-      float4 q[kMoePreMaxParts / 4];
-      pre_load(a, a.E, q);
-      s_shsum = pre_total(q, a.pre_parts);
+    if constexpr (OW) {  // after the gate/up rows: their bytes are needed first
+      if (threadIdx.x == 0) ow.issue(a, s_idx, ow_sm, &ow_bar, false);
+      if (threadIdx.x == kThreads - 1) {  // the shared-expert gate's parts (element E), for its weight
+        float4 q[kMoePreMaxParts / 4];
+        pre_load(a, a.E, q);
+        s_shsum = pre_total(q, a.pre_parts);
+      }
     }
   }
   float rx = 1.f;  // the RMS factor of x
@@ -482,16 +451,6 @@ bool moe_rows_first_on() {
   static const bool on = env_default_on("LILY_CUDA_MOE_ROWS_FIRST");
   return on;
 }
-// Whether the fused launcher takes the rows-first form (k_moe_route_gate_up<F, kQ8, X, true, true>) for a.
-bool rows_first_form(const MoeArgs& a) {
-  if (!a.pre || !moe_pairs_on() || !moe_rows_first_on()) return false;
-  const int H = a.gate.m.cols;
-  switch (a.gate.m.fmt) {
-    case kQ4: return H <= GateUpPair<kQ4>::chunks_one() * FmtInfo<kQ4>::kElems;
-    case kQ8: return H <= GateUpPair<kQ8>::chunks_one() * FmtInfo<kQ8>::kElems;
-    default: return H <= GateUpPair<kBF16>::chunks_one() * FmtInfo<kBF16>::kElems;
-  }
-}
 
 // The fused kernel's dynamic shared memory: norm_w, x in the expert rows' form (xbytes) and in f32, then with
 // stage2 the StagedRow buffers (their offset into *stage2_off).
@@ -521,10 +480,6 @@ size_t ow_smem(const MoeArgs& a, int* stage2_off, int* ow_off) {
 }
 
 }  // namespace
-
-bool moe_route_pub_ok(const MoeArgs& a) {
-  return rows_first_form(a) && !a.one_wave && a.E <= 256 && a.k >= 2 && a.k <= 8;
-}
 
 size_t moe_ow_part_floats(const MoeArgs& a) { return size_t(moe_rows(a) + 7) / 8 * size_t(a.gate.m.cols); }
 
@@ -574,8 +529,6 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   a.route_packed = route_packed_ok(a);
   static const bool sh_first = env_default_on("LILY_CUDA_MOE_SH_FIRST");
   a.sh_first = sh_first;
-  if (a.route_pub && !moe_route_pub_ok(a))
-    throw Error("moe_route_gate_up: a published routing needs the rows-first form (moe_route_pub_ok)");
   if (a.pre) {
     if (a.E > 256 || a.pre_parts < 1 || a.pre_parts > kMoePreMaxParts || !a.shg ||
         (reinterpret_cast<uintptr_t>(a.pre) & 15))
@@ -605,9 +558,7 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     constexpr int F = decltype(fmt_tag)::value;
     using X = typename decltype(x_tag)::type;
     if (a.pre) {  // the router's format does not matter
-      if (a.route_pub)
-        run(k_moe_route_gate_up<F, kQ8, X, true, true, false, true>, X::bytes(H), stage2_ok(a));
-      else if (rows_first_form(a))
+      if (a.gu_pairs && H <= GateUpPair<F>::chunks_one() * FmtInfo<F>::kElems && moe_rows_first_on())
         run(k_moe_route_gate_up<F, kQ8, X, true, true>, X::bytes(H), stage2_ok(a));
       else
         run(k_moe_route_gate_up<F, kQ8, X, true>, X::bytes(H));

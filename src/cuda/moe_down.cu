@@ -119,9 +119,6 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
       a.route_done[5] = 0;
     }
   }
-  // the out projection's published ids word: every fused block read it before the fused kernel completed (waited
-  // for above, or at entry without early_route); the next layer's route block sets it after its own wait
-  if (a.route_pub && blockIdx.x == 0 && threadIdx.x == 0) *a.route_pub = 0ull;
   if (tre) trace_at(a.trace, 15);
   bt(3);
   if (a.route_packed) route_weights_down<PRE>(a, s_w);  // read by the dots, past load_x's final barrier
