@@ -28,10 +28,6 @@ struct Plan {
   int rows[kStages];          // 1 KB rows
 };
 
-__device__ __forceinline__ void cp16(void* smem, const void* g) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
-}
 __device__ __forceinline__ float dot16(uint4 v, const float* xs, int i) {
   return float(v.x & 15) * xs[i] + float(v.y & 15) * xs[i + 1] + float(v.z >> 28) + float(v.w & 7);
 }
@@ -60,7 +56,7 @@ __global__ void __launch_bounds__(kThr, 1) k_persist(const __grid_constant__ Pla
       span(i, r0, r1);
       const int n = min(r1 - r0, cap_rows);
       uint4* dst = sw + size_t(i & 1) * cap_rows * 64;
-      for (int k = threadIdx.x; k < n * 64; k += kThr) cp16(dst + k, p.w[i] + int64_t(r0) * 1024 + int64_t(k) * 16);
+      for (int k = threadIdx.x; k < n * 64; k += kThr) probe_cp16(dst + k, p.w[i] + int64_t(r0) * 1024 + int64_t(k) * 16);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
   };
@@ -123,8 +119,7 @@ __global__ void __launch_bounds__(kThr, 1) k_persist(const __grid_constant__ Pla
 
 int main() {
   cudaStream_t s = probe_stream();
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = probe_sms();
   uint8_t* buf = probe_buffer();
   float* xv = nullptr;
   unsigned* bar = nullptr;

@@ -17,10 +17,6 @@
 #include <vector>
 
 
-__device__ __forceinline__ void cp16(void* smem, const void* g) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
-}
 __device__ __forceinline__ float dot16(uint4 v, const float* xs, int lane) {
   return float(v.x & 15) * xs[lane] + float(v.y & 15) + float(v.z >> 28) + float(v.w & 7);
 }
@@ -36,7 +32,7 @@ __global__ void __launch_bounds__(256, 1) k_pipe(const float* xin, float* xout, 
   const int64_t per = (rows + gridDim.x - 1) / gridDim.x;
   const int64_t r0 = blockIdx.x * per, r1 = r0 + per < rows ? r0 + per : rows;
   const int nst = kStage ? int(r1 - r0 < cap_rows ? (r1 > r0 ? r1 - r0 : 0) : cap_rows) : 0;
-  for (int i = threadIdx.x; i < nst * 64; i += 256) cp16(sw + i, w + r0 * 1024 + int64_t(i) * 16);
+  for (int i = threadIdx.x; i < nst * 64; i += 256) probe_cp16(sw + i, w + r0 * 1024 + int64_t(i) * 16);
   asm volatile("cp.async.commit_group;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   for (int i = threadIdx.x; i < 2048; i += 256) xs[i] = xin[i];
@@ -101,8 +97,7 @@ using Kern = void (*)(const float*, float*, const uint8_t*, int64_t, int);
 
 int main() {
   cudaStream_t s = probe_stream();
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = probe_sms();
   uint8_t* buf = probe_buffer();
   float* xv = nullptr;
   CK(cudaMalloc(&xv, 2 * 2048 * 4));

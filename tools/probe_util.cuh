@@ -28,6 +28,19 @@ __device__ __forceinline__ unsigned long long now_ns() {
 
 constexpr int64_t kProbeSpan = int64_t(18) << 30;  // like the decode step's 19.5 GB of weights
 
+// 16 bytes global -> shared, asynchronously (cp.async, through L2 only)
+__device__ __forceinline__ void probe_cp16(void* smem, const void* g) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+}
+
+// The device's SM count.
+inline int probe_sms() {
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  return sms;
+}
+
 // Probe start: stdout unbuffered (lines show as they come), a non-blocking stream for the graphs.
 inline cudaStream_t probe_stream() {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
@@ -57,9 +70,7 @@ struct ProbeSetup {
 inline ProbeSetup probe_setup() {
   ProbeSetup p{probe_stream(), probe_buffer(), nullptr, 0};
   CK(cudaMalloc(&p.out, 64));
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  p.grid = 2 * sms;
+  p.grid = 2 * probe_sms();
   return p;
 }
 
