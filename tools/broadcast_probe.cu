@@ -12,11 +12,6 @@
 
 #include <vector>
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 __global__ void k_warm(const float4* buf, int64_t n4, float* sink) {
   float a = 0.f;
@@ -38,7 +33,7 @@ __global__ void __launch_bounds__(256, 2) k_bcast(const float4* buf, int n4, int
   }
   if (threadIdx.x == 0) {  // gives up after 100 ms (a block that is not resident must not hang the probe)
     const unsigned long long w0 = now_ns();
-    while (ld_acquire(flag) == 0u && now_ns() - w0 < 100000000ull) {}
+    while (probe_ld_acquire(flag) == 0u && now_ns() - w0 < 100000000ull) {}
   }
   __syncthreads();
   const unsigned long long seen = now_ns();

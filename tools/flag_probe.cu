@@ -16,11 +16,6 @@ constexpr size_t kSmem = 96 << 10;
 
 __device__ unsigned g_epoch;
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -47,7 +42,7 @@ __global__ void __launch_bounds__(256, 2) k_gemv(const float* xin, float* xout, 
     asm volatile("griddepcontrol.wait;" ::: "memory");
   } else {
     for (int b = threadIdx.x; b < int(gridDim.x); b += blockDim.x)
-      while (ld_acquire(flags_in + b) < epoch) {
+      while (probe_ld_acquire(flags_in + b) < epoch) {
       }
     __syncthreads();
   }

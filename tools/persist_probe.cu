@@ -11,7 +11,8 @@
 //             stage runs, except a routed gate/up stage (stage 4 of 6), whose rows are known only after its barrier
 //   all     : prefetch, the routed stage too (an upper bound: no routing dependence)
 // each with the barrier as one counter (132 atomics on one word, one thread per block spinning) or as per-block
-// flags (each block stores its stage number to its own word; warps 0..4 poll a word per lane: no atomics)
+// flags (each block stores its stage number to its own word; threads 0..gridDim-1 of every block each poll one: no
+// atomics)
 // Prints ms per step, us per stage and GB/s.
 // nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/persist_probe tools/persist_probe.cu && /tmp/persist_probe
 #include "probe_util.cuh"
@@ -28,14 +29,6 @@ struct Plan {
   int rows[kStages];          // 1 KB rows
 };
 
-__device__ __forceinline__ float dot16(uint4 v, const float* xs, int i) {
-  return float(v.x & 15) * xs[i] + float(v.y & 15) * xs[i + 1] + float(v.z >> 28) + float(v.w & 7);
-}
-__device__ __forceinline__ unsigned ld_acq(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 // MODE 0 barrier, 1 stream, 2 prefetch, 3 all; FLAGS: per-block flags (bar[1 + block]) instead of the counter bar[0]
 template <int MODE, bool FLAGS>
@@ -66,10 +59,10 @@ __global__ void __launch_bounds__(kThr, 1) k_persist(const __grid_constant__ Pla
     if (i > 0) {  // every block finished stage i - 1
       if (FLAGS) {
         for (int b = threadIdx.x; b < int(gridDim.x); b += kThr)
-          while (ld_acq(bar + 1 + b) < unsigned(i)) {
+          while (probe_ld_acquire(bar + 1 + b) < unsigned(i)) {
           }
       } else if (threadIdx.x == 0) {
-        while (ld_acq(bar) < unsigned(i) * gridDim.x) {
+        while (probe_ld_acquire(bar) < unsigned(i) * gridDim.x) {
         }
       }
       __syncthreads();
@@ -88,7 +81,7 @@ __global__ void __launch_bounds__(kThr, 1) k_persist(const __grid_constant__ Pla
         nst = min(r1 - r0, cap_rows);
         const uint4* src = sw + size_t(i & 1) * cap_rows * 64;
         for (int r = wp; r < nst; r += kWp)
-          acc += dot16(src[r * 64 + lane], xs, lane * 2) + dot16(src[r * 64 + 32 + lane], xs, lane * 2 + 64);
+          acc += probe_dot16(src[r * 64 + lane], xs, lane * 2) + probe_dot16(src[r * 64 + 32 + lane], xs, lane * 2 + 64);
       }
       for (int r = r0 + nst + wp; r < r1; r += 2 * kWp) {  // two rows per warp in flight
         const uint8_t* w = p.w[i];
@@ -99,8 +92,8 @@ __global__ void __launch_bounds__(kThr, 1) k_persist(const __grid_constant__ Pla
           v2 = ldg_stream(w + int64_t(r + kWp) * 1024 + lane * 16);
           v3 = ldg_stream(w + int64_t(r + kWp) * 1024 + (lane + 32) * 16);
         }
-        acc += dot16(v0, xs, lane * 2) + dot16(v1, xs, lane * 2 + 64) +
-               (two ? dot16(v2, xs, lane * 2) + dot16(v3, xs, lane * 2 + 64) : 0.f);
+        acc += probe_dot16(v0, xs, lane * 2) + probe_dot16(v1, xs, lane * 2 + 64) +
+               (two ? probe_dot16(v2, xs, lane * 2) + probe_dot16(v3, xs, lane * 2 + 64) : 0.f);
       }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -154,28 +147,14 @@ int main() {
         CK(cudaMemsetAsync(bar, 0, 4 * (1 + sms), s));
         CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(v.k), dim3(sms), dim3(kThr), args, dsm, s));
       };
-      for (int w = 0; w < 3; ++w) once();
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
-      const int R = 20;
-      CK(cudaEventRecord(e0, s));
-      for (int r = 0; r < R; ++r) once();
-      CK(cudaEventRecord(e1, s));
-      CK(cudaEventSynchronize(e1));
-      float ms = 0.f;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      ms /= R;
+      const double ms = time_ms(once, s, 3, 20);
       std::vector<unsigned long long> t(kStages);
       CK(cudaMemcpy(t.data(), stamp, kStages * 8, cudaMemcpyDeviceToHost));
       double per[kMix] = {};  // mean us from stage i's start to stage i+1's start, by kind (block 0's view)
       for (int i = 0; i + 1 < kStages; ++i) per[i % kMix] += (t[i + 1] - t[i]) * 1e-3 / (kStages / kMix);
-      const bool bytes = v.bytes;
       std::printf("%-14s cap=%3d KB: %.3f ms/step  %.2f us/stage  %.0f GB/s  | per kind us: %.2f %.2f %.2f %.2f %.2f %.2f\n",
-                  v.name, cap_kb, ms, 1e3 * ms / kStages, bytes ? total / ms / 1e6 : 0.0, per[0], per[1], per[2],
+                  v.name, cap_kb, ms, 1e3 * ms / kStages, v.bytes ? total / ms / 1e6 : 0.0, per[0], per[1], per[2],
                   per[3], per[4], per[5]);
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
     }
   }
   std::printf("err: %s\n", cudaGetErrorString(cudaGetLastError()));

@@ -34,6 +34,13 @@ __device__ __forceinline__ void probe_cp16(void* smem, const void* g) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
 }
 
+// A flag word read with acquire semantics at GPU scope (the spin loops of the flag / barrier probes)
+__device__ __forceinline__ unsigned probe_ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // The device's SM count.
 inline int probe_sms() {
   int sms = 0;
@@ -95,25 +102,32 @@ void probe_launch(void (*kern)(KArgs...), int grid, size_t smem, cudaStream_t s,
   CK(cudaLaunchKernelEx(&cfg, kern, args...));
 }
 
-// Instantiates a captured graph, launches it `warm` times, then times `reps` launches; ms per launch. Destroys both.
-inline double time_graph_ms(cudaGraph_t g, cudaStream_t s, int warm, int reps) {
-  cudaGraphExec_t ge;
-  CK(cudaGraphInstantiate(&ge, g, 0));
+// Calls enqueue() (work on stream s) `warm` times, then times `reps` calls by events on s; ms per call.
+template <class F>
+double time_ms(F&& enqueue, cudaStream_t s, int warm, int reps) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int i = 0; i < warm; ++i) CK(cudaGraphLaunch(ge, s));
+  for (int i = 0; i < warm; ++i) enqueue();
   CK(cudaEventRecord(e0, s));
-  for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, s));
+  for (int i = 0; i < reps; ++i) enqueue();
   CK(cudaEventRecord(e1, s));
   CK(cudaEventSynchronize(e1));
   float ms = 0.f;
   CK(cudaEventElapsedTime(&ms, e0, e1));
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+  return double(ms) / reps;
+}
+
+// Instantiates a captured graph, launches it `warm` times, then times `reps` launches; ms per launch. Destroys both.
+inline double time_graph_ms(cudaGraph_t g, cudaStream_t s, int warm, int reps) {
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  const double ms = time_ms([&] { CK(cudaGraphLaunch(ge, s)); }, s, warm, reps);
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
-  return double(ms) / reps;
+  return ms;
 }
 
 // The GEMV-like probes (xload_probe, flag_probe): x is kProbeX floats in shared memory; each warp dots the R rows of
