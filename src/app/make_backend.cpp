@@ -1,6 +1,7 @@
+#include "app/make_backend.h"
+
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
-#include "engine/backend.h"
 #ifdef LILY_HAVE_CUDA
 #include "cuda/cuda_factory.h"
 #endif
