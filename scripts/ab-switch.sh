@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Same-binary A/B of one environment switch on a GPU machine: `lily cudabench` once per value, the values
-# alternated ROUNDS times (default 2), so that the machine's drift over time does not enter the
+# Same-binary A/B of one environment switch on the GPU machine: `lily cudabench` once per value, the values
+# alternated ROUNDS times (default 2), so that the machine's drift between device calls does not enter the
 # comparison. Prints one line per run: "VAR=value round: ctx:tok/s ...".
 # Usage: scripts/ab-switch.sh LILY_BIN VAR "v1 v2 ..." [cudabench args]   (default args: --ctx 256,4096,32768
 # --steps 256 --sampled 0). Example: scripts/ab-switch.sh build-dev/lily LILY_CUDA_MOE_SH_FIRST "1 0"

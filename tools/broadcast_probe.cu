@@ -1,4 +1,4 @@
-// Broadcast-read probe (not part of the build; not yet run): is a
+// Broadcast-read probe (not part of the build; written in the session of 2026-11-29 night 4, NOT YET RUN): is a
 // vector that every block of a decode kernel reads at once (x: 8 KB, the router logits: 1 KB, MoE act: 18 KB) slow
 // because 264 blocks hit the same L2 lines? One kernel of 2 blocks x 256 threads per SM (the decode GEMVs' shape).
 // All blocks spin until block 0 releases a flag (after ~5 us, so that every block is resident), then each block

@@ -1,4 +1,4 @@
-// L2 latency probe (not part of the build; results in docs/cuda-decode.md): does an L2 hit wait behind
+// L2 latency probe (not part of the build; results in docs/cuda-decode.md, night 4): does an L2 hit wait behind
 // DRAM misses? One kernel of 2 blocks x 256 threads per SM (the decode GEMVs' shape). Warps 0..6 of every
 // block stream cold 1 KB rows from an 18 GB buffer (4 rows per warp in flight, as the GEMVs do) until the chase
 // ends; lane 0 of warp 7 of block 0 walks a pointer chain through a 1 MB table read just before (L2-resident), one

@@ -1,5 +1,5 @@
-// Pure helpers of the benchmark protocol (docs/architecture.md, "Benchmark protocol"): deterministic prompt ids,
-// the 64-token digest, sample statistics, argmax.
+// Pure helpers of the benchmark protocol (anchors.md §1a): deterministic prompt ids, the 64-token digest,
+// sample statistics, argmax.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-// The benchmark protocol (docs/architecture.md, "Benchmark protocol"), batch 1 on one Backend:
+// The benchmark protocol (anchors.md §1a), batch 1 on one Backend:
 //  for each length n in prefill_lengths ∪ decode_contexts:
 //    warm-up: one prefill of exactly n prompt tokens on a fresh state plus `warmup_decode` decode steps;
 //    then `reps` times, on a fresh state: prefill the n deterministic prompt ids (timed when n is a prefill
