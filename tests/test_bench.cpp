@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "app/make_backend.h"
 #include "bench/bench_math.h"
 #include "bench/bench_runner.h"
 #include "core/error.h"

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "app/make_backend.h"
 #include "bench/bench_report.h"
 #include "bench/bench_runner.h"
 #include "bench/cost_model.h"

@@ -5,10 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/make_backend.h"
 #include "engine/backend.h"
 #include "engine/generate.h"
 #include "model/weights.h"
-#include "server/session_cache.h"
+#include "engine/session_cache.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace lily;

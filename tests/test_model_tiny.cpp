@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "app/make_backend.h"
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/fast/cpu_isa.h"

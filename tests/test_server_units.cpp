@@ -4,7 +4,7 @@
 #include "engine/stop_strings.h"
 #include "server/request_parse.h"
 #include "server/response_json.h"
-#include "server/session_cache.h"
+#include "engine/session_cache.h"
 #include "server/sse.h"
 
 using namespace lily;

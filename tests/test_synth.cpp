@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "app/make_backend.h"
 #include "core/error.h"
 #include "engine/backend.h"
 #include "io/safetensors.h"

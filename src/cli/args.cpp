@@ -33,7 +33,9 @@ void Args::check_known(const std::vector<std::string>& known) const {
   for (const auto& [k, v] : flags) {
     bool ok = false;
     for (const auto& n : known) ok = ok || n == k;
-    if (!ok) throw Error("unknown flag --" + k + " for 'lily " + command + "'");
+    if (!ok)
+      throw UnknownFlag("unknown flag --" + k + " for 'lily " + command + "' (see 'lily " + command + " --help')",
+                        known);
   }
 }
 
@@ -43,7 +45,9 @@ Args parse_args(int argc, char** argv, const std::vector<std::string>& bool_flag
   if (i < argc) a.command = argv[i++];
   for (; i < argc; ++i) {
     std::string s = argv[i];
-    if (s.rfind("--", 0) == 0 && s.size() > 2) {
+    if (s == "-h" || s == "--help") {
+      a.flags.emplace("help", "1");
+    } else if (s.rfind("--", 0) == 0 && s.size() > 2) {
       std::string k = s.substr(2), v = "1";
       auto eq = k.find('=');
       bool is_bool = false;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "app/make_backend.h"
 #include "bench/bench_math.h"
 #include "bench/bench_report.h"
 #include "bench/bench_runner.h"

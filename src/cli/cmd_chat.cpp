@@ -8,12 +8,13 @@
 #include <iostream>
 #include <string>
 
+#include "app/make_backend.h"
 #include "chat/template.h"
 #include "cli/model_source.h"
 #include "cli/registry.h"
 #include "core/error.h"
 #include "engine/generate.h"
-#include "server/session_cache.h"
+#include "engine/session_cache.h"
 
 namespace lily {
 namespace {

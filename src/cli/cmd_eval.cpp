@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/make_backend.h"
 #include "cli/model_args.h"
 #include "cli/registry.h"
 #include "core/error.h"

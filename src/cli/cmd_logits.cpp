@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "app/make_backend.h"
 #include "cli/model_args.h"
 #include "cli/model_source.h"
 #include "cli/registry.h"

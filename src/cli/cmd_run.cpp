@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "app/make_backend.h"
 #include "chat/template.h"
 #include "core/progress.h"
 #include "cli/model_source.h"

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "app/make_backend.h"
 #include "chat/template.h"
 #include "cli/model_source.h"
 #include "cli/registry.h"

@@ -14,7 +14,7 @@ namespace lily {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(std::shared_ptr<ModelWeights> w, const CpuKernels& k);
-  // "cpu-ref", or the fast sets with the SIMD tier that runs them: "cpu-fast-avx512", "cpu-fast8-avx2", ...
+  // "cpu-ref", or the fast sets with the SIMD tier that runs them: "cpu-fast-avx512", "cpu-fast-avx2", "cpu-fast-portable"
   std::string name() const override;
   const ModelConfig& config() const override { return w_->cfg; }
   std::unique_ptr<SeqState> new_state(int max_ctx) override;

@@ -8,9 +8,7 @@ namespace lily {
 
 namespace {
 void fast_precise(const QMatrix& W, const float* X, int n, float* Y) { fast::matmul(W, X, n, Y, true); }
-void fast_int8(const QMatrix& W, const float* X, int n, float* Y) { fast::matmul(W, X, n, Y, false); }
 void fast_batch_precise(const fast::MatJob* j, int count) { fast::matmul_batch(j, count, true); }
-void fast_batch_int8(const fast::MatJob* j, int count) { fast::matmul_batch(j, count, false); }
 void ref_batch(const fast::MatJob* j, int count) {
   for (int i = 0; i < count; ++i) ref::matmul(*j[i].W, j[i].X, j[i].n, j[i].Y);
 }
@@ -22,10 +20,6 @@ const CpuKernels& cpu_reference_kernels() {
 }
 const CpuKernels& cpu_fast_kernels() {
   static const CpuKernels k{"fast", &fast_precise, &fast_batch_precise, &fast::gdn_scan, &fast::attention_one};
-  return k;
-}
-const CpuKernels& cpu_fast_int8_kernels() {
-  static const CpuKernels k{"fast8", &fast_int8, &fast_batch_int8, &fast::gdn_scan, &fast::attention_one};
   return k;
 }
 

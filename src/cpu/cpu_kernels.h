@@ -20,6 +20,5 @@ struct CpuKernels {
 
 const CpuKernels& cpu_reference_kernels();  // f32 reference (ref_ops), double accumulation
 const CpuKernels& cpu_fast_kernels();       // SIMD + threads, ~15-bit activations (near-f32 results)
-const CpuKernels& cpu_fast_int8_kernels();  // SIMD + threads, 8-bit activations (fastest)
 
 }  // namespace lily

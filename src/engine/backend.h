@@ -75,7 +75,4 @@ class Backend {
   virtual void fill_context_for_timing(SeqState& st, int n);
 };
 
-// Backend selection: "cpu", "cuda" or "auto" (cuda when built and a device is present, else cpu).
-std::unique_ptr<Backend> make_backend(const std::string& kind, std::shared_ptr<ModelWeights> w);
-
 }  // namespace lily

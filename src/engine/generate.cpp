@@ -8,7 +8,7 @@
 #include "engine/json_reply.h"
 #include "engine/step_sampler.h"
 #include "engine/stop_strings.h"
-#include "server/session_cache.h"
+#include "engine/session_cache.h"
 
 namespace lily {
 namespace {

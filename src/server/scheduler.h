@@ -11,7 +11,7 @@
 
 #include "engine/generate.h"
 #include "server/metrics.h"
-#include "server/session_cache.h"
+#include "engine/session_cache.h"
 
 namespace lily {
 

@@ -1,5 +1,6 @@
 // Fast CPU matmul Y[n, W.rows] = X[n, W.cols] · Wᵀ, multi-threaded. `precise` keeps ~15-bit activations
-// (results within ~1e-4 relative of f32); otherwise 8-bit activations (faster, ~1e-2 relative).
+// (results within ~1e-4 relative of f32; what the `cpu` backend uses); otherwise 8-bit activations (~1e-2
+// relative: too coarse for the model, see docs/cpu-backend.md, "Accuracy"; only the kernel tests run it).
 #pragma once
 #include "model/weights.h"
 

@@ -1,4 +1,4 @@
-#include "server/session_cache.h"
+#include "engine/session_cache.h"
 
 #include <algorithm>
 

@@ -1,16 +1,18 @@
+#include "app/make_backend.h"
+
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
-#include "engine/backend.h"
 #ifdef LILY_HAVE_CUDA
 #include "cuda/cuda_factory.h"
 #endif
 
 namespace lily {
 
+std::vector<std::string> backend_kinds() { return {"auto", "cpu", "cpu-ref", "cuda"}; }
+
 std::unique_ptr<Backend> make_backend(const std::string& kind, std::shared_ptr<ModelWeights> w) {
   if (kind == "cpu") return std::make_unique<CpuBackend>(std::move(w), cpu_fast_kernels());
   if (kind == "cpu-ref") return std::make_unique<CpuBackend>(std::move(w), cpu_reference_kernels());
-  if (kind == "cpu-fast8") return std::make_unique<CpuBackend>(std::move(w), cpu_fast_int8_kernels());
 #ifdef LILY_HAVE_CUDA
   if (kind == "cuda") {
     if (!cuda_device_available()) throw Error("--backend cuda: no CUDA device is available");
@@ -23,7 +25,9 @@ std::unique_ptr<Backend> make_backend(const std::string& kind, std::shared_ptr<M
   if (kind == "cuda") throw Error("--backend cuda: this build of lily has no CUDA backend (nvcc was not found)");
   if (kind == "auto") return std::make_unique<CpuBackend>(std::move(w), cpu_fast_kernels());
 #endif
-  throw Error("unknown backend '" + kind + "' (expected cpu, cpu-ref, cpu-fast8, cuda or auto)");
+  std::string known;
+  for (const auto& k : backend_kinds()) known += (known.empty() ? "" : ", ") + k;
+  throw Error("unknown backend '" + kind + "' (expected one of " + known + ")");
 }
 
 }  // namespace lily
