@@ -1,6 +1,6 @@
 // A checkpoint of other shapes than the tiny fixtures (tests/fixtures/shapes6: 6 layers, hidden 256, 4 query /
 // 2 KV heads of 256, 3 key / 6 value DeltaNet heads of 128, 20 experts top-8; made with transformers by
-// tools/fixtures/make_fixtures.py with tools/fixtures/presets/other-shapes.json), MLX 4-bit: every CPU backend
+// tools/fixtures/make_fixtures.py with tools/fixtures/presets-other-shapes.json), MLX 4-bit: every CPU backend
 // against the transformers reference, teacher-forced over the chat prompt and the last rows of a long prompt.
 // Bounds: the exact path top-1 100% and max |dlogit| <= 1e-3; a fast path top-1 >= 97% and mean KL <= 1e-3.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Entry points of the CUDA backend for make_backend (src/engine): only declared/defined when LILY_HAVE_CUDA.
+// Entry points of the CUDA backend for make_backend (src/app): only declared/defined when LILY_HAVE_CUDA.
 #pragma once
 #include <memory>
 #include <string>
