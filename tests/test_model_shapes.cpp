@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "app/make_backend.h"
 #include "engine/backend.h"
 #include "eval/logit_metrics.h"
 #include "eval/teacher_forced.h"
