@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 
 namespace lily_test {
 

@@ -142,16 +142,29 @@ TEST(QuantConfig, PerModuleOverrides) {
   EXPECT_FALSE(QuantConfig::parse(read_text(tiny("model-bf16/config.json")), "c").present());
 
   EXPECT_EQ(error_of([] { QuantConfig::parse(R"({"quantization":{"bits":4,"group_size":64,"mode":"mxfp4"}})", "c.json"); }),
-            "c.json: unsupported quantisation mode \"mxfp4\" in quantization; expected \"affine\"");
+            "c.json: unsupported quantisation mode \"mxfp4\" in quantization; expected \"affine\" (MLX's mxfp4, nvfp4 "
+            "and mxfp8 modes are not supported)");
   EXPECT_TRUE(contains(error_of([] {
                          QuantConfig::parse(R"({"quantization":{"bits":4,"group_size":64,"m.x":{"bits":4,"mode":"nvfp4"}}})",
                                             "c.json");
                        }),
                        "unsupported quantisation mode \"nvfp4\" in quantization['m.x']"));
   EXPECT_TRUE(contains(error_of([] { QuantConfig::parse(R"({"quantization_config":{"quant_method":"fp8"}})", "c.json"); }),
-                       "unsupported quantisation mode \"fp8\""));
-  EXPECT_TRUE(contains(error_of([] { QuantConfig::parse(R"({"quantization":{"bits":5,"group_size":64}})", "c.json"); }),
-                       "expected bits 2, 4 or 8, found 5"));
+                       "c.json quantization_config: unsupported quantisation: fp8 weight_block_size absent"));
+  EXPECT_TRUE(contains(error_of([] { QuantConfig::parse(R"({"quantization_config":{"quant_method":"hqq"}})", "c.json"); }),
+                       "unsupported quantisation method \"hqq\" (quant_method)"));
+  EXPECT_TRUE(contains(error_of([] { QuantConfig::parse(R"({"quantization":{"bits":7,"group_size":64}})", "c.json"); }),
+                       "expected bits 2, 3, 4, 5, 6 or 8, found 7"));
+  for (int bits : {2, 3, 5, 6})
+    EXPECT_EQ(QuantConfig::parse(R"({"quantization":{"bits":)" + std::to_string(bits) + R"(,"group_size":128}})", "c")
+                  .resolve("x")
+                  .bits,
+              bits);
+  const QuantConfig fp8 = QuantConfig::parse(
+      R"({"quantization_config":{"quant_method":"fp8","fmt":"e4m3","weight_block_size":[128,128],"activation_scheme":"dynamic"}})", "c");
+  EXPECT_EQ(fp8.method(), QuantMethod::Fp8);
+  EXPECT_EQ(fp8.hf().fp8_block, 128);
+  EXPECT_FALSE(fp8.present());
   QuantConfig off = QuantConfig::parse(R"({"quantization":{"bits":8,"group_size":32,"a.b":false,"c":{"bits":4}}})", "c");
   EXPECT_FALSE(off.resolve("a.b").quantized);
   EXPECT_EQ(off.resolve("c").bits, 4);

@@ -8,6 +8,7 @@
 #include "loader_test_util.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "quant_fixture_writers.h"
 
 using namespace lily;
 using namespace lily_test;
@@ -99,7 +100,8 @@ size_t parse_and_touch(std::vector<uint8_t> bytes) {
 TEST(LoaderFuzz, SafetensorsHeaderMutations) {
   std::mt19937_64 rng(20240601);
   int ok = 0, rejected = 0;
-  for (const char* shard : {"model-bf16/model-00003-of-00003.safetensors", "model-mlx-4bit/model-00002-of-00002.safetensors"}) {
+  for (const char* shard : {"model-bf16/model-00003-of-00003.safetensors", "model-mlx-4bit/model-00002-of-00002.safetensors",
+                            "model-mlx-4bit-compact/model-00002-of-00002.safetensors"}) {
     const std::vector<uint8_t> src = file_bytes(tiny(shard));
     for (int it = 0; it < 2500; ++it) {
       std::vector<uint8_t> b = mutate(src, rng);
@@ -149,7 +151,7 @@ TEST(LoaderFuzz, ConfigMutations) {
 TEST(LoaderFuzz, LoadModelWithCorruptShard) {
   std::mt19937_64 rng(99);
   int ok = 0, rejected = 0;
-  for (const char* model : {"model-bf16", "model-mlx-4bit"}) {
+  for (const char* model : {"model-bf16", "model-mlx-4bit", "model-mlx-4bit-compact"}) {
     TempDir d;
     std::string victim;
     for (const auto& e : fs::directory_iterator(tiny(model))) {
@@ -175,4 +177,93 @@ TEST(LoaderFuzz, LoadModelWithCorruptShard) {
   }
   EXPECT_GT(rejected, 300);
   EXPECT_GT(ok, 0);
+}
+
+namespace {
+
+// The quantised tensors of one module in each format (the ones a corrupt header entry must be reported for).
+std::vector<std::string> quant_tensors(int fmt) {
+  const std::string m = "model.language_model.layers.1.linear_attn.in_proj_qkv";
+  const std::string e = "model.language_model.layers.2.mlp.experts.3.down_proj";
+  switch (fmt) {
+    case 0: return {m + ".qweight", m + ".qzeros", m + ".scales", m + ".g_idx", e + ".qweight"};
+    case 1: return {m + ".qweight", m + ".qzeros", m + ".scales", e + ".qzeros"};
+    case 2: return {m + ".weight_packed", m + ".weight_scale", m + ".weight_zero_point", m + ".weight_shape", e + ".weight_scale"};
+    default: return {m + ".weight", m + ".weight_scale_inv", e + ".weight", e + ".weight_scale_inv"};
+  }
+}
+
+DType same_size_wrong_dtype(DType d) {
+  switch (dtype_size(d)) {
+    case 1: return d == DType::U8 ? DType::I8 : DType::U8;
+    case 2: return DType::I16;
+    case 8: return DType::F64;
+    default: return d == DType::F32 ? DType::U32 : DType::F32;
+  }
+}
+
+}  // namespace
+
+// GPTQ, AWQ, compressed-tensors and FP8 checkpoints with one quantised tensor's header entry made wrong (removed,
+// another dtype of the same size, one more row, its bytes cut short): each load fails with a lily::Error that
+// names the file and the tensor; then random header mutations of the whole file never crash.
+TEST(LoaderFuzz, QuantisedFormatHeaders) {
+  std::mt19937_64 rng(42);
+  for (int fmt = 0; fmt < 4; ++fmt) {
+    SCOPED_TRACE(fmt);
+    TempDir d;
+    if (fmt == 0) write_int4(d.path, Fmt::Gptq);
+    else if (fmt == 1) write_int4(d.path, Fmt::Awq);
+    else if (fmt == 2) write_int4(d.path, Fmt::CtAsym);
+    else write_fp8(d.path, DType::BF16);
+    for (const std::string& name : quant_tensors(fmt)) {
+      for (int kind = 0; kind < 4; ++kind) {
+        if (kind == 0 && (name.ends_with(".g_idx") || name.ends_with(".weight_shape"))) continue;  // optional
+        TempDir e;
+        rewrite_checkpoint(d.path, e.path, [&](std::vector<OwnedTensor>& ts) {
+          OwnedTensor* t = find_tensor(ts, name);
+          ASSERT_NE(t, nullptr) << name;
+          if (kind == 0) ts.erase(ts.begin() + (t - ts.data()));
+          else if (kind == 1) t->dtype = same_size_wrong_dtype(t->dtype);
+          else if (kind == 2) {
+            const size_t row = t->bytes.size() / size_t(t->shape[0]);
+            t->shape[0] += 1;
+            t->bytes.resize(t->bytes.size() + row, 0);
+          } else {
+            const size_t es = dtype_size(t->dtype), n = t->bytes.size() / es;
+            const size_t m = n >= 2 ? n / 2 : n + 1;  // another element count, as a flat tensor
+            t->bytes.resize(m * es, 0);
+            t->shape = {int64_t(m)};
+          }
+        });
+        std::string err;
+        ::testing::internal::CaptureStderr();
+        try {
+          load_model(e.path);
+        } catch (const Error& x) {
+          err = x.what();
+        }
+        ::testing::internal::GetCapturedStderr();
+        const std::string module = name.substr(0, name.rfind('.'));
+        EXPECT_TRUE(contains(err, "model.safetensors") && contains(err, module))
+            << name << " mutation " << kind << ": " << (err.empty() ? "loaded" : err);
+      }
+    }
+    const std::vector<uint8_t> src = file_bytes(d / "model.safetensors");
+    int rejected = 0;
+    for (int it = 0; it < 150; ++it) {
+      std::vector<uint8_t> b = mutate(src, rng);
+      write_text(d / "model.safetensors", std::string(b.begin(), b.end()));
+      ::testing::internal::CaptureStderr();
+      try {
+        load_model(d.path);
+      } catch (const Error&) {
+        ++rejected;
+      } catch (const std::exception& x) {
+        ADD_FAILURE() << "iteration " << it << ": exception other than lily::Error: " << x.what();
+      }
+      ::testing::internal::GetCapturedStderr();
+    }
+    EXPECT_GT(rejected, 50);
+  }
 }

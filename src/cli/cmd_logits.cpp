@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "engine/backend.h"
 #include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 
 namespace lily {
 namespace {

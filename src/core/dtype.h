@@ -29,5 +29,31 @@ inline uint16_t f32_to_bf16(float f) {  // round to nearest even
 }
 
 float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);  // round to nearest even; overflow to infinity, NaN stays NaN
+
+// FP8 E4M3 (OCP "fn": no infinities, S.1111.111 is NaN; max 448) to f32, exact.
+float f8e4m3_to_f32(uint8_t v);
+
+// Element i of a float array of type t (F32, BF16, F16 or F8_E4M3) as f32. The one scalar decoder every reader
+// of checkpoint floats uses (norms, scales, dense rows, uploads); reads through memcpy, so `p` needs no alignment.
+// Other types return NaN (callers check the dtype first).
+inline float decode_scalar(const void* p, DType t, size_t i) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  switch (t) {
+    case DType::F32: {
+      float f;
+      std::memcpy(&f, b + 4 * i, 4);
+      return f;
+    }
+    case DType::BF16:
+    case DType::F16: {
+      uint16_t h;
+      std::memcpy(&h, b + 2 * i, 2);
+      return t == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+    case DType::F8_E4M3: return f8e4m3_to_f32(b[i]);
+    default: return __builtin_nanf("");
+  }
+}
 
 }  // namespace lily

@@ -19,19 +19,6 @@
 
 namespace lily::cuda {
 
-namespace {
-
-float to_f32(const void* p, DType t, size_t i) {
-  switch (t) {
-    case DType::F32: return static_cast<const float*>(p)[i];
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default: throw Error(std::string("cuda: unsupported element type ") + dtype_name(t));
-  }
-}
-
-}  // namespace
-
 CudaOptions CudaOptions::from_env() {
   CudaOptions o;
   o.graph = env_on("LILY_CUDA_GRAPH", true);
@@ -160,9 +147,13 @@ DMat describe(const QMatrix& q, const char* what) {
     m.group = q.group;
     m.row_bytes = q.cols * q.bits / 8;
     m.sb_row = int(q.cols / q.group);
-  } else {
+  } else if (q.kind == QMatrix::Kind::Dense) {
     m.fmt = kBF16;
     m.row_bytes = q.cols * 2;
+  } else {
+    throw Error(std::string("cuda: ") + what + ": " + q.format_name() +
+                " weights are not supported by the CUDA backend (use --backend cpu, or `lily quantize` to an MLX "
+                "4-bit checkpoint)");
   }
   return m;
 }
@@ -177,15 +168,15 @@ void copy_to(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
     const size_t nsb = sb_words(m);
     std::vector<uint32_t> sb(nsb);
     for (size_t i = 0; i < nsb; ++i)
-      sb[i] = uint32_t(f32_to_bf16(to_f32(q.scales, q.sdtype, i))) |
-              (uint32_t(f32_to_bf16(to_f32(q.biases, q.sdtype, i))) << 16);
+      sb[i] = uint32_t(f32_to_bf16(decode_scalar(q.scales, q.sdtype, i))) |
+              (uint32_t(f32_to_bf16(decode_scalar(q.biases, q.sdtype, i))) << 16);
     LILY_CUDA_CHECK(cudaMemcpy(dsb, sb.data(), nsb * 4, cudaMemcpyHostToDevice));
   } else if (q.dtype == DType::BF16) {
     LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, w_bytes(m), cudaMemcpyHostToDevice));
   } else {
     const size_t n = size_t(q.rows) * q.cols;
     std::vector<uint16_t> h(n);
-    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(to_f32(q.w, q.dtype, i));
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(decode_scalar(q.w, q.dtype, i));
     LILY_CUDA_CHECK(cudaMemcpy(dw, h.data(), n * 2, cudaMemcpyHostToDevice));
   }
 }

@@ -112,6 +112,13 @@ std::string CheckpointFiles::files_searched() const {
   return s + " in " + dir_;
 }
 
+std::vector<std::string> CheckpointFiles::realigned_files() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < files_.size(); ++i)
+    if (files_[i]->realigned()) out.push_back(file_names_[i]);
+  return out;
+}
+
 std::vector<std::shared_ptr<const void>> CheckpointFiles::keep_alive() const {
   return std::vector<std::shared_ptr<const void>>(files_.begin(), files_.end());
 }

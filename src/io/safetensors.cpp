@@ -13,7 +13,6 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <unordered_set>
 
 #include "core/error.h"
 
@@ -64,6 +63,39 @@ std::shared_ptr<const MappedFile> MappedFile::from_bytes(std::vector<uint8_t> by
   m->owned_ = std::move(bytes);
   m->data_ = m->owned_.data();
   m->size_ = m->owned_.size();
+  return m;
+}
+
+std::shared_ptr<const MappedFile> MappedFile::read_aligned_at(const std::string& path, size_t at) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": not a regular file");
+  }
+  std::shared_ptr<MappedFile> m(new MappedFile());
+  m->path_ = path;
+  m->size_ = size_t(st.st_size);
+  constexpr size_t kAlign = 64;
+  m->owned_.resize(m->size_ + kAlign);
+  const auto base = reinterpret_cast<uintptr_t>(m->owned_.data());
+  const size_t shift = (kAlign - (base + at) % kAlign) % kAlign;
+  uint8_t* dst = m->owned_.data() + shift;
+  size_t done = 0;
+  while (done < m->size_) {
+    const ssize_t r = ::pread(fd, dst + done, m->size_ - done, off_t(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int e = errno;
+      ::close(fd);
+      throw Error(path + ": read failed after " + std::to_string(done) + " of " + std::to_string(m->size_) +
+                  " bytes: " + (r == 0 ? std::string("unexpected end of file") : std::strerror(e)));
+    }
+    done += size_t(r);
+  }
+  ::close(fd);
+  m->data_ = dst;
   return m;
 }
 
@@ -164,6 +196,7 @@ SafetensorsFile::SafetensorsFile(std::shared_ptr<const MappedFile> file) : file_
   if (!h.is_object())
     throw Error(p + ": header is a JSON " + h.type_name() + "; expected a JSON object");
 
+  data_offset_ = size_t(8 + hlen);
   const uint8_t* base = file_->data() + 8 + hlen;
   const uint64_t data_size = uint64_t(size) - 8 - hlen;
   struct Span {
@@ -231,56 +264,29 @@ SafetensorsFile::SafetensorsFile(std::shared_ptr<const MappedFile> file) : file_
 }
 
 std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  return std::make_shared<const SafetensorsFile>(MappedFile::open(path));
+  // Peek at the header length (without mapping) to choose between mapping and an aligned read.
+  uint64_t hlen = 0, size = 0;
+  bool peeked = false;
+  if (int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    struct stat st;
+    uint8_t b[8];
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::pread(fd, b, 8, 0) == 8) {
+      size = uint64_t(st.st_size);
+      for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | b[i];
+      peeked = true;
+    }
+    ::close(fd);
+  }
+  if (!peeked || hlen > size - 8 || (8 + hlen) % 8 == 0)
+    return std::make_shared<const SafetensorsFile>(MappedFile::open(path));  // aligned, or the constructor says why
+  auto f = std::make_shared<SafetensorsFile>(MappedFile::read_aligned_at(path, size_t(8 + hlen)));
+  f->realigned_ = true;
+  return f;
 }
 
 const TensorView* SafetensorsFile::find(const std::string& name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;
-}
-
-// ---------------------------------------------------------------------------------------------- writer
-
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors) {
-  nlohmann::ordered_json h;
-  h["__metadata__"] = {{"format", "pt"}};
-  uint64_t off = 0;
-  std::unordered_set<std::string> seen;
-  for (const TensorToWrite& t : tensors) {
-    auto fail = [&](const std::string& what) { throw Error(path + ": writing tensor '" + t.name + "': " + what); };
-    if (!seen.insert(t.name).second) fail("duplicate tensor name");
-    if (t.name == "__metadata__") fail("reserved name");
-    uint64_t numel = 1;
-    for (int64_t d : t.shape) {
-      if (d < 0) fail("negative dimension in shape " + shape_str(t.shape));
-      if (__builtin_mul_overflow(numel, uint64_t(d), &numel)) fail("shape " + shape_str(t.shape) + " overflows");
-    }
-    uint64_t need;
-    if (__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &need)) fail("byte size overflows");
-    if (need != t.nbytes)
-      fail("shape " + shape_str(t.shape) + " of " + dtype_name(t.dtype) + " needs " + std::to_string(need) +
-           " bytes, got " + std::to_string(t.nbytes));
-    if (t.nbytes > 0 && !t.data) fail("null data");
-    h[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
-                 {"data_offsets", nlohmann::ordered_json::array({off, off + t.nbytes})}};
-    off += t.nbytes;
-  }
-  std::string hs;
-  try {
-    hs = h.dump();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": cannot encode the header: " + e.what());
-  }
-  while (hs.size() % 8) hs.push_back(' ');
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw Error(path + ": cannot create: " + std::strerror(errno));
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(hs.size()) >> (8 * i));
-  bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(hs.data(), 1, hs.size(), f) == hs.size();
-  for (const TensorToWrite& t : tensors)
-    if (ok && t.nbytes) ok = std::fwrite(t.data, 1, t.nbytes, f) == t.nbytes;
-  if (std::fclose(f) != 0) ok = false;
-  if (!ok) throw Error(path + ": write failed: " + std::strerror(errno));
 }
 
 }  // namespace lily

@@ -19,6 +19,10 @@ class MappedFile {
   static std::shared_ptr<const MappedFile> open(const std::string& path);
   // Wraps a copy of `bytes`, reported under the name `path`.
   static std::shared_ptr<const MappedFile> from_bytes(std::vector<uint8_t> bytes, const std::string& path);
+  // Reads `path` whole into owned memory placed so that byte `at` of the file lies on a 64-byte boundary (a
+  // safetensors file whose data section starts at an unaligned offset, as MLX writes them: reading it this way
+  // aligns every tensor whose offset in the data section is a multiple of its element size).
+  static std::shared_ptr<const MappedFile> read_aligned_at(const std::string& path, size_t at);
 
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
@@ -51,7 +55,8 @@ struct TensorView {
 // "[8192, 2048]"
 std::string shape_str(const std::vector<int64_t>& shape);
 
-// A parsed safetensors file. Construction validates the whole header: length within the file, JSON object,
+// A parsed safetensors file. open() maps the file, or, when the data section does not start at a multiple of 8
+// bytes (MLX's compact headers), reads it into memory where the data section is 64-byte aligned. Construction validates the whole header: length within the file, JSON object,
 // known dtypes, non-negative shapes whose element count does not overflow, data_offsets ordered, inside the
 // data section, not overlapping, and matching prod(shape) * dtype size. Any violation throws lily::Error.
 class SafetensorsFile {
@@ -63,9 +68,13 @@ class SafetensorsFile {
   const std::vector<std::string>& names() const { return names_; }  // in header order
   const std::string& path() const { return file_->path(); }
   const std::shared_ptr<const MappedFile>& mapping() const { return file_; }
+  size_t data_offset() const { return data_offset_; }   // 8 + header length
+  bool realigned() const { return realigned_; }         // read into aligned memory instead of mapped
 
  private:
   std::shared_ptr<const MappedFile> file_;
+  size_t data_offset_ = 0;
+  bool realigned_ = false;
   std::vector<std::string> names_;
   std::unordered_map<std::string, TensorView> tensors_;
 };
@@ -85,6 +94,8 @@ class CheckpointFiles {
   std::string files_searched() const;  // "model-00001-of-00003.safetensors, ... in DIR" (for messages)
   const std::string& dir() const { return dir_; }
   bool has_index() const { return has_index_; }
+  // Shards read into aligned memory because their data section starts unaligned (file names, for the load log).
+  std::vector<std::string> realigned_files() const;
   std::vector<std::shared_ptr<const void>> keep_alive() const;
 
  private:
@@ -96,18 +107,5 @@ class CheckpointFiles {
   std::unordered_map<std::string, size_t> where_;  // tensor name -> index into files_
   std::vector<std::string> names_;
 };
-
-// A tensor to write: `data` must hold prod(shape) * dtype_size(dtype) bytes (checked).
-struct TensorToWrite {
-  std::string name;
-  DType dtype = DType::F32;
-  std::vector<int64_t> shape;
-  const void* data = nullptr;
-  size_t nbytes = 0;
-};
-
-// Writes a safetensors file: header (with __metadata__ {"format": "pt"}) padded with spaces to a multiple of
-// 8 bytes, then the tensors' bytes back to back in the given order. Throws lily::Error on any problem.
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors);
 
 }  // namespace lily

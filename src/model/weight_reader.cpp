@@ -1,10 +1,12 @@
 #include "model/weight_reader.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+#include "model/repack.h"
 
 namespace lily {
 
@@ -38,27 +40,18 @@ void check_shape(const TensorView& t, const std::string& name, const std::vector
     throw Error(where(t, name) + ": expected shape " + shape_str(shape) + ", found " + shape_str(t.shape));
 }
 
-// Views are read through typed pointers by the backends: the element size must divide the data address
-// (the mapping is page-aligned, so this is the file offset's alignment).
-void check_aligned(const TensorView& t, const std::string& name) {
-  size_t a = dtype_size(t.dtype);
-  auto addr = reinterpret_cast<uintptr_t>(t.data);
-  if (a > 1 && addr % a != 0)
-    throw Error(where(t, name) + ": expected data aligned to " + std::to_string(a) + " bytes (" +
-                dtype_name(t.dtype) + "), found an offset " + std::to_string(addr % a) + " past a boundary");
-}
-
 constexpr std::initializer_list<DType> kFloat = {DType::BF16, DType::F16, DType::F32};
 
-float load_float(const uint8_t* p, DType d) {
-  if (d == DType::F32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return d == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+int32_t decode_i32(const void* p, size_t i) {
+  int32_t v;
+  std::memcpy(&v, static_cast<const uint8_t*>(p) + 4 * i, 4);
+  return v;
+}
+
+int64_t decode_i64(const void* p, size_t i) {
+  int64_t v;
+  std::memcpy(&v, static_cast<const uint8_t*>(p) + 8 * i, 8);
+  return v;
 }
 
 }  // namespace
@@ -68,17 +61,37 @@ const TensorView& WeightReader::tensor(const std::string& name, const std::vecto
   const TensorView& t = files_.get(name);
   check_dtype(t, name, allowed);
   check_shape(t, name, shape);
-  used_.insert(name);
+  use(name);
   return t;
 }
 
 std::vector<float> WeightReader::vec_f32(const std::string& name, const std::vector<int64_t>& shape, float add) {
   const TensorView& t = tensor(name, shape, {DType::F32, DType::BF16, DType::F16});
-  const size_t n = size_t(t.numel()), es = dtype_size(t.dtype);
+  const size_t n = size_t(t.numel());
   std::vector<float> out(n);
-  const auto* p = static_cast<const uint8_t*>(t.data);
-  for (size_t i = 0; i < n; ++i) out[i] = load_float(p + i * es, t.dtype) + add;
+  for (size_t i = 0; i < n; ++i) out[i] = decode_scalar(t.data, t.dtype, i) + add;
   return out;
+}
+
+uint8_t* WeightReader::alloc(size_t bytes) {
+  auto buf = std::make_shared<std::vector<uint8_t>>(std::max<size_t>(bytes, 1));
+  uint8_t* p = buf->data();
+  owned_.push_back(std::move(buf));
+  return p;
+}
+
+const uint8_t* WeightReader::aligned(const TensorView& t) {
+  const size_t a = dtype_size(t.dtype);
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  if (a <= 1 || reinterpret_cast<uintptr_t>(p) % a == 0) return p;
+  auto it = copies_.find(t.data);
+  if (it != copies_.end()) return it->second;
+  uint8_t* c = alloc(t.nbytes);  // operator new: aligned for every element type
+  std::memcpy(c, p, t.nbytes);
+  copies_.emplace(t.data, c);
+  ++copied_tensors_;
+  copied_bytes_ += t.nbytes;
+  return c;
 }
 
 std::vector<QMatrix> WeightReader::views(const std::string& module, const std::string& weight_name, int64_t n,
@@ -88,33 +101,50 @@ std::vector<QMatrix> WeightReader::views(const std::string& module, const std::s
     if (n > 0) tail.insert(tail.begin(), n);
     return tail;
   };
+  if (n == 0 && (has(module + ".qweight") || has(module + ".weight_packed"))) return {int4_view(module, rows, cols)};
   const TensorView& w = files_.get(weight_name);
+  if (w.dtype == DType::F8_E4M3) {
+    if (n != 0 || row_begin != 0 || rows != total_rows)
+      throw Error(where(w, weight_name) + ": FP8 weights stacked in one tensor are not supported; expected one "
+                  "tensor per expert (as the official FP8 release stores them)");
+    return {fp8_view(module, w, weight_name, rows, cols)};
+  }
+  if (files_.find(module + ".scales") || w.dtype == DType::U32)
+    return affine_views(module, w, weight_name, n, total_rows, cols, row_begin, rows);
+  check_dtype(w, weight_name, kFloat);
+  check_shape(w, weight_name, lead({total_rows, cols}));
+  use(weight_name);
+  const uint8_t* data = aligned(w);
+  const size_t es = dtype_size(w.dtype);
+  std::vector<QMatrix> out(size_t(n > 0 ? n : 1));
+  for (size_t e = 0; e < out.size(); ++e) {
+    QMatrix& m = out[e];
+    m.kind = QMatrix::Kind::Dense;
+    m.dtype = w.dtype;
+    m.rows = rows;
+    m.cols = cols;
+    m.w = data + size_t((int64_t(e) * total_rows + row_begin) * cols) * es;
+  }
+  return out;
+}
+
+std::vector<QMatrix> WeightReader::affine_views(const std::string& module, const TensorView& w,
+                                                const std::string& weight_name, int64_t n, int64_t total_rows,
+                                                int64_t cols, int64_t row_begin, int64_t rows) {
+  auto lead = [&](std::vector<int64_t> tail) {
+    if (n > 0) tail.insert(tail.begin(), n);
+    return tail;
+  };
   const std::string s_name = module + ".scales", b_name = module + ".biases";
   const TensorView* s = files_.find(s_name);
-  std::vector<QMatrix> out(size_t(n > 0 ? n : 1));
-  if (!s && w.dtype != DType::U32) {  // dense
-    check_dtype(w, weight_name, kFloat);
-    check_shape(w, weight_name, lead({total_rows, cols}));
-    check_aligned(w, weight_name);
-    used_.insert(weight_name);
-    const size_t es = dtype_size(w.dtype);
-    for (size_t e = 0; e < out.size(); ++e) {
-      QMatrix& m = out[e];
-      m.kind = QMatrix::Kind::Dense;
-      m.dtype = w.dtype;
-      m.rows = rows;
-      m.cols = cols;
-      m.w = static_cast<const uint8_t*>(w.data) + ((int64_t(e) * total_rows + row_begin) * cols) * es;
-    }
-    return out;
-  }
-  // affine
   if (!s)
     throw Error(where(w, weight_name) + ": U32 (quantised) weight, expected '" + s_name + "' next to it, found none (searched " +
                 files_.files_searched() + ")");
   check_dtype(w, weight_name, {DType::U32});
   if (!quant_.present())
-    throw Error(where(w, weight_name) + ": quantised (U32 with scales), expected a 'quantization' entry in config.json, found none");
+    throw Error(where(w, weight_name) + ": quantised (U32 with scales), expected a 'quantization' entry in config.json, found " +
+                (quant_.method() == QuantMethod::None ? std::string("none")
+                                                      : std::string("quant_method ") + quant_method_name(quant_.method())));
   const QuantSpec q = quant_.resolve(module);
   if (!q.quantized)
     throw Error(where(w, weight_name) + ": quantised (U32 with scales), but " + q.source + " says module '" + module +
@@ -139,13 +169,15 @@ std::vector<QMatrix> WeightReader::views(const std::string& module, const std::s
                 " implies " + ((packed * 32) % cols ? std::string("a non-integer") : std::to_string(packed * 32 / cols)) +
                 " bits)");
   check_shape(w, weight_name, lead({total_rows, packed}));
-  check_aligned(w, weight_name);
-  check_aligned(*s, s_name);
-  check_aligned(b, b_name);
-  used_.insert(weight_name);
-  used_.insert(s_name);
-  used_.insert(b_name);
+  use(weight_name);
+  use(s_name);
+  use(b_name);
+  const uint8_t* wd = aligned(w);
+  const uint8_t* sd = aligned(*s);
+  const uint8_t* bd = aligned(b);
+  const bool repack = q.bits != 4 && q.bits != 8;
   const size_t ss = dtype_size(s->dtype), ng = size_t(cols / g);
+  std::vector<QMatrix> out(size_t(n > 0 ? n : 1));
   for (size_t e = 0; e < out.size(); ++e) {
     QMatrix& m = out[e];
     const int64_t r0 = int64_t(e) * total_rows + row_begin;
@@ -155,11 +187,163 @@ std::vector<QMatrix> WeightReader::views(const std::string& module, const std::s
     m.group = int(g);
     m.rows = rows;
     m.cols = cols;
-    m.w = static_cast<const uint8_t*>(w.data) + size_t(r0 * packed) * 4;
-    m.scales = static_cast<const uint8_t*>(s->data) + size_t(r0) * ng * ss;
-    m.biases = static_cast<const uint8_t*>(b.data) + size_t(r0) * ng * ss;
+    m.w = wd + size_t(r0 * packed) * 4;
+    m.scales = sd + size_t(r0) * ng * ss;
+    m.biases = bd + size_t(r0) * ng * ss;
+    if (repack) {  // other widths: one byte per code, same scales and biases (exact)
+      uint8_t* codes = alloc(size_t(rows * cols));
+      repack_bits_to_u8(static_cast<const uint8_t*>(m.w), q.bits, rows, cols, codes);
+      m.w = codes;
+      m.bits = 8;
+      auto& r = repacked_["MLX affine " + std::to_string(q.bits) + "-bit codes to 8-bit codes (same scales and biases, exact)"];
+      r.first += 1;
+      r.second += size_t(rows * cols);
+    }
   }
   return out;
+}
+
+QMatrix WeightReader::fp8_view(const std::string& module, const TensorView& w, const std::string& weight_name,
+                               int64_t rows, int64_t cols) {
+  if (quant_.method() != QuantMethod::Fp8)
+    throw Error(where(w, weight_name) + ": F8_E4M3 weight, expected quantization_config.quant_method \"fp8\" in "
+                "config.json, found " + quant_method_name(quant_.method()));
+  check_shape(w, weight_name, {rows, cols});
+  const int64_t B = quant_.hf().fp8_block;
+  const std::string s_name = module + ".weight_scale_inv";
+  const TensorView* s = files_.find(s_name);
+  if (!s)
+    throw Error(where(w, weight_name) + ": F8_E4M3 weight, expected '" + s_name + "' next to it, found none (searched " +
+                files_.files_searched() + ")");
+  check_dtype(*s, s_name, {DType::F32, DType::BF16});
+  check_shape(*s, s_name, {(rows + B - 1) / B, (cols + B - 1) / B});
+  use(weight_name);
+  use(s_name);
+  QMatrix m;
+  m.kind = QMatrix::Kind::Fp8Block;
+  m.dtype = DType::F8_E4M3;
+  m.sdtype = s->dtype;
+  m.bits = 8;
+  m.group = int(B);
+  m.rows = rows;
+  m.cols = cols;
+  m.w = aligned(w);
+  m.scales = aligned(*s);
+  ++fp8_matrices_;
+  return m;
+}
+
+QMatrix WeightReader::int4_view(const std::string& module, int64_t rows, int64_t cols) {
+  const QuantMethod qm = quant_.method();
+  const bool ct = has(module + ".weight_packed");
+  const std::string first = module + (ct ? ".weight_packed" : ".qweight");
+  const TensorView& qw = files_.get(first);
+  if (ct ? qm != QuantMethod::CompressedTensors : (qm != QuantMethod::Gptq && qm != QuantMethod::Awq))
+    throw Error(where(qw, first) + ": " + (ct ? "compressed-tensors" : "GPTQ/AWQ") +
+                " weight, but config.json quantization_config gives quant_method " + quant_method_name(qm));
+  const HfQuant& h = quant_.hf();
+  const int64_t group = h.group == -1 ? cols : h.group;
+  if (cols % 64 != 0 || rows % 8 != 0 || cols % group != 0 || group % 64 != 0)
+    throw Error(where(qw, first) + ": int4 matrix [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                "] with group " + std::to_string(group) + ": expected rows a multiple of 8, columns of 64 and of the "
+                "group, and the group a multiple of 64");
+  const int64_t G = cols / group;
+  Int4Source src;
+  src.rows = rows;
+  src.cols = cols;
+  src.group = group;
+  std::string what;
+  if (qm == QuantMethod::CompressedTensors) {
+    what = "compressed-tensors pack-quantized int4";
+    src.format = Int4Source::Format::PackQuantized;
+    check_dtype(qw, first, {DType::I32});
+    check_shape(qw, first, {rows, cols / 8});
+    const std::string sn = module + ".weight_scale";
+    const TensorView& sc = files_.get(sn);
+    check_dtype(sc, sn, kFloat);
+    check_shape(sc, sn, {rows, G});
+    src.scales = aligned(sc);
+    src.sdtype = sc.dtype;
+    use(sn);
+    const std::string zn = module + ".weight_zero_point";
+    if (const TensorView* z = files_.find(zn)) {
+      check_dtype(*z, zn, {DType::I32, DType::I8});
+      check_shape(*z, zn, z->dtype == DType::I32 ? std::vector<int64_t>{rows / 8, G} : std::vector<int64_t>{rows, G});
+      src.qzeros = aligned(*z);
+      src.zdtype = z->dtype;
+      use(zn);
+    } else if (!h.sym) {
+      throw Error(where(qw, first) + ": asymmetric (symmetric: false in " + quant_.source() + "), expected '" + zn +
+                  "' next to it, found none");
+    }
+    const std::string shn = module + ".weight_shape";
+    if (const TensorView* sh = files_.find(shn)) {
+      check_dtype(*sh, shn, {DType::I32, DType::I64});
+      check_shape(*sh, shn, {2});
+      const int64_t d0 = sh->dtype == DType::I64 ? int64_t(decode_i64(sh->data, 0)) : int64_t(decode_i32(sh->data, 0));
+      const int64_t d1 = sh->dtype == DType::I64 ? int64_t(decode_i64(sh->data, 1)) : int64_t(decode_i32(sh->data, 1));
+      if (d0 != rows || d1 != cols)
+        throw Error(where(*sh, shn) + ": expected [" + std::to_string(rows) + ", " + std::to_string(cols) + "], found [" +
+                    std::to_string(d0) + ", " + std::to_string(d1) + "]");
+      use(shn);
+    }
+  } else {
+    const bool awq = qm == QuantMethod::Awq;
+    what = awq ? "AWQ int4" : "GPTQ int4";
+    src.format = awq ? Int4Source::Format::Awq : Int4Source::Format::Gptq;
+    src.zeros_plus_one = !h.gptq_v2;
+    check_dtype(qw, first, {DType::I32, DType::U32});
+    check_shape(qw, first, awq ? std::vector<int64_t>{cols, rows / 8} : std::vector<int64_t>{cols / 8, rows});
+    const std::string zn = module + ".qzeros", sn = module + ".scales";
+    const TensorView& z = files_.get(zn);
+    check_dtype(z, zn, {DType::I32, DType::U32});
+    check_shape(z, zn, {G, rows / 8});
+    const TensorView& sc = files_.get(sn);
+    check_dtype(sc, sn, kFloat);
+    check_shape(sc, sn, {G, rows});
+    src.qzeros = aligned(z);
+    src.scales = aligned(sc);
+    src.sdtype = sc.dtype;
+    use(zn);
+    use(sn);
+    const std::string gn = module + ".g_idx";
+    if (const TensorView* gi = files_.find(gn)) {
+      check_dtype(*gi, gn, {DType::I32, DType::I64});
+      check_shape(*gi, gn, {cols});
+      for (int64_t i = 0; i < cols; ++i) {
+        const int64_t v = gi->dtype == DType::I64 ? int64_t(decode_i64(gi->data, size_t(i))) : decode_i32(gi->data, size_t(i));
+        if (v != i / group)
+          throw Error(where(*gi, gn) + ": act-order GPTQ (desc_act: input channel " + std::to_string(i) + " in group " +
+                      std::to_string(v) + ", expected " + std::to_string(i / group) +
+                      ") is not supported; use a GPTQ conversion made with desc_act false");
+      }
+      use(gn);
+    } else if (h.desc_act) {
+      throw Error(where(qw, first) + ": desc_act is true in " + quant_.source() + " but '" + gn +
+                  "' is missing; act-order GPTQ is not supported");
+    }
+  }
+  src.qweight = aligned(qw);
+  use(first);
+  const int64_t G64 = cols / 64;
+  uint8_t* codes = alloc(size_t(rows * cols / 2));
+  auto* sc = reinterpret_cast<float*>(alloc(size_t(rows * G64) * 4));
+  auto* bi = reinterpret_cast<float*>(alloc(size_t(rows * G64) * 4));
+  repack_int4(src, codes, sc, bi);
+  auto& r = repacked_[what + " to MLX affine 4-bit group 64 (f32 scale, bias = -zero*scale: exact)"];
+  r.first += 1;
+  r.second += size_t(rows * cols / 2 + rows * G64 * 8);
+  QMatrix m;
+  m.kind = QMatrix::Kind::Affine;
+  m.sdtype = DType::F32;
+  m.bits = 4;
+  m.group = 64;
+  m.rows = rows;
+  m.cols = cols;
+  m.w = codes;
+  m.scales = sc;
+  m.biases = bi;
+  return m;
 }
 
 QMatrix WeightReader::matrix(const std::string& module, int64_t rows, int64_t cols) {
@@ -171,6 +355,32 @@ ExpertStack WeightReader::stacked(const std::string& module, const std::string& 
   ExpertStack st;
   st.e = views(module, weight_name, n, total_rows, cols, row_begin, rows);
   return st;
+}
+
+std::vector<std::string> WeightReader::notes() const {
+  auto mib = [](size_t b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.1f MiB", double(b) / (1024.0 * 1024.0));
+    return std::string(s);
+  };
+  std::vector<std::string> out;
+  const std::vector<std::string> re = files_.realigned_files();
+  if (!re.empty()) {
+    std::string list;
+    for (size_t i = 0; i < re.size(); ++i) list += (i ? ", " : "") + re[i];
+    out.push_back(std::to_string(re.size()) + " shard(s) with the data section at an unaligned offset (a compact "
+                  "header, as MLX writes them) read into aligned memory instead of mapped: " + list);
+  }
+  if (copied_tensors_)
+    out.push_back("copied " + std::to_string(copied_tensors_) + " tensor(s) (" + mib(copied_bytes_) +
+                  ") stored at offsets not a multiple of their element size into aligned memory");
+  for (const auto& [what, nb] : repacked_)
+    out.push_back("repacked " + std::to_string(nb.first) + " matrices of " + what + ": " + mib(nb.second));
+  if (fp8_matrices_)
+    out.push_back(std::to_string(fp8_matrices_) + " FP8 e4m3 matrices kept 8-bit with " +
+                  std::to_string(quant_.hf().fp8_block) + "x" + std::to_string(quant_.hf().fp8_block) +
+                  " block scales (dequantised inside the matrix kernels)");
+  return out;
 }
 
 void WeightReader::warn_unused(const std::vector<std::string>& ignored) const {

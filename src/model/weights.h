@@ -14,23 +14,28 @@ namespace lily {
 
 // A weight matrix W [rows=out, cols=in], y = W x.
 //  Dense: `w` points to rows*cols elements of `dtype` (BF16, F16 or F32), row-major.
-//  Affine (MLX): `w` points to u32 [rows, cols*bits/32] (element k of a word in bits [k*bits, (k+1)*bits)),
-//    `scales`/`biases` to [rows, cols/group] of `sdtype` (BF16/F16/F32); w = scale*q + bias per group.
+//  Affine (MLX): `w` points to [rows, cols*bits/8] bytes, each row a little-endian bit stream (element j in bits
+//    [j*bits, (j+1)*bits) of the row, which for 2/4/8 bits is element k of a u32 word in bits [k*bits, ...)),
+//    `scales`/`biases` to [rows, cols/group] of `sdtype` (BF16/F16/F32); w = scale*q + bias per group. After
+//    loading, bits is 4 or 8 (other MLX widths are repacked to 8 at load); dequant_row reads 2..8 (not 7).
+//  Fp8Block: `w` points to rows*cols F8_E4M3 bytes (dtype F8_E4M3), `scales` to [ceil(rows/group),
+//    ceil(cols/group)] of `sdtype` (F32/BF16) block scales (weight_scale_inv); w = fp8 * scale of its block.
 struct QMatrix {
-  enum class Kind { Dense, Affine };
+  enum class Kind { Dense, Affine, Fp8Block };
   Kind kind = Kind::Dense;
-  DType dtype = DType::BF16;   // Dense element type
-  DType sdtype = DType::BF16;  // Affine scale/bias type
+  DType dtype = DType::BF16;   // Dense element type (F8_E4M3 for Fp8Block)
+  DType sdtype = DType::BF16;  // Affine scale/bias type, Fp8Block scale type
   const void* w = nullptr;
   const void* scales = nullptr;
   const void* biases = nullptr;
-  int bits = 0;     // Affine: 4 or 8
-  int group = 0;    // Affine: 64 (32/128 accepted)
+  int bits = 0;     // Affine: 4 or 8 after loading
+  int group = 0;    // Affine: 32, 64 or 128; Fp8Block: the block edge (128)
   int64_t rows = 0, cols = 0;
 
   bool valid() const { return w != nullptr && rows > 0 && cols > 0; }
   size_t row_bytes() const;     // bytes of one row of `w`
   size_t bytes() const;         // all bytes read for a full GEMV (w + scales + biases)
+  std::string format_name() const;  // "BF16", "affine 4-bit group 64", "FP8 e4m3 128x128 blocks"
 };
 
 // A stack of E matrices of the same shape, one per expert.
@@ -77,16 +82,21 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
-class MappedFile;  // io/safetensors.h
+class CheckpointFiles;  // io/safetensors.h
 
 struct ModelWeights {
   ModelConfig cfg;
-  std::string layout;           // "hf-bf16" or "mlx-affine"
+  std::string layout;           // "hf-bf16", "hf-text", "mlx-affine", "hf-fp8", "hf-awq", "hf-gptq", ...
   QMatrix embed;                // [V, H] (rows read one at a time)
   QMatrix lm_head;              // [V, H]
   std::vector<float> final_norm;// [H] (+1 folded)
   std::vector<LayerWeights> layers;
   std::vector<std::shared_ptr<const void>> keep_alive;  // mappings / owned buffers the views point into
+  std::vector<std::string> load_notes;  // what loading did beyond mapping (realigned shards, repacked formats)
+  std::vector<std::string> mtp_tensors; // multi-token-prediction tensors found (mtp.* / language_model.mtp.*),
+                                        // not loaded: read them through `checkpoint` (speculative decoding)
+  std::shared_ptr<const CheckpointFiles> checkpoint;  // the checkpoint's files (null for synthetic models)
+  std::string source_dir;               // the checkpoint directory
 };
 
 // Loads config.json + safetensors (single file or sharded with index) from a directory.
@@ -95,5 +105,13 @@ std::shared_ptr<ModelWeights> load_model(const std::string& dir);
 
 // Decodes one row of a matrix to f32 (reference path; out has cols entries).
 void dequant_row(const QMatrix& m, int64_t row, float* out);
+
+// Code j of a row of `bits`-bit codes stored as a little-endian bit stream (MLX's packing for every width).
+inline uint32_t affine_code(const uint8_t* row, int bits, int64_t j) {
+  const uint64_t bit = uint64_t(j) * uint64_t(bits);
+  const uint8_t* p = row + bit / 8;
+  const uint32_t two = uint32_t(p[0]) | (((bit % 8) + uint64_t(bits) > 8) ? uint32_t(p[1]) << 8 : 0u);
+  return (two >> (bit % 8)) & ((1u << bits) - 1u);
+}
 
 }  // namespace lily

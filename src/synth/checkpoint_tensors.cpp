@@ -1,4 +1,5 @@
 // The per-layout tensor lists of checkpoint_writer.h.
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -9,39 +10,17 @@ namespace lily {
 
 namespace {
 
-// Row `r` of a matrix as BF16 (Affine: scale*q + bias per group; Dense: converted).
-void row_to_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
-  if (m.kind == QMatrix::Kind::Dense) {
-    for (int64_t c = 0; c < m.cols; ++c) {
-      size_t i = size_t(r * m.cols + c);
-      float v;
-      switch (m.dtype) {
-        case DType::BF16: out[c] = static_cast<const uint16_t*>(m.w)[i]; continue;
-        case DType::F16: v = f16_to_f32(static_cast<const uint16_t*>(m.w)[i]); break;
-        case DType::F32: v = static_cast<const float*>(m.w)[i]; break;
-        default: throw Error("hf-bf16 writer: unsupported dense dtype " + std::string(dtype_name(m.dtype)));
-      }
-      out[c] = f32_to_bf16(v);
-    }
-    return;
-  }
-  if (m.sdtype != DType::BF16) throw Error("hf-bf16 writer: only BF16 scales are supported");
-  const auto* words = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(m.w) + size_t(r) * size_t(m.cols) * size_t(m.bits) / 8);
-  const int64_t groups = m.cols / m.group;
-  const auto* s = static_cast<const uint16_t*>(m.scales) + r * groups;
-  const auto* b = static_cast<const uint16_t*>(m.biases) + r * groups;
-  const int per_word = 32 / m.bits;
-  const uint32_t mask = (1u << m.bits) - 1;
-  for (int64_t c = 0; c < m.cols; ++c) {
-    uint32_t q = (words[c / per_word] >> (m.bits * (c % per_word))) & mask;
-    out[c] = f32_to_bf16(bf16_to_f32(s[c / m.group]) * float(q) + bf16_to_f32(b[c / m.group]));
-  }
-}
-
 void write_rows_bf16(TensorSink& sink, const QMatrix& m) {
+  // Row by row: dense BF16 rows are copied, anything else decoded by dequant_row (exact in f32) and rounded.
+  std::vector<float> f(size_t(m.cols));
   std::vector<uint16_t> row(size_t(m.cols));
   for (int64_t r = 0; r < m.rows; ++r) {
-    row_to_bf16(m, r, row.data());
+    if (m.kind == QMatrix::Kind::Dense && m.dtype == DType::BF16) {
+      sink.write(static_cast<const uint8_t*>(m.w) + size_t(r) * m.row_bytes(), m.row_bytes());
+      continue;
+    }
+    dequant_row(m, r, f.data());
+    for (size_t c = 0; c < f.size(); ++c) row[c] = f32_to_bf16(f[c]);
     sink.write(row.data(), row.size() * 2);
   }
 }
@@ -97,31 +76,57 @@ void add_vectors(const ModelWeights& w, int layer, bool hf, std::vector<TensorOu
 
 }  // namespace
 
-std::vector<TensorOut> mlx_tensors(const ModelWeights& w) {
+std::vector<TensorOut> mlx_tensors(const ModelWeights& w, const MlxRecipe& recipe) {
   std::vector<TensorOut> out;
   int cur_layer = -2;
   const auto modules = plan_modules(w.cfg);
   for (const auto& m : modules) {
     if (m.layer != cur_layer && m.layer >= 0) add_vectors(w, m.layer, false, out);
     cur_layer = m.layer;
+    const QuantChoice qc = recipe.choose(m.name);
+    check_quant_choice(qc, m.name);
+    if (m.cols % qc.group) throw Error(m.name + ": " + std::to_string(m.cols) + " input columns are not a multiple of "
+                                       "the group size " + std::to_string(qc.group));
     std::vector<const QMatrix*> mats;
     for (int e = 0; e < m.count; ++e) {
       const QMatrix* q = &slot_matrix(w, m, e);
-      if (q->kind != QMatrix::Kind::Affine || q->bits != m.bits || q->group != m.group || q->rows != m.rows ||
-          q->cols != m.cols || q->sdtype != DType::BF16)
-        throw Error("mlx-4bit writer: " + m.name + " is not an affine " + std::to_string(m.bits) +
-                    "-bit group-64 BF16-scaled [" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
-                    "] matrix");
+      if (q->rows != m.rows || q->cols != m.cols)
+        throw Error("mlx writer: " + m.name + " is [" + std::to_string(q->rows) + ", " + std::to_string(q->cols) +
+                    "], expected [" + std::to_string(m.rows) + ", " + std::to_string(m.cols) + "]");
       mats.push_back(q);
     }
-    const size_t wb = size_t(m.rows) * size_t(m.cols) * size_t(m.bits) / 8;
-    const size_t sb = size_t(m.rows) * size_t(m.cols / m.group) * 2;
-    out.push_back({m.name + ".weight", DType::U32, with_count(m.count, {m.rows, m.cols * m.bits / 32}),
-                   [mats, wb](TensorSink& s) { for (auto* q : mats) s.write(q->w, wb); }});
-    out.push_back({m.name + ".scales", DType::BF16, with_count(m.count, {m.rows, m.cols / m.group}),
-                   [mats, sb](TensorSink& s) { for (auto* q : mats) s.write(q->scales, sb); }});
-    out.push_back({m.name + ".biases", DType::BF16, with_count(m.count, {m.rows, m.cols / m.group}),
-                   [mats, sb](TensorSink& s) { for (auto* q : mats) s.write(q->biases, sb); }});
+    const int bits = qc.bits, group = qc.group;
+    const int64_t rows = m.rows, cols = m.cols, G = cols / group;
+    const size_t wb = size_t(rows) * size_t(cols) * size_t(bits) / 8;
+    const size_t sb = size_t(rows) * size_t(G) * 2;
+    // A matrix already in this exact form is copied; any other is decoded row by row and quantised.
+    auto same = [bits, group](const QMatrix* q) {
+      return q->kind == QMatrix::Kind::Affine && q->bits == bits && q->group == group && q->sdtype == DType::BF16;
+    };
+    auto quantised = [mats, bits, group, rows, cols, G](TensorSink& s, int part) {  // part 0 w, 1 scales, 2 biases
+      std::vector<float> row(static_cast<size_t>(cols));
+      std::vector<uint8_t> codes(size_t(cols) * size_t(bits) / 8);
+      std::vector<uint16_t> sc(static_cast<size_t>(G)), bi(static_cast<size_t>(G));
+      for (const QMatrix* q : mats)
+        for (int64_t r = 0; r < rows; ++r) {
+          dequant_row(*q, r, row.data());
+          quantize_row_affine(row.data(), cols, bits, group, codes.data(), sc.data(), bi.data());
+          if (part == 0) s.write(codes.data(), codes.size());
+          else s.write(part == 1 ? sc.data() : bi.data(), size_t(G) * 2);
+        }
+    };
+    auto producer = [mats, same, quantised, wb, sb](int part) {
+      return [mats, same, quantised, wb, sb, part](TensorSink& s) {
+        if (std::all_of(mats.begin(), mats.end(), same)) {
+          for (auto* q : mats) s.write(part == 0 ? q->w : part == 1 ? q->scales : q->biases, part == 0 ? wb : sb);
+          return;
+        }
+        quantised(s, part);
+      };
+    };
+    out.push_back({m.name + ".weight", DType::U32, with_count(m.count, {rows, cols * bits / 32}), producer(0)});
+    out.push_back({m.name + ".scales", DType::BF16, with_count(m.count, {rows, G}), producer(1)});
+    out.push_back({m.name + ".biases", DType::BF16, with_count(m.count, {rows, G}), producer(2)});
   }
   add_vectors(w, -1, false, out);
   return out;

@@ -29,6 +29,15 @@ std::string shard_name(int i, int n) {
 
 }  // namespace
 
+nlohmann::ordered_json mlx_quantization(const ModelConfig& c, const MlxRecipe& recipe) {
+  nlohmann::ordered_json q = {{"group_size", recipe.base.group}, {"bits", recipe.base.bits}, {"mode", "affine"}};
+  for (const auto& m : plan_modules(c)) {
+    const QuantChoice qc = recipe.choose(m.name);
+    if (!(qc == recipe.base)) q[m.name] = {{"group_size", qc.group}, {"bits", qc.bits}};
+  }
+  return q;
+}
+
 nlohmann::ordered_json checkpoint_config(const ModelConfig& c, bool quantized, int bpe_vocab) {
   using J = nlohmann::ordered_json;
   J layer_types = J::array();
@@ -86,9 +95,7 @@ nlohmann::ordered_json checkpoint_config(const ModelConfig& c, bool quantized, i
   j["eos_token_id"] = im_end;
   j["text_config"] = t;
   if (quantized) {
-    J q = {{"group_size", 64}, {"bits", 4}, {"mode", "affine"}};
-    for (const auto& m : plan_modules(c))
-      if (m.bits != 4) q[m.name] = {{"group_size", m.group}, {"bits", m.bits}};
+    const J q = mlx_quantization(c, MlxRecipe{});
     j["quantization"] = q;
     j["quantization_config"] = q;
   }
@@ -126,7 +133,8 @@ void write_checkpoint(const ModelWeights& w, const std::string& dir, const Check
   if (bpe > w.cfg.vocab) throw Error("tokenizer BPE size " + std::to_string(bpe) + " exceeds vocab_size");
   const int n_added = std::min(33, w.cfg.vocab - bpe);
 
-  auto tensors = mlx ? mlx_tensors(w) : hf_bf16_tensors(w);
+  auto tensors = mlx ? mlx_tensors(w, opt.recipe) : hf_bf16_tensors(w);
+  for (const TensorOut& t : opt.extra) tensors.push_back(t);
   int n_shards = 0;
   auto shard_of = assign_shards(tensors, opt.max_shard_bytes, &n_shards);
   uint64_t total = 0;
@@ -151,10 +159,30 @@ void write_checkpoint(const ModelWeights& w, const std::string& dir, const Check
       part.push_back(std::move(t));
       map[tensors[i].name] = shard_name(s, n_shards);
     }
-    write_safetensors_file((fs::path(dir) / shard_name(s, n_shards)).string(), part);
+    write_safetensors_file((fs::path(dir) / shard_name(s, n_shards)).string(), part, opt.style);
   }
   index["weight_map"] = map;
   write_text((fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  if (opt.base_config) {
+    nlohmann::ordered_json cfg = *opt.base_config;
+    cfg.erase("quantization");
+    cfg.erase("quantization_config");
+    if (mlx) {
+      const nlohmann::ordered_json q = mlx_quantization(w.cfg, opt.recipe);
+      cfg["quantization"] = q;
+      cfg["quantization_config"] = q;
+    }
+    write_text((fs::path(dir) / "config.json").string(), cfg.dump(2) + "\n");
+    for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                          "special_tokens_map.json", "vocab.json", "merges.txt"}) {
+      const fs::path src = fs::path(opt.copy_files_from) / f;
+      std::error_code cec;
+      if (opt.copy_files_from.empty() || !fs::is_regular_file(src, cec)) continue;
+      if (!fs::copy_file(src, fs::path(dir) / f, fs::copy_options::overwrite_existing, cec) || cec)
+        throw Error("cannot copy " + src.string() + " to " + dir + ": " + cec.message());
+    }
+    return;
+  }
   write_text((fs::path(dir) / "config.json").string(), checkpoint_config(w.cfg, mlx, bpe).dump(2) + "\n");
   nlohmann::ordered_json gen = {{"bos_token_id", bpe}, {"eos_token_id", {bpe + 2, bpe}}, {"pad_token_id", bpe},
                                 {"do_sample", false}};

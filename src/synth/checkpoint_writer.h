@@ -15,22 +15,35 @@
 #include <nlohmann/json.hpp>
 
 #include "model/weights.h"
-#include "synth/st_writer.h"
+#include "io/safetensors_writer.h"
+#include "quant/affine_quant.h"
 
 namespace lily {
 
 struct CheckpointOptions {
-  std::string layout = "mlx-4bit";            // "mlx-4bit" or "hf-bf16"
+  std::string layout = "mlx-4bit";            // "mlx-4bit" (MLX layout, bits from `recipe`) or "hf-bf16"
+  MlxRecipe recipe;                           // mlx-4bit: bits and group per module
+  SafetensorsStyle style = SafetensorsStyle::Padded;  // Mlx: shards written as MLX writes them
   uint64_t max_shard_bytes = 4000000000ull;   // a shard holds one tensor at least
   int bpe_vocab = 0;                          // tokenizer BPE size; 0: vocab rounded down to 4096 multiple
+  // Set: config.json is this (with `quantization` / `quantization_config` replaced for mlx-4bit), and the
+  // tokenizer / generation files are copied from `copy_files_from`, instead of the synthetic ones.
+  const nlohmann::ordered_json* base_config = nullptr;
+  std::string copy_files_from;
+  std::vector<TensorOut> extra;               // tensors written after the model's (e.g. mtp.* passed through)
 };
 
 void write_checkpoint(const ModelWeights& w, const std::string& dir, const CheckpointOptions& opt,
                       const std::function<void(uint64_t done, uint64_t total)>& progress = {});
 
 // The tensors of each layout, in file order (producers read `w`, which must outlive them).
-std::vector<TensorOut> mlx_tensors(const ModelWeights& w);
+// mlx: each module at the recipe's bits and group (matrices already in that form are copied, others quantised
+// row by row as they are written, so a source held in mapped files is streamed).
+std::vector<TensorOut> mlx_tensors(const ModelWeights& w, const MlxRecipe& recipe = {});
 std::vector<TensorOut> hf_bf16_tensors(const ModelWeights& w);
+
+// The MLX `quantization` entry for a recipe: base {group_size, bits, mode}, plus each module that differs.
+nlohmann::ordered_json mlx_quantization(const ModelConfig& c, const MlxRecipe& recipe);
 
 // config.json for the model (text_config nested; `quantized` adds quantization/quantization_config).
 nlohmann::ordered_json checkpoint_config(const ModelConfig& c, bool quantized, int bpe_vocab);

@@ -6,10 +6,6 @@
 
 namespace lily::fast {
 
-inline float scale_at(const void* p, DType t, int64_t i) {
-  if (t == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  if (t == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  return static_cast<const float*>(p)[i];
-}
+inline float scale_at(const void* p, DType t, int64_t i) { return decode_scalar(p, t, size_t(i)); }
 
 }  // namespace lily::fast
