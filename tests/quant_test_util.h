@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "app/make_backend.h"
 #include "engine/backend.h"
 #include "model/weights.h"
 

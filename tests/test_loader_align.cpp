@@ -7,6 +7,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "app/make_backend.h"
 #include "engine/backend.h"
 #include "loader_test_util.h"
 #include "model/weights.h"

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "app/make_backend.h"
 #include "engine/backend.h"
 #include "eval/logit_metrics.h"
 #include "io/safetensors.h"
