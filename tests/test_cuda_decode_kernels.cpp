@@ -350,12 +350,8 @@ TEST_P(CudaAttnDecode, MatchesReference) {
   a.part = dev.poisoned(size_t(nkv) * cuda::kAttnPartSlots * (8 * hd + 16));
   a.out = dev.poisoned(size_t(nq) * hd);
   a.ctl = dctl;
-  struct Restore {
-    int v = cuda::attn_merge_levels();
-    ~Restore() { cuda::set_attn_merge_levels(v); }
-  } restore;
   for (int levels : {0, 1, 2}) {  // the spread merge (default), one level, groups then groups of groups
-    cuda::set_attn_merge_levels(levels);
+    a.merge_levels = levels;
     for (int rep = 0; rep < 2; ++rep) {  // twice: the merge counters must reset themselves
       CK(cudaMemset(a.out, 0xFF, size_t(nq) * hd * 4));
       cuda::attn_decode(a, nullptr, true);

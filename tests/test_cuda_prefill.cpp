@@ -473,22 +473,6 @@ INSTANTIATE_TEST_SUITE_P(Formats, PrefillGemmV2,
                                   cuda::prefill_prec_name(std::get<1>(info.param));
                          });
 
-TEST(PrefillGemmKernel, ParsesEnvValues) {
-  EXPECT_EQ(cuda::parse_gemm_kernel("v1"), cuda::kGemmKernelV1);
-  EXPECT_EQ(cuda::parse_gemm_kernel("v2"), cuda::kGemmKernelV2);
-  EXPECT_EQ(cuda::parse_gemm_kernel("wg"), cuda::kGemmKernelWG);
-  EXPECT_EQ(cuda::parse_gemm_kernel("auto"), cuda::kGemmKernelAuto);
-  EXPECT_THROW(cuda::parse_gemm_kernel("WG"), Error);
-  EXPECT_THROW(cuda::parse_gemm_kernel("v3"), Error);
-  EXPECT_THROW(cuda::parse_gemm_kernel("V2"), Error);
-  EXPECT_THROW(cuda::parse_gemm_kernel(""), Error);
-  try {
-    cuda::parse_gemm_kernel("x");
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("LILY_CUDA_GEMM"), std::string::npos);
-  }
-}
-
 // Mean time of `reps` launches of g (after one warm-up), in ms.
 double time_gemm(const cuda::GemmArgs& g, int mode, int reps) {
   cuda::prefill_gemm(g, mode, nullptr);

@@ -4,9 +4,9 @@
 // streams K/V rows (lane owns hd/32 dims, all G heads at once, so each KV row is read once for the G heads),
 // online softmax in exp2 space; warps merge in shared memory; splits merge through `part` (counters in StepCtl):
 // by default every split block waits for its kv head's others and writes its share of the merged output with the
-// sigmoid output gate (merge_slice); LILY_CUDA_ATTN_MERGE=2 / 1: the last block of each group of kAttnGroup splits,
-// then the last group (or the last block of all splits) merges.
-#include <cstdlib>
+// sigmoid output gate (merge_slice); AttnArgs::merge_levels 2 / 1 (tests, and 2 where the split blocks cannot all be
+// resident): the last block of each group of kAttnGroup splits, then the last group (or the last block of all splits)
+// merges.
 #include <type_traits>
 
 #include "cuda/device_util.cuh"
@@ -101,17 +101,11 @@ template <> struct KvRaw<2> {
 };
 
 constexpr int kDefaultMinSplit = 64;  // positions per split at least (fewer splits -> a cheaper last-block merge; more -> more
-                       // blocks and fewer positions per warp); LILY_CUDA_ATTN_MIN_SPLIT overrides (measurements)
-#ifndef LILY_ATTN_KV_IN_FLIGHT  // measurement builds: -DLILY_ATTN_KV_IN_FLIGHT=n
-#define LILY_ATTN_KV_IN_FLIGHT 6
-#endif
+                       // blocks and fewer positions per warp)
 // K/V rows per warp loaded before any is used: 6 (234 registers; 32K +0.5% over 4, 4K the same); 8, all of a
-// 64-position split, measured -1.4% at 252 registers (session 5)
-constexpr int kKvInFlight = LILY_ATTN_KV_IN_FLIGHT;
-#ifndef LILY_ATTN_ROLLING  // measurement builds: -DLILY_ATTN_ROLLING=0 keeps round-by-round K/V loads
-#define LILY_ATTN_ROLLING 1
-#endif
-constexpr bool kAttnRolling = LILY_ATTN_ROLLING != 0;
+// 64-position split, measured -1.4% at 252 registers (docs/performance-log.md). Loads roll: each row's successor is
+// requested as soon as the row is consumed.
+constexpr int kKvInFlight = 6;
 
 // Merge weights of n partials of one kv head (pk + s * stride: acc [G*HD] relative to m, then m [G], l [G]): one
 // warp per head, lanes over the splits, all (m, l) loads in flight; wsp [n][G] = 2^(m_s - M) (divided by the
@@ -215,7 +209,6 @@ __device__ __forceinline__ void merge_slice(const AttnArgs& a, const float* pk, 
   if (first < hi) load(first, v, gt);
   merge_weights<HD, G>(pk, n, stride, wsp, nullptr);
   __syncthreads();
-  if (a.trigger == 2) pdl_trigger();  // blocks without a share signal by exiting
   if (trl) trace_at(a.trace, 10);
   // warp-uniform trip count (the butterfly's shuffles need every lane of the warp)
   for (int oi0 = (int(threadIdx.x) >> 5) * (32 / T); oi0 < hi; oi0 += step) {
@@ -354,7 +347,6 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     vn[d] = bf2f(vb);
   }
   __syncthreads();
-  if (a.trigger == 0) pdl_trigger();
   if (tr) trace_at(a.trace, 2);
 
   // The online softmax state of head hg = lane / (32 / G) (the head whose score the transpose-reduce leaves in this
@@ -368,7 +360,6 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
     for (int e = 0; e < DPL; ++e) { q[g][e] = qs[g][lane * DPL + e]; acc[g][e] = 0.f; }
   }
   for (int tb = t0 + warp; tb < t1; tb += U * kWarps) {
-    if (!kAttnRolling && tb != t0 + warp) issue(tb);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
     const int t = tb + u * kWarps;
@@ -380,7 +371,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
       // rolling: the slot's next row (U * kWarps positions on) is requested as soon as this one is unpacked, so
       // its DRAM latency overlaps this round's math instead of following it
       const int tn = t + U * kWarps;
-      if (kAttnRolling && tn < t1 && tn < pos) {
+      if (tn < t1 && tn < pos) {
         kraw[u].load(Kc + int64_t(tn) * HD + lane * DPL);
         vraw[u].load(Vc + int64_t(tn) * HD + lane * DPL);
       }
@@ -483,7 +474,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   }
   __threadfence();
   __syncthreads();
-  if (a.trigger == 1) pdl_trigger();
+  pdl_trigger();  // o_proj may launch once this block has published its split
   if (tr) trace_at(a.trace, 4);
   if (a.merge_levels == 0) {  // every split block waits for all of its kv head's splits, then merges its share
     unsigned* done = &ctl->attn_done[kvh];
@@ -537,23 +528,9 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
 
 }  // namespace
 
-namespace {
-int g_merge_levels = [] {  // LILY_CUDA_ATTN_MERGE=1 / 2: the last block (of all splits / of each group) merges
-  const char* v = std::getenv("LILY_CUDA_ATTN_MERGE");
-  return v && (v[0] == '1' || v[0] == '2') ? v[0] - '0' : 0;
-}();
-}  // namespace
-
-void set_attn_merge_levels(int levels) { g_merge_levels = levels; }
-int attn_merge_levels() { return g_merge_levels; }
-
 void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
-  static const int min_split = int(env_count("LILY_CUDA_ATTN_MIN_SPLIT", 1, 1 << 20, kDefaultMinSplit));
   AttnArgs a = args;
-  a.min_split = min_split;
-  a.merge_levels = attn_merge_levels();
-  static const int trigger = env_choice("LILY_CUDA_ATTN_TRIGGER", {"prologue", "published", "merge"}, 1);
-  a.trigger = trigger;
+  a.min_split = kDefaultMinSplit;
   if (a.nkv < 1 || a.nkv > kAttnMaxKv || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
   if (a.rope_dim > a.hd || a.rope_dim % 2) throw Error("attn_decode: rope_dim must be even and <= head_dim");
   const int G = a.nq / a.nkv;

@@ -1,6 +1,6 @@
 // CudaBackend's decode step: the launch sequence of one token (embed, 40 layers, lm_head + argmax or the step
 // sampler), enqueued directly or captured once as a CUDA graph by run_step (cuda_backend.cpp); and the load-time
-// set-up of the router-from-y side rows it uses where LILY_CUDA_ROUTER_Y=1.
+// set-up of the router-from-y side rows it uses (unless LILY_CUDA_ROUTER_Y=0).
 #include "cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -23,39 +23,20 @@ void CudaBackend::setup_router_y() {
   for (DLayer& d : layers_) {
     const DMat& O = d.is_full ? d.o : d.out;
     const DMat& R = d.router;
-    // A as one part by the DeltaNet step's own blocks (LILY_CUDA_RY_A_AT=gdn), else pieces of in_proj / q/k/v
-    const bool a_gdn = opt_.ry_a_gdn && opt_.ry_a_i16 && opt_.gdn_split && !d.is_full && c.hidden <= 2048;
+    // A as one part by the DeltaNet step's own blocks (split form), else pieces of in_proj / q/k/v
+    const bool a_gdn = gdn_split_ && !d.is_full && c.hidden <= 2048;
     const int pa = a_gdn ? 1 : c.hidden / kGemvSidePiece, pm = O.cols / kGemvSidePiece, rows = c.n_experts + 1;
-    if (!opt_.fused_router || R.cols != d.gate.m.cols || c.n_experts > 256 || (R.fmt != kQ8 && R.fmt != kBF16) ||
+    if (R.cols != d.gate.m.cols || c.n_experts > 256 || (R.fmt != kQ8 && R.fmt != kBF16) ||
         d.shg.fmt != R.fmt || d.shg.group != R.group || d.shg.row_bytes != R.row_bytes || c.hidden % kGemvSidePiece ||
         O.cols % kGemvSidePiece || pa < 1 || pm < 1 || pa + pm > kMoePreMaxParts)
       continue;
-    if (!opt_.ry_a_i16) {  // A from [E + 1] rows: the router's, then the shared gate's (bytes copied as they are)
-      DMat r = R;
-      r.rows = rows;
-      uint8_t* w = static_cast<uint8_t*>(dev_alloc(size_t(rows) * R.row_bytes));
-      LILY_CUDA_CHECK(cudaMemcpy(w, R.w, size_t(c.n_experts) * R.row_bytes, cudaMemcpyDeviceToDevice));
-      LILY_CUDA_CHECK(
-          cudaMemcpy(w + size_t(c.n_experts) * R.row_bytes, d.shg.w, R.row_bytes, cudaMemcpyDeviceToDevice));
-      r.w = w;
-      if (R.fmt != kBF16) {
-        uint32_t* sb = static_cast<uint32_t*>(dev_alloc(size_t(rows) * R.sb_row * 4));
-        LILY_CUDA_CHECK(cudaMemcpy(sb, R.sb, size_t(c.n_experts) * R.sb_row * 4, cudaMemcpyDeviceToDevice));
-        LILY_CUDA_CHECK(cudaMemcpy(sb + size_t(c.n_experts) * R.sb_row, d.shg.sb, size_t(R.sb_row) * 4,
-                                   cudaMemcpyDeviceToDevice));
-        r.sb = sb;
-      }
-      d.ry_r = r;
-    }
     d.ry_m = static_cast<uint16_t*>(dev_alloc(size_t(rows) * O.cols * 2));
     d.ry_m_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
     d.ry_pa = pa;
     d.ry_pm = pm;
     d.ry_a_gdn = a_gdn;
-    if (opt_.ry_a_i16) {
-      d.ry_a = static_cast<uint16_t*>(dev_alloc(size_t(rows) * c.hidden * 2));
-      d.ry_a_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
-    }
+    d.ry_a = static_cast<uint16_t*>(dev_alloc(size_t(rows) * c.hidden * 2));
+    d.ry_a_scale = static_cast<float*>(dev_alloc(size_t(rows) * 4));
     compose_router(R, d.shg, d.post_norm, O, d.ry_m, d.ry_m_scale, scratch, stream_, d.ry_a, d.ry_a_scale);
   }
   LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -87,28 +68,21 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
   mark("embed");
   for (const DLayer& d : layers_) {
     // router-from-y: A = W_r diag(post_norm) x in parts 0 .. ry_pa - 1 of pre_ (int16 rows of W_r diag(post_norm) on
-    // the raw x, LILY_CUDA_RY_A=i16, or the router's rows on it times post_norm): by the DeltaNet step's own blocks
-    // (ry_a_gdn: one part) or as side rows of in_proj / q/k/v; B = M y as side rows of the out projection (the next
-    // ry_pm parts);
-    // LILY_CUDA_SKIP=ry_a / ry_side (measurement only) leave them out
+    // the raw x): by the DeltaNet step's own blocks (ry_a_gdn: one part) or as side rows of in_proj / q/k/v; B = M y
+    // as side rows of the out projection (the next ry_pm parts)
     const bool ry = d.ry_m != nullptr;
-    const bool fa = d.ry_a != nullptr;  // LILY_CUDA_RY_A=i16
-    // part p of element e at pre_[p * ps + e * es] (element-major, or part-major: LILY_CUDA_PRE_PART_MAJOR)
-    const int ps = opt_.pre_part_major ? kMoePrePartStride : 1, es = opt_.pre_part_major ? 1 : kMoePreStride;
-    const GemvSide side_a = {d.ry_a, d.ry_a_scale, fa ? DMat{} : d.ry_r, pre_,
-                             ry && !d.ry_a_gdn && !opt_.skips("ry_a") ? c.n_experts + 1 : 0, d.ry_pa, ps, es,
-                             fa ? nullptr : d.post_norm, fa};
-    // B's pieces summed by the out projection's blocks into one part where they are one per warp of a block
-    const bool bsum = opt_.side_block_sum && d.ry_pm == kGemvSideBlockPieces;
-    const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa * ps,
-                             ry && !opt_.skips("ry_side") ? c.n_experts + 1 : 0, d.ry_pm, ps, es, nullptr, false,
-                             bsum};
+    // part p of element e at pre_[p * ps + e * es] (part-major)
+    const int ps = kMoePrePartStride, es = 1;
+    const GemvSide side_a = {d.ry_a, d.ry_a_scale, DMat{}, pre_, ry && !d.ry_a_gdn ? c.n_experts + 1 : 0,
+                             d.ry_pa, ps, es, nullptr, ry};
+    const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa * ps, ry ? c.n_experts + 1 : 0, d.ry_pm, ps,
+                             es, nullptr, false, false};
     if (!d.is_full) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
                          {d.a, proj_ + cd + vd + hv, 0}};
       unsigned long long* gtr = trace_ && d.lin_idx == 0 ? trace_ + 32 : nullptr;  // LILY_CUDA_TRACE slots 32..
-      if (!opt_.skips("gdn_in")) gemv_shared_x(segs, 4, d.in_norm, s, gtr, &side_a);
+      gemv_shared_x(segs, 4, d.in_norm, s, gtr, &side_a);
       mark("gdn in_proj gemv");
       GdnArgs g;
       g.qkv = proj_;
@@ -129,11 +103,11 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       g.y = y_;
       g.ctl = ctl_;
       g.trace = gtr ? gtr + 3 : nullptr;
-      g.hss = opt_.gdn_split ? hss_ : nullptr;  // split form: out_proj applies the gated norm's RMS factor
+      g.hss = gdn_split_ ? hss_ : nullptr;  // split form: out_proj applies the gated norm's RMS factor
       // and y goes to out_proj in its int8 form where out_proj takes that path
-      const bool yq = opt_.gdn_split && opt_.gdn_xq && use_int8_x(d.out.fmt, d.out.cols);
+      const bool yq = gdn_split_ && use_int8_x(d.out.fmt, d.out.cols);
       g.yq = yq ? yq_ : nullptr;
-      if (ry && d.ry_a_gdn && !opt_.skips("ry_a")) {  // router-from-y's A by the step's own blocks (part 0 of pre_)
+      if (ry && d.ry_a_gdn) {  // router-from-y's A by the step's own blocks (part 0 of pre_)
         g.ra_m = d.ry_a;
         g.ra_scale = d.ry_a_scale;
         g.ra_x = x_;
@@ -142,17 +116,16 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
         g.ra_cols = c.hidden;
         g.ra_stride = es;
       }
-      if (!opt_.skips("gdn")) gdn_decode(g, s, pdl);
+      gdn_decode(g, s, pdl);
       mark("gdn recurrence");
       GemvSeg o = {d.out, x_, 1};
       const HeadNorm hn = {hss_, c.lin_v_dim, gdn_split_parts(c.lin_v_dim), eps, g.yq};
-      if (!opt_.skips("gdn_out"))
-        gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, opt_.gdn_split ? &hn : nullptr, &side_m);
+      gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, gdn_split_ ? &hn : nullptr, &side_m);
       mark("gdn out_proj gemv");
     } else {
       const int qr = c.q_proj_rows(), kvd = c.kv_dim();
       GemvSeg segs[3] = {{d.q, proj_, 0}, {d.k, proj_ + qr, 0}, {d.v, proj_ + qr + kvd, 0}};
-      if (!opt_.skips("qkv")) gemv_shared_x(segs, 3, d.in_norm, s, nullptr, &side_a);
+      gemv_shared_x(segs, 3, d.in_norm, s, nullptr, &side_a);
       mark("attn qkv gemv");
       AttnArgs a;
       a.q = proj_;
@@ -172,10 +145,10 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
       a.ctl = ctl_;
       const bool tr = trace_ && d.full_idx == 0;
       a.trace = tr ? trace_ : nullptr;
-      if (!opt_.skips("attn")) attn_decode(a, s, pdl);
+      attn_decode(a, s, pdl);
       mark("attention");
       GemvSeg o = {d.o, x_, 1};
-      if (!opt_.skips("o")) gemv(&o, 1, y_, nullptr, eps, s, pdl, nullptr, nullptr, &side_m);
+      gemv(&o, 1, y_, nullptr, eps, s, pdl, nullptr, nullptr, &side_m);
       mark("attn o_proj gemv");
     }
     // MoE
@@ -192,7 +165,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     if (trace_ && d.is_full && d.full_idx == 0) m.trace = trace_ + 16;
     if (trace_ && !d.is_full && d.lin_idx == 0) m.trace = trace_ + 48;
     m.trace_x = m.trace ? m.trace - 4 : nullptr;  // slots 12..14 / 44..46 (free in the mixer's range)
-    m.btrace = btrace_ && !d.is_full && d.lin_idx == 0 ? btrace_ : nullptr;  // LILY_CUDA_TRACE=2
+    m.btrace = btrace_ && !d.is_full && d.lin_idx == 0 ? btrace_ : nullptr;  // trace 2
     const int li = int(&d - layers_.data());
     m.trace_end = trace_ && li < kTraceSlots - 80 ? trace_ + 80 + li : nullptr;
     m.E = c.n_experts;
@@ -207,39 +180,26 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     m.route_idx = ridx_;
     m.route_w = rw_;
     m.out = x_;
-    const bool fused = opt_.fused_router && m.router.cols == m.gate.m.cols;
-    m.early_route = fused && opt_.early_route && !opt_.skips("gate_up");
-    m.ow_down = d.ow_down;
-    m.ow_sh_down = d.ow_sh_down;
-    m.ow_part = ow_part_;
-    m.ow_int8 = opt_.ow_int8;
+    // router and gate_up as one launch where the router reads the experts' input (every layer of the model)
+    const bool fused = m.router.cols == m.gate.m.cols;
+    m.early_route = fused;
     if (fused && ry) {
       m.pre = pre_;
-      m.pre_parts = d.ry_pa + (bsum ? 1 : d.ry_pm);
+      m.pre_parts = d.ry_pa + d.ry_pm;
       m.pre_es = es;
       m.pre_ps = ps;
-    } else if (fused && opt_.router_y == 2 && m.E <= 256) {  // measurement only: no producers, stale logits
-      m.pre = pre_;
-      m.pre_parts = 12;
-    }
-    bool one_wave = false;  // LILY_CUDA_MOE_ONE_WAVE=1: down inside the fused kernel
-    if (fused && opt_.one_wave && !opt_.skips("gate_up") && !opt_.skips("down")) {
-      m.one_wave = 1;
-      one_wave = moe_one_wave_ok(m);
-      m.one_wave = one_wave;
-      if (one_wave) m.early_route = 0;
     }
     if (fused) {
-      if (!opt_.skips("gate_up")) moe_route_gate_up(m, s, pdl);
+      moe_route_gate_up(m, s, pdl);
       mark("moe router + gate_up");
     } else {
-      if (!opt_.skips("router")) moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
+      moe_router(m, s, pdl);  // requires router and shared-expert gate in one format (checked there)
       mark("moe router");
-      if (!opt_.skips("gate_up")) moe_gate_up(m, s, pdl);
+      moe_gate_up(m, s, pdl);
       mark("moe gate_up");
     }
-    if (!opt_.skips("down") && !one_wave) moe_down(m, s, pdl);
-    if (!one_wave) mark("moe down");
+    moe_down(m, s, pdl);
+    mark("moe down");
   }
   lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, sample ? nullptr : out_ids_, ctl_, s, pdl,
                  trace_ ? trace_ + 66 : nullptr);

@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "cuda/cuda_check.h"
-#include "cuda/env_switch.h"
 #include "cuda/kernels.h"
 #include "cuda/weight_loads.cuh"
 

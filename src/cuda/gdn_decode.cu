@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
   const int j = blockIdx.x;
   constexpr int Dk = 32 * NPL;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (g.early_trigger) pdl_trigger();
+  pdl_trigger();  // out_proj may launch at once (its weight loads overlap this step)
   const bool tr = g.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(g.trace, 0);
   const auto [ratio, hk, Dv, K, key_dim, conv_dim, pos, ring, S] = gdn_head<NPL>(g, j);  // read before the wait
@@ -208,10 +208,6 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
 // out_proj GEMV's x prologue (HeadNorm) applies rsqrt(sum_p hss[j * P + p] / Dv + eps). Its blocks fit beside other
 // kernels' blocks (a 1024-thread block needs a whole SM) and each reads 16 KB of S instead of 64 KB.
 constexpr int kSplitThreads = 256, kSplitRows = 32;
-#ifndef LILY_GDN_TAP_VEC  // measurement builds: -DLILY_GDN_TAP_VEC=0 loads the conv taps one float at a time
-#define LILY_GDN_TAP_VEC 1
-#endif
-constexpr bool kGdnTapVec = LILY_GDN_TAP_VEC != 0;
 
 // Router-from-y's A rows (GdnArgs::ra_*), one row per warp of the blocks past the step's: off the step's critical
 // path (their work after the wait, ~1 us, ends before the step's does).
@@ -245,7 +241,7 @@ __device__ __forceinline__ void ry_a_rows(const GdnArgs& g, int b) {
 template <int NPL>
 __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   if (const int nb = g.Hv * (g.Dv / kSplitRows); int(blockIdx.x) >= nb) {  // router-from-y's A blocks
-    if (g.early_trigger) pdl_trigger();
+    pdl_trigger();
     ry_a_rows(g, blockIdx.x - nb);
     return;
   }
@@ -256,7 +252,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   const int j = blockIdx.x / P, part = blockIdx.x % P, v0 = part * kSplitRows;
   constexpr int Dk = 32 * NPL;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = threadIdx.x;
-  if (g.early_trigger) pdl_trigger();
+  pdl_trigger();
   const bool tr = g.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(g.trace, 0);
 
@@ -272,7 +268,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   float cw[2][kMaxK], cr[2][kMaxK];
   // the model's 4 taps, and a channel's 4 ring slots, as one 16-byte load each (fewer load instructions to issue
   // beside in_proj's and out_proj's row requests)
-  const bool tap_vec = kGdnTapVec && K == 4 && ((reinterpret_cast<uintptr_t>(g.conv_w) |
+  const bool tap_vec = K == 4 && ((reinterpret_cast<uintptr_t>(g.conv_w) |
                                                  reinterpret_cast<uintptr_t>(ring)) & 15) == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -309,7 +305,6 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   const float nrm_w = t < kSplitRows ? g.norm_w[v0 + t] : 0.f;
   if (tr) trace_at(g.trace, 12);
   pdl_wait();
-  if (g.trigger_wait) pdl_trigger();
   if (tr) trace_at(g.trace, 1);
   float xin[2];
 #pragma unroll
@@ -387,11 +382,6 @@ int gdn_split_parts(int Dv) { return Dv % kSplitRows || Dv / kSplitRows > kHeadN
 
 void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
   GdnArgs g = args;
-  // LILY_CUDA_GDN_TRIGGER: when the DeltaNet step signals out_proj: entry (default, as EARLY_TRIGGER), wait (after
-  // its PDL wait; split form), rows (after its state rows)
-  static const int trigger = env_choice("LILY_CUDA_GDN_TRIGGER", {"entry", "wait", "rows"}, 0);
-  g.early_trigger = early_trigger_on() && trigger == 0;
-  g.trigger_wait = trigger == 1;
   if (g.Dk > kMaxD || g.Dv > kMaxD || g.Dk % 32 || g.Hv % g.Hk || g.K < 1)
     throw Error("gdn_decode: unsupported head sizes (Dk, Dv <= 256, Dk % 32 == 0, Hv % Hk == 0)");
   if (g.yq && !g.hss) throw Error("gdn_decode: the XQ image output (yq) needs the split form");

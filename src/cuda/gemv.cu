@@ -23,8 +23,6 @@ struct GemvParams {  // passed by value (kernel parameter space)
   unsigned long long* trace;  // LILY_CUDA_TRACE: [3] entry and x loaded (block 0), last block done; or null
   HeadNorm hn;                // per-head scale of x (hn.ss null: none)
   GemvSide side;              // side rows (side.rows 0: none)
-  int resid_early;            // k_gemv_whole (LILY_CUDA_GEMV_RESID_EARLY): an accumulated y[r] read right after the
-                              // PDL wait, beside the x prologue, not after the dots
 };
 
 // Side kinds (the kernels' SIDE parameter): none, int16 rows of side.m on the GEMV's x, rows of side.q on the raw x
@@ -260,9 +258,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
       SIDE == kSideRaw && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols)))
                                        : nullptr;
   pdl_wait();
-  // y[r] to accumulate into: final now (its writers ran before the kernel this one waited for); only this warp
-  // writes it
-  const bool early = p.resid_early && r >= 0 && lane == 0 && p.seg[sg].accumulate;
+  // y[r] to accumulate into, read right after the wait beside the x prologue (not after the dots): final now (its
+  // writers ran before the kernel this one waited for); only this warp writes it
+  const bool early = r >= 0 && lane == 0 && p.seg[sg].accumulate;
   const float y0 = early ? __ldcg(p.seg[sg].y + r) : 0.f;
   gemv_x<SIDE>(p, nw, rw, xv, xr, red);
   pdl_trigger();
@@ -306,10 +304,6 @@ __global__ void __launch_bounds__(kThreads) k_embed(const DMat E, const int32_t*
 }
 
 bool g_int8_x = true;
-bool gemv_rows4() {  // LILY_CUDA_GEMV_ROWS=2 keeps 2 rows per warp in flight everywhere
-  static const bool on = env_rows4("LILY_CUDA_GEMV_ROWS");
-  return on;
-}
 
 }  // namespace
 
@@ -369,13 +363,9 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
     allow_smem(kern, smem);
     return std::min((units + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
   };
-  // LILY_CUDA_GEMV_WHOLE=0: rows of 65..128 chunks as two rounds of k_gemv even when each warp has one row
-  static const bool whole_on = env_default_on("LILY_CUDA_GEMV_WHOLE");
-  static const bool resid_early = env_default_on("LILY_CUDA_GEMV_RESID_EARLY");
-  p.resid_early = resid_early;
   auto whole = [&](auto kw) {  // 4-bit, one row per warp in one wave: the whole row (2 x 64 chunks) before the wait
     const int nch = p.cols / FmtInfo<kQ4>::kElems;
-    if (!whole_on || nch <= 64 || nch > 128) return false;
+    if (nch <= 64 || nch > 128) return false;
     const int b = grid(kw);
     if (units > b * wpb) return false;
     launch(kw, dim3(b), dim3(kThreads), smem, s, pdl, p);
@@ -383,7 +373,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   };
   auto run = [&](auto k2, auto k4) {  // 4 rows per warp in flight once each warp has >= 3 rows
     const int b2 = grid(k2);
-    if (gemv_rows4() && p.total_rows >= 3 * b2 * wpb) {  // (b2 from units >= total_rows)
+    if (p.total_rows >= 3 * b2 * wpb) {  // (b2 from units >= total_rows)
       const int b4 = grid(k4);
       launch(k4, dim3(b4), dim3(kThreads), smem, s, pdl, p);
     } else {

@@ -204,31 +204,23 @@ struct MoeArgs {
   unsigned long long* trace_end = nullptr;  // LILY_CUDA_TRACE: [1] the layer's end (down's last block), every layer
   unsigned long long* btrace = nullptr;   // LILY_CUDA_TRACE=2: per-block stamps [kMoeBtraceBlocks][slots] of the fused
                                           // kernel, then the same of down (thread 0 of each block; kernels.h)
-  int early_trigger = 0;           // signal PDL dependents at entry (set by the launchers from LILY_CUDA_EARLY_TRIGGER)
-  int down_trigger = 0;            // down: signal them once it has the routing (1) / once its first rows are
-                                   // requested (2) instead (LILY_CUDA_DOWN_TRIGGER=flag / rows)
-  int gu_pairs = 0;                // fused router+gate_up: two routed rows per warp in flight (set from LILY_CUDA_MOE_PAIRS)
-  int sh_late = 0;                 // fused: shared-expert rows loaded before the wait, dotted after the barrier
-  int router_barrier = 0;          // fused: only the router's blocks arrive at the barrier (route_done[2..3])
-  int router_xf = 0;               // fused: router blocks quantise x (int8 form) after their barrier arrival
-  int down_prefetch = 0;           // fused: the down matrices into L2 at each block's end (LILY_CUDA_DOWN_PREFETCH=1)
-  int route_ballot = 0;            // fused, summed logits: route_pick_ballot's top-k (LILY_CUDA_ROUTE_BALLOT)
-  int fixed_route = 0;             // measurement only (LILY_CUDA_MOE_FIXED): 1 experts 0..k-1, 2 every E/k-th
+  int router_xf = 0;               // fused: router blocks quantise x (int8 form) after their barrier arrival (set by
+                                   // the launcher where the experts are 4-bit on the int8 x)
+  int down_prefetch = 0;           // fused: the down matrices into L2 at each block's end
+  int route_ballot = 0;            // fused, summed logits: route_pick_ballot's top-k
   const float* pre = nullptr;      // fused kernel only, E <= 256: the router-from-y form: logits / rms(x) given as
                                    // [E + 1][kMoePreStride] partial sums (no router rows, no barrier), summed in part
                                    // order and ranked by each block; shg[0] is then the RMS factor r of x (written
                                    // by the fused kernel's block 0), and down's shared-expert gate r * element E's sum
   int pre_parts = 0;
   int pre_es = kMoePreStride, pre_ps = 1;  // element and part strides of pre (floats): element-major [E + 1][16], or
-                                   // part-major (pre_es 1, pre_ps kMoePrePartStride; LILY_CUDA_PRE_PART_MAJOR)
+                                   // part-major (pre_es 1, pre_ps kMoePrePartStride; the decode step's)
   int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
                                    // the routing through route_done[4] and down reads it before its PDL wait
                                    // (route_done[5]: down blocks past the flag; both left zeroed)
-  int sh_first = 0;                // fused, rows first (LILY_CUDA_MOE_SH_FIRST): the shared expert's act rows are the
-                                   // first work units, their loads issued before the wait
-  int stage2_off = 0;              // fused, rows first (set by its launcher, LILY_CUDA_MOE_STAGE2): byte offset of the
+  int stage2_off = 0;              // fused, rows first (set by its launcher where stage2_ok): byte offset of the
                                    // warps' StagedRow buffers in dynamic shared memory; 0: none
-  int route_packed = 0;            // early_route with 2 <= k <= 8, E <= 256 (LILY_CUDA_ROUTE_PACKED): the flag is
+  int route_packed = 0;            // early_route with 2 <= k <= 8, E <= 256 (set by the launchers): the flag is
                                    // the ids as one word, route_done[6..7] (byte i: id i; nonzero as the ids differ)
                                    // instead of route_done[4], so down issues its rows from the flag's own load; the
                                    // weights read after its wait
@@ -240,10 +232,6 @@ struct MoeArgs {
   float* ow_part = nullptr;
   int ow_off = 0;                  // set by the launcher: byte offset of the copies in dynamic shared memory
   int ow_int8 = 0;                 // one wave: down's act as int8 hi + lo per 8-value segment (dp4a), else f32
-  int out_early = 0;               // down with early_route (set by its launcher from LILY_CUDA_DOWN_OUT_EARLY): each
-                                   // warp reads its first residual row once the routing flag is seen, before its
-                                   // PDL wait (the residual's writer finished before the fused kernel's wait), and
-                                   // stores out + sum at the end instead of a read-modify-write after the dots
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
@@ -274,8 +262,6 @@ struct GdnArgs {
   void* yq = nullptr;           // split form only, optional: y written as an XQ image (xq_image_bytes(Hv*Dv))
                                 // instead of y, for a 4-bit out_proj on the int8-x path (HeadNorm::xq)
   const StepCtl* ctl = nullptr; // pos, S, conv
-  int early_trigger = 0;        // signal PDL dependents at entry (set by gdn_decode from LILY_CUDA_EARLY_TRIGGER)
-  int trigger_wait = 0;         // split form: signal them after its wait instead (LILY_CUDA_GDN_TRIGGER=wait)
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: block 0 entry, after wait, rows done [0..2]; last block
                                         // done [3]; block 0 conv done, norms done [7..8] ([4..6]: out_proj's);
                                         // split form: block 0 before its pdl_wait [12], after its StepCtl
@@ -309,17 +295,11 @@ struct AttnArgs {
   float* out = nullptr;         // [nq*hd]
   StepCtl* ctl = nullptr;
   int min_split = 64;           // positions per split at least (set by attn_decode)
-  int merge_levels = 0;         // 0: spread over the split blocks; 2: groups of kAttnGroup splits merged first, then
-                                // the groups; 1: the last block merges all (set by attn_decode)
-  // LILY_CUDA_ATTN_TRIGGER (set by attn_decode): when the blocks signal o_proj's launch (PDL): 0 (prologue) after the
-  // prologue, 1 (published, the default since session 19: +0.4% at 4K on the H200) after publishing their split,
-  // 2 (merge) after the spread merge's weights (merge_levels 0)
-  int trigger = 1;
+  int merge_levels = 0;         // 0 (default): the merge spread over the split blocks; 2: groups of kAttnGroup splits
+                                // merged first, then the groups; 1: the last block merges all (references for the
+                                // tests; attn_decode falls back to 2 where the split blocks cannot all be resident)
   unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [8] globaltimer stamps of block (0,0) and the last block
 };
 void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl);
-// The split merge attn_decode uses (0 spread, 1 or 2 levels; from LILY_CUDA_ATTN_MERGE at start, default 0); tests set it.
-void set_attn_merge_levels(int levels);
-int attn_merge_levels();
 
 }  // namespace lily::cuda

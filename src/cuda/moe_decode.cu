@@ -183,16 +183,17 @@ __device__ __forceinline__ void requant(const XF& src, X& dst, int n) {
   __syncthreads();
 }
 
-// Router + gate_up in one launch (the default; LILY_CUDA_FUSED_ROUTER=0 runs k_moe_router then k_moe_gate_up).
+// Router + gate_up in one launch (k_moe_router then k_moe_gate_up where the router's input differs from the experts').
 // Warps 0..E of the grid compute the router logits and the shared-expert gate (rows in registers before pdl_wait,
 // x in f32 as k_moe_router), the following warps the shared expert's gate/up rows, which need no routing (loaded
-// before pdl_wait too, dotted after the barrier: sh_late); then a grid barrier, every block ranks the E logits
-// itself (route_warp: no serial last block), and the routed experts' rows follow, two per warp in flight (gu_pairs).
+// before pdl_wait too, dotted after the barrier); then a barrier that only the router's blocks arrive at, every block
+// ranks the E logits itself (route_warp: no serial last block), and the routed experts' rows follow, two per warp in
+// flight.
 // Saves the router's launch, its last-block fence + atomic + serial top-k, and one x prologue.
 // PRE: the router-from-y form (MoeArgs::pre): no router rows, no barrier, the summed logits' top-k after x; RF (PRE
-// only, LILY_CUDA_MOE_ROWS_FIRST): the top-k first and the warp's first routed pair requested before the x prologue,
+// only, where a row fits one pair's registers): the top-k first and the warp's first routed pair requested before the x prologue,
 // so their DRAM round trip overlaps it (the weights, which need x's RMS factor, after it). x's loads issued before
-// the rows' too measured slower (4K 649.2 -> 646.1 tok/s on the H200, session 13). OW (RF only): the one-wave form
+// the rows' too measured slower (docs/performance-log.md). OW (RF only): the one-wave form
 // (moe_one_wave.cuh), down in this kernel.
 template <int FMT, int RFMT, class X, bool PRE = false, bool RF = false, bool OW = false>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs a) {
@@ -213,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const int nr = PRE ? 0 : a.E + 1;
   bool rblock = false;  // uniform over the block
   if constexpr (!PRE) rblock = blockIdx.x * (kThreads / 32) < nr;
-  if (a.early_trigger) pdl_trigger();
+  pdl_trigger();  // the next kernel (down) may launch at once: its blocks wait on the routing flag
   const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(a.trace, 0);
   auto bt = [&](int i) { btrace_at(a.btrace, kMoeBtraceBlocks, kMoeBtraceSlots, i); };
@@ -231,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     const int c = lane + 32 * u;
     if (rrow && c < rnch) chunk_load<RFMT>(m, mrow, c, raw[u], sb[u]);
   }
-  // the shared expert's rows go to the warps after the router's (wrapping around on small grids). With sh_late the
+  // the shared expert's rows go to the warps after the router's (wrapping around on small grids). The
   // warp's first one has its gate and up loads issued here (weights) and its math after the grid barrier, so the
   // barrier waits for the router rows only
   const int sr0 = ((warp - nr) % nwarps + nwarps) % nwarps;
@@ -240,10 +241,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   const int srr[2] = {sr0 < Is ? sr0 : -1, sr0 < Is ? sr0 : -1};
   const int snch = H / FmtInfo<FMT>::kElems;
   RowSet<FMT, 2> SP;
-  if (!RF && a.sh_late && srr[0] >= 0) SP.load(smp, srr, snch, 0, lane);  // RF: the shared rows are pairs' rows
-  // RF: work unit w is act row unit_row(w); sh_first puts the shared expert's rows first, so the first pair of warps
+  if (!RF && srr[0] >= 0) SP.load(smp, srr, snch, 0, lane);  // RF: the shared rows are pairs' rows
+  // RF: work unit w is act row unit_row(w); the shared expert's rows come first, so the first pair of warps
   // < Is holds one that needs no routing: its loads go out before the wait (in the pair's own registers)
-  auto unit_row = [&](int w) { return !a.sh_first ? w : w < Is ? a.k * I + w : w - Is; };
+  auto unit_row = [&](int w) { return w < Is ? a.k * I + w : w - Is; };
   // stage2: this warp's work ends with one unit of a second round, staged in shared memory (StagedRow)
   const int n_units = a.k * I + Is;  // act rows: the routed experts', then the shared expert's
   const bool staged = RF && a.stage2_off && warp + 2 * nwarps < n_units && warp + 3 * nwarps >= n_units;
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
       reinterpret_cast<typename StagedRow<FMT>::Buf*>(reinterpret_cast<char*>(smem4) + a.stage2_off) +
       (threadIdx.x >> 5);
   GateUpPair<FMT> first;  // RF: the warp's first pair, requested before the x prologue
-  if (RF && a.sh_first && warp < Is) {
+  if (RF && warp < Is) {
     first.set(a, nullptr, 0, a.k * I + warp, a.k * I + warp);
     first.load_slot(0, lane);
   }
@@ -279,12 +280,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     __syncthreads();
     bt(2);
     if (threadIdx.x < 32) route_pre(s_pl, a.E, a.k, 1.f, s_idx, s_w, a.route_ballot, s_v);
-    if (a.fixed_route && threadIdx.x < a.k)  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
-      s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
     __syncthreads();
     bt(3);
     const int u1 = warp + nwarps < n_units ? unit_row(warp + nwarps) : -1;
-    if (a.sh_first && warp < Is) first.load_second(a, s_idx, u1, lane);
+    if (warp < Is) first.load_second(a, s_idx, u1, lane);
     else if (warp < n_units) first.load(a, s_idx, unit_row(warp), u1, lane);
     if (a.stage2_off) {  // uniform: every thread commits a group (load_x then leaves it pending)
       if (staged) StagedRow<FMT>::issue(a, s_idx, unit_row(warp + 2 * nwarps), *sbuf, lane);
@@ -313,21 +312,17 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   bt(5);
   if (rrow) router_row<RFMT>(a, m, mrow, sh, warp, raw, sb, xr, lane);
   auto act_row = [&](int row) { gate_up_row<FMT>(a, s_idx, row, xv, lane); };
-  if (!RF && !a.sh_late)
-    for (int r = sr0; r < Is; r += nwarps) act_row(a.k * I + r);
   if (tr) trace_at(a.trace, 3);
   if constexpr (PRE) {  // no router rows, no barrier: r * (the parts' sum) are the true logits (RF: summed above)
     if constexpr (!RF) {
       pl.sum(a, s_pl);
       __syncthreads();
     }
-  } else if (a.router_barrier) {
+  } else {  // only the router's blocks arrive
     const unsigned nrb = unsigned(std::min<int>(gridDim.x, (nr + kThreads / 32 - 1) / (kThreads / 32)));
     router_arrive(a.route_done + 2, rblock);
     if (xf_first) requant(xr, xv, H);
     router_wait(a.route_done + 2, nrb);
-  } else {
-    grid_barrier(a.route_done);
   }
   if (tr) trace_at(a.trace, 4);
   if (threadIdx.x < 32) {
@@ -336,10 +331,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     else if (a.E <= 256) route_warp<8>(a.logits, a.E, a.k, s_idx, s_w);
     else route_warp<kMaxE / 32>(a.logits, a.E, a.k, s_idx, s_w);
   }
-  if (!RF && a.fixed_route && threadIdx.x < a.k) {  // measurement only (LILY_CUDA_MOE_FIXED): results are wrong
-    s_idx[threadIdx.x] = a.fixed_route == 1 ? threadIdx.x : threadIdx.x * (a.E / a.k);
-  }
-  if (!RF && a.sh_late && srr[0] >= 0) {  // the same sums, in the same order, as gate_up_row
+  if (!RF && srr[0] >= 0) {  // the same sums, in the same order, as gate_up_row
     float acc[2] = {0.f, 0.f};
     for (int c0 = 0; c0 < snch; c0 += 64) {
       if (c0 > 0) SP.load(smp, srr, snch, c0, lane);
@@ -349,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     acc[1] = warp_sum(acc[1]);
     if (lane == 0) a.act[a.k * I + sr0] = silu_f(acc[0]) * acc[1];
   }
-  if (!RF && a.sh_late)
+  if (!RF)
     for (int r = sr0 + nwarps; r < Is; r += nwarps) act_row(a.k * I + r);
   __syncthreads();
   if (tr) trace_at(a.trace, 5);
@@ -384,11 +376,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
         gate_up_rows2<FMT>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane,
                            OW ? s_act + 16 : nullptr);
     }
-  } else if (a.gu_pairs) {  // two routed rows per warp in flight
+  } else {  // two routed rows per warp in flight
     for (int row = warp; row < a.k * I; row += 2 * nwarps)
       gate_up_rows2<FMT>(a, s_idx, row, row + nwarps < a.k * I ? row + nwarps : -1, xv, lane);
-  } else {
-    for (int row = warp; row < a.k * I; row += nwarps) act_row(row);
   }
   if (a.down_prefetch) prefetch_down(a, s_idx);
   if constexpr (OW) {
@@ -415,41 +405,12 @@ struct XTag {  // selects an activation representation in a launcher (XF / XQ ha
   using type = T;
 };
 
-// LILY_CUDA_MOE_PAIRS=0: the fused kernel's routed gate/up rows one per warp at a time (default: two in flight).
-bool moe_pairs_on() {
-  static const bool on = env_default_on("LILY_CUDA_MOE_PAIRS");
-  return on;
-}
-
-// LILY_CUDA_MOE_SHARED_LATE=0: the fused kernel computes its shared-expert rows before the grid barrier (the
-// barrier then waits for them too); default: loads before the PDL wait, math after the barrier.
-bool moe_shared_late_on() {
-  static const bool on = env_default_on("LILY_CUDA_MOE_SHARED_LATE");
-  return on;
-}
-
-// LILY_CUDA_MOE_ROUTER_BARRIER=0: every block of the fused kernel arrives at its barrier (grid_barrier); default:
-// only the router's blocks arrive (router_barrier).
-bool moe_router_barrier_on() {
-  static const bool on = env_default_on("LILY_CUDA_MOE_ROUTER_BARRIER");
-  return on;
-}
-
-// LILY_CUDA_MOE_STAGE2=0: a second round's act row loaded after the first pair (default: staged, StagedRow)
+// Whether the rows-first form may stage a second round's act row in shared memory (StagedRow): 16-byte rows.
 bool stage2_ok(const MoeArgs& a) {
-  static const bool on = env_default_on("LILY_CUDA_MOE_STAGE2");
   auto al = [](const DMat& m, int64_t stride) {
     return (reinterpret_cast<uintptr_t>(m.w) & 15) == 0 && m.row_bytes % 16 == 0 && stride % 16 == 0;
   };
-  return on && al(a.gate.m, a.gate.w_stride) && al(a.up.m, a.up.w_stride) && al(a.sh_gate, 0) && al(a.sh_up, 0);
-}
-
-// LILY_CUDA_MOE_ROWS_FIRST=0 (router-from-y form, pairs): the x prologue before the top-k; default: the top-k and
-// the first routed pair's requests before it (k_moe_route_gate_up's RF: 4K 642.2 -> 647.8 tok/s on the H200,
-// session 13)
-bool moe_rows_first_on() {
-  static const bool on = env_default_on("LILY_CUDA_MOE_ROWS_FIRST");
-  return on;
+  return al(a.gate.m, a.gate.w_stride) && al(a.up.m, a.up.w_stride) && al(a.sh_gate, 0) && al(a.sh_up, 0);
 }
 
 // The fused kernel's dynamic shared memory: norm_w, x in the expert rows' form (xbytes) and in f32, then with
@@ -493,7 +454,7 @@ bool moe_one_wave_ok(const MoeArgs& a) {
   const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
   const int n_units = a.k * I + Is;
   if (!a.one_wave || !sm90 || !a.pre || !a.ow_part || !a.ow_down.w || !a.ow_sh_down.w) return false;
-  if (a.gate.m.fmt != kQ4 || !use_int8_x(kQ4, H) || !moe_pairs_on() || !moe_rows_first_on() ||
+  if (a.gate.m.fmt != kQ4 || !use_int8_x(kQ4, H) ||
       H > GateUpPair<kQ4>::chunks_one() * FmtInfo<kQ4>::kElems)
     return false;  // the rows-first form on the int8 x (k_moe_route_gate_up<kQ4, kQ8, XQ, true, true>)
   if (I % 8 || Is % 8 || H % 4 || a.ow_down.rows != H || a.ow_sh_down.rows != H || a.ow_down.cols != I ||
@@ -510,25 +471,8 @@ bool moe_one_wave_ok(const MoeArgs& a) {
 void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   check(args);
   MoeArgs a = args;
-  a.early_trigger = early_trigger_on();
-  a.gu_pairs = moe_pairs_on();
-  a.sh_late = moe_shared_late_on();
-  a.router_barrier = moe_router_barrier_on();
-  static const bool router_xf = env_default_on("LILY_CUDA_MOE_ROUTER_XF");
-  a.router_xf = router_xf && a.sh_late && a.router_barrier && a.gate.m.fmt == kQ4 &&
-                use_int8_x(kQ4, a.gate.m.cols);  // the int8 form exists (4-bit experts)
-  // LILY_CUDA_MOE_FIXED=1: experts 0..k-1, =2: spread over E (measurement only)
-  static const int fixed = env_choice("LILY_CUDA_MOE_FIXED", {"0", "1", "2"}, 0);
-  a.fixed_route = fixed;
-  // LILY_CUDA_ROUTE_BALLOT=1: route_pick_ballot (measured slower on the H200: 4K 645.7 -> 641.4 tok/s, session 14)
-  static const bool ballot = env_is_one("LILY_CUDA_ROUTE_BALLOT");
-  a.route_ballot = ballot;
-  // default off: measured slower (4K 645.7 -> 630.1 tok/s, session 14)
-  static const bool down_prefetch = env_is_one("LILY_CUDA_DOWN_PREFETCH");
-  a.down_prefetch = down_prefetch && a.early_route;
+  a.router_xf = a.gate.m.fmt == kQ4 && use_int8_x(kQ4, a.gate.m.cols);  // the int8 form exists (4-bit experts)
   a.route_packed = route_packed_ok(a);
-  static const bool sh_first = env_default_on("LILY_CUDA_MOE_SH_FIRST");
-  a.sh_first = sh_first;
   if (a.pre) {
     if (a.E > 256 || a.pre_parts < 1 || a.pre_parts > kMoePreMaxParts || !a.shg ||
         (reinterpret_cast<uintptr_t>(a.pre) & 15))
@@ -558,7 +502,7 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     constexpr int F = decltype(fmt_tag)::value;
     using X = typename decltype(x_tag)::type;
     if (a.pre) {  // the router's format does not matter
-      if (a.gu_pairs && H <= GateUpPair<F>::chunks_one() * FmtInfo<F>::kElems && moe_rows_first_on())
+      if (H <= GateUpPair<F>::chunks_one() * FmtInfo<F>::kElems)  // rows first
         run(k_moe_route_gate_up<F, kQ8, X, true, true>, X::bytes(H), stage2_ok(a));
       else
         run(k_moe_route_gate_up<F, kQ8, X, true>, X::bytes(H));

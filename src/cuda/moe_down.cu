@@ -47,7 +47,6 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   const int nwarps = gridDim.x * (NT / 32);
   constexpr int E = FmtInfo<FMT>::kElems;
   const int cpr = I / E, cprs = Is / E;  // chunks per row: routed, shared
-  if (a.early_trigger) pdl_trigger();
   const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0;
   if (tr) trace_at(a.trace, 10);
   if (a.trace && threadIdx.x == 0) trace_max(a.trace, 13);  // the last block's entry
@@ -71,7 +70,6 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   }
   if (tr) trace_at(a.trace, 11);
   bt(1);
-  if (a.down_trigger == 1) pdl_trigger();
   if (a.route_packed) {  // the weights (s_w) after the wait, below
     if (threadIdx.x < a.k) s_m[threadIdx.x] = expert(a.down, int((s_ids >> (8 * threadIdx.x)) & 255u));
     else if (threadIdx.x == a.k) s_m[a.k] = a.sh_down;
@@ -103,11 +101,11 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   };
   bt(6);
   if (warp < H) issue(warp, 0);
-  if (a.down_trigger == 2) pdl_trigger();
+  pdl_trigger();  // once its first rows are requested: the next kernel's blocks request theirs after these
   bt(7);
-  // out_early: the residual row this warp adds to, read now (final: written before the fused kernel's wait, which
+  // early_route: the residual row this warp adds to, read now (final: written before the fused kernel's wait, which
   // returned before the routing flag was published)
-  const float out0 = a.out_early && lane == 0 && warp < H ? __ldcg(a.out + warp) : 0.f;
+  const float out0 = a.early_route && lane == 0 && warp < H ? __ldcg(a.out + warp) : 0.f;
   bt(2);
   const bool tre = tr && a.early_route;  // slots 8, 9, 15 belong to the separate gate_up kernel otherwise
   if (tre) trace_at(a.trace, 9);
@@ -136,7 +134,7 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
     }
     if (row + nwarps < H) issue(row + nwarps, 0);  // the next row's loads before this row's reduction
     acc = warp_sum(acc);
-    if (lane == 0) a.out[row] = (a.out_early && row == warp ? out0 : a.out[row]) + acc;
+    if (lane == 0) a.out[row] = (a.early_route && row == warp ? out0 : a.out[row]) + acc;
     if (row == warp) bt(5);
   }
   if (tr) trace_at(a.trace, 12);
@@ -153,15 +151,6 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
 void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   check(args);
   MoeArgs a = args;
-  // LILY_CUDA_DOWN_TRIGGER: when down signals the next layer's first kernel (PDL): entry (as EARLY_TRIGGER), flag
-  // (once it has the routing), rows (default since session 19: once its first rows are requested, so that the next
-  // kernel's blocks landing beside down's request their rows after down's: +0.55% at 4K on the H200), act (after
-  // its act prologue: slower)
-  static const int trigger = env_choice("LILY_CUDA_DOWN_TRIGGER", {"entry", "flag", "rows", "act"}, 2);
-  a.early_trigger = early_trigger_on() && trigger == 0;
-  a.down_trigger = trigger <= 2 ? trigger : 0;  // act: only the trigger after the act prologue
-  static const bool out_early = env_default_on("LILY_CUDA_DOWN_OUT_EARLY");
-  a.out_early = out_early && a.early_route;
   a.route_packed = route_packed_ok(a);
   const int n = a.k * a.down.m.cols + a.sh_down.cols;
   const int H = a.down.m.rows;
@@ -172,13 +161,12 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
     const int blocks = std::min((H + wpb - 1) / wpb, resident_grid(kern, nt, smem));
     launch(kern, dim3(blocks), dim3(nt), smem, s, pdl, a);
   };
-  static const bool wide = env_default_on("LILY_CUDA_DOWN_WIDE");  // 288 threads where they quantise act in one pass
   const int ng = n / 16;
   auto by_fmt = [&](auto pre) {  // pre: std::bool_constant<a.pre != null> (the PRE instantiations)
     constexpr bool P = decltype(pre)::value;
     switch (a.down.m.fmt) {
       case kQ4:
-        if (use_int8_x(kQ4, n) && wide && ng > kThreads && ng <= kDownWide)
+        if (use_int8_x(kQ4, n) && ng > kThreads && ng <= kDownWide)
           run(k_moe_down<kQ4, XQ, kDownWide, P>, kDownWide);
         else if (use_int8_x(kQ4, n)) run(k_moe_down<kQ4, XQ, kThreads, P>);
         else run(k_moe_down<kQ4, XF, kThreads, P>);

@@ -12,10 +12,6 @@ namespace lily::cuda::moe_detail {
 // Each round is two single-instruction warp reductions (redux.sync, sm_80+) on 32-bit keys: the largest ordered
 // logit, then the lowest index holding it (a 64-bit shuffle argmax took ~3.3 us for the 8 rounds).
 // kPer: logits per lane (E <= 32 * kPer); the fused kernel takes 8 for E <= 256 (half the compares of kMaxE / 32).
-#ifndef LILY_ROUTE_VEC  // measurement builds: -DLILY_ROUTE_VEC=0 loads the logits one float per key
-#define LILY_ROUTE_VEC 1
-#endif
-constexpr bool kRouteVec = LILY_ROUTE_VEC != 0;
 // The softmax over the k selected logits v of lanes 0..k-1 (lane 0 holds the largest), of scale * logit (warp 0):
 // lane l < k's weight is the returned exponential / sum.
 __device__ __forceinline__ float selected_exp(float v, int k, float scale, float& sum) {
@@ -123,8 +119,8 @@ template <int kPer>
 __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w) {
   const int lane = threadIdx.x & 31;
   // element of key i: lane + 32 i, or lane * kPer + i where all 32 * kPer logits are loaded as 16-byte vectors
-  // (kRouteVec: kPer / 4 loads per lane instead of kPer)
-  const bool vec = kRouteVec && kPer % 4 == 0 && E == 32 * kPer && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
+  // (kPer / 4 vector loads per lane where aligned, instead of kPer)
+  const bool vec = kPer % 4 == 0 && E == 32 * kPer && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
   uint32_t key[kPer];  // its ordered logit bits (route_key's high word); 0 = taken / none
   if (vec) {
 #pragma unroll

@@ -91,10 +91,9 @@ __device__ __forceinline__ void gate_up_row(const MoeArgs& a, const int* s_idx, 
   if (lane == 0) a.act[row] = silu_f(gv) * uv;
 }
 
-// LILY_CUDA_ROUTE_PACKED=0: MoE down reads the routing through L2 after the flag (default: from the flag's word)
+// The routing as the flag's own word where it fits (else MoE down reads it through L2 after the flag).
 inline bool route_packed_ok(const MoeArgs& a) {
-  static const bool on = env_default_on("LILY_CUDA_ROUTE_PACKED");
-  return on && a.early_route && a.k >= 2 && a.k <= 8 && a.E <= 256;
+  return a.early_route && a.k >= 2 && a.k <= 8 && a.E <= 256;
 }
 
 // The checks every MoE launcher makes of the weights' formats and sizes.

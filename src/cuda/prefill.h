@@ -58,20 +58,16 @@ struct GemmArgs {
   float* C = nullptr;            // f32 out (kGemmStore, kGemmAdd)
   uint16_t* Cb = nullptr;        // bf16 out (kGemmSiluMul; null: f32 to C)
   int ldc = 0;
-  int kernel = 0;                // tensor-core kernel, a GemmKernel (0: the environment's, gemm_kernel_from_env)
+  int kernel = 0;                // tensor-core kernel, a GemmKernel (0: kGemmKernelAuto)
 };
 // The tensor-core GEMM kernels: kGemmKernelV1 = k_gemm (prefill_gemm.cu: two barriers per k-tile, W one k-tile
 // ahead, split mode reloads the W fragments for the low pass), kGemmKernelV2 = k_gemm_v2 (one barrier per k-tile,
 // quantised W two k-tiles ahead, W fragments loaded once per k-step; bit-identical to v1), kGemmKernelWG = k_gemm_wg
 // (prefill_gemm_wg.cu, Hopper wgmma, sm_90a builds only; bf16 / fp16 operands: split precision runs v2),
 // kGemmKernelAuto = wg where prefill_gemm_wg_available(), else v2.
-enum GemmKernel : int { kGemmKernelEnv = 0, kGemmKernelV1 = 1, kGemmKernelV2 = 2, kGemmKernelWG = 3, kGemmKernelAuto = 4 };
-// "v1" | "v2" | "wg" | "auto" (case-sensitive) -> GemmKernel; throws lily::Error naming LILY_CUDA_GEMM otherwise.
-int parse_gemm_kernel(const char* s);
+enum GemmKernel : int { kGemmKernelAuto = 0, kGemmKernelV1 = 1, kGemmKernelV2 = 2, kGemmKernelWG = 3 };
 const char* gemm_kernel_name(int kernel);
-// Read once: LILY_CUDA_GEMM when set and non-empty (parse_gemm_kernel), else kGemmKernelAuto.
-int gemm_kernel_from_env();
-// The kernel a call with this GemmArgs::kernel and precision runs (resolves env and auto; never Env or Auto).
+// The kernel a call with this GemmArgs::kernel and precision runs (resolves auto; never Auto).
 // Throws when wg is asked for where it is not available.
 int gemm_kernel_resolved(int kernel, int prec);
 // Whether this build carries k_gemm_wg for the current device (an sm_90a image that runs; probed once).
@@ -138,33 +134,21 @@ struct GdnChunkArgs {
   bool chunked_tc = false;
   float* ws = nullptr;
   int chunked_min_n = 32;  // shorter chunks take the sequential scan
-  int scan = -1;  // sequential scan kernel, a GdnScan; -1: from the environment (gdn_scan_from_env)
+  int scan = -1;  // sequential scan kernel, a GdnScan; -1: kGdnScanWide
 };
 inline constexpr int kGdnChunk = 64;
 // The sequential delta-rule scan kernels (prefill_gdn.cu): kGdnScanPlain = k_scan (staged with plain loads),
 // kGdnScanPipe = k_scan_pipe (cp.async double buffer, 32 lanes per row of S), kGdnScanWide = k_scan_wide (the
 // same pipeline, 8 lanes per row: one 3-level butterfly reduces 4 rows).
 enum GdnScan : int { kGdnScanPlain = 0, kGdnScanPipe = 1, kGdnScanWide = 2 };
-// "plain" | "pipe" | "wide" (case-sensitive) -> GdnScan; throws lily::Error naming LILY_CUDA_GDN_SCAN otherwise.
-int parse_gdn_scan(const char* s);
 const char* gdn_scan_name(int scan);
-// Read once: LILY_CUDA_GDN_SCAN when set (parse_gdn_scan), else LILY_CUDA_GDN_PIPELINE=0 -> plain, else pipe.
-int gdn_scan_from_env();
-// The scan kernel prefill_gdn runs for g when it takes the sequential path: g.scan (or the environment's choice
-// when g.scan < 0), or plain where the cp.async kernels cannot stage the inputs (q/k rows not 16-byte aligned).
+// The scan kernel prefill_gdn runs for g when it takes the sequential path: g.scan (wide when g.scan < 0), or plain where the cp.async kernels cannot stage the inputs (q/k rows not 16-byte aligned).
 int prefill_gdn_scan_kernel(const GdnChunkArgs& g);
-// LILY_CUDA_GDN_CHUNKED: which delta-rule form prefill runs (GdnChunkArgs::chunked / chunked_tc).
-// kGdnChunkedAuto (the default): tc for chunks of >= kGdnTcMinN tokens where prefill_gdn_tc_device_ok and the
-// prefill precision is fp16 or bf16 (measured on the H200: the tc form is 1.02x the wide scan at 128 tokens, 0.76x
-// at 64, 1.77x at 4096), else the sequential scan (split precision keeps the f32 scan: docs/cuda-prefill.md).
-enum GdnChunked : int { kGdnChunkedOff = 0, kGdnChunkedSimt = 1, kGdnChunkedTc = 2, kGdnChunkedAuto = 3 };
+// The delta-rule form prefill runs (PrefillRunner): the tensor-core chunked form for chunks of >= kGdnTcMinN tokens
+// where prefill_gdn_tc_device_ok and the prefill precision is fp16 or bf16 (the tc form is 1.02x the wide scan at
+// 128 tokens, 0.76x at 64, 1.77x at 4096: docs/cuda-prefill.md), else the sequential scan (split precision keeps
+// the f32 scan).
 constexpr int kGdnTcMinN = 128;
-// "0" | "1" | "tc" | "auto" (case-sensitive) -> GdnChunked; throws lily::Error naming LILY_CUDA_GDN_CHUNKED otherwise.
-int parse_gdn_chunked(const char* s);
-const char* gdn_chunked_name(int mode);
-// LILY_CUDA_GDN_CHUNKED when set and non-empty (parse_gdn_chunked), else kGdnChunkedAuto; read by each
-// PrefillRunner at construction.
-int gdn_chunked_from_env();
 // Whether the tc form supports these head sizes on the current device (shared memory); pointer alignment is
 // checked per call by prefill_gdn_tc_supported.
 bool prefill_gdn_tc_device_ok(int Dk, int Dv);

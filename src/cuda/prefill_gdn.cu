@@ -482,29 +482,12 @@ void sequential_scan(const GdnChunkArgs& g, cudaStream_t s) {
 }
 }  // namespace
 
-int parse_gdn_scan(const char* v) {
-  if (v && std::strcmp(v, "plain") == 0) return kGdnScanPlain;
-  if (v && std::strcmp(v, "pipe") == 0) return kGdnScanPipe;
-  if (v && std::strcmp(v, "wide") == 0) return kGdnScanWide;
-  throw Error(std::string("LILY_CUDA_GDN_SCAN: '") + (v ? v : "") + "' is not one of wide, pipe, plain");
-}
-
 const char* gdn_scan_name(int scan) {
   return scan == kGdnScanWide ? "wide" : scan == kGdnScanPipe ? "pipe" : "plain";
 }
 
-int gdn_scan_from_env() {
-  static const int v = [] {
-    const char* sc = std::getenv("LILY_CUDA_GDN_SCAN");
-    if (sc && *sc) return parse_gdn_scan(sc);
-    const char* p = std::getenv("LILY_CUDA_GDN_PIPELINE");  // the older switch: 0 selects k_scan
-    return p && std::strcmp(p, "0") == 0 ? int(kGdnScanPlain) : int(kGdnScanWide);  // wide: measured fastest
-  }();
-  return v;
-}
-
 int prefill_gdn_scan_kernel(const GdnChunkArgs& g) {
-  const int v = g.scan < 0 ? gdn_scan_from_env() : g.scan;
+  const int v = g.scan < 0 ? int(kGdnScanWide) : g.scan;  // wide: measured fastest
   if (v > kGdnScanWide) throw Error("prefill_gdn: unknown GdnChunkArgs::scan " + std::to_string(v));
   const int cd = 2 * g.Hk * g.Dk + g.Hv * g.Dv;  // cbuf row length; the cp.async kernels copy q, k by 16 bytes
   const bool rows16 = cd % 4 == 0 && (reinterpret_cast<uintptr_t>(g.cbuf) & 15u) == 0;

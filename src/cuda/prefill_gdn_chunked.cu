@@ -313,23 +313,6 @@ int gdn_smem_optin() {
   return v;
 }
 
-int parse_gdn_chunked(const char* v) {
-  if (v && std::strcmp(v, "0") == 0) return kGdnChunkedOff;
-  if (v && std::strcmp(v, "1") == 0) return kGdnChunkedSimt;
-  if (v && std::strcmp(v, "tc") == 0) return kGdnChunkedTc;
-  if (v && std::strcmp(v, "auto") == 0) return kGdnChunkedAuto;
-  throw Error(std::string("LILY_CUDA_GDN_CHUNKED: '") + (v ? v : "") + "' is not one of auto, 0, 1, tc");
-}
-
-const char* gdn_chunked_name(int mode) {
-  return mode == kGdnChunkedAuto ? "auto" : mode == kGdnChunkedTc ? "tc" : mode == kGdnChunkedSimt ? "1" : "0";
-}
-
-int gdn_chunked_from_env() {
-  const char* e = std::getenv("LILY_CUDA_GDN_CHUNKED");
-  return e && *e ? parse_gdn_chunked(e) : int(kGdnChunkedAuto);
-}
-
 size_t prefill_gdn_ws_floats(int n, int Hv, int Dk, int Dv) {
   const size_t nc = size_t((n + kC - 1) / kC), np = nc * kC;
   const size_t simt = size_t(Hv) * (np * (size_t(Dk) + Dv + kC + 2) + nc);

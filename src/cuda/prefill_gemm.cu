@@ -362,36 +362,20 @@ void run_mode(const GemmArgs& g, int mode, int kernel, dim3 grid, cudaStream_t s
 
 }  // namespace
 
-int parse_gemm_kernel(const char* v) {
-  static constexpr const char* kNames[] = {"v1", "v2", "wg", "auto"};
-  for (int i = 0; i < 4; ++i)
-    if (v && std::strcmp(v, kNames[i]) == 0) return i + 1;
-  throw Error(std::string("LILY_CUDA_GEMM: '") + (v ? v : "") + "' is not one of auto, wg, v2, v1");
-}
-
 const char* gemm_kernel_name(int kernel) {
   switch (kernel) {
     case kGemmKernelV1: return "v1";
     case kGemmKernelV2: return "v2";
     case kGemmKernelWG: return "wg";
     case kGemmKernelAuto: return "auto";
-    default: return "env";
+    default: return "?";
   }
 }
 
-int gemm_kernel_from_env() {
-  static const int v = [] {
-    const char* k = std::getenv("LILY_CUDA_GEMM");
-    return k && *k ? parse_gemm_kernel(k) : int(kGemmKernelAuto);
-  }();
-  return v;
-}
-
 int gemm_kernel_resolved(int kernel, int prec) {
-  if (kernel == kGemmKernelEnv) kernel = gemm_kernel_from_env();
   if (kernel == kGemmKernelAuto) kernel = prefill_gemm_wg_available() ? int(kGemmKernelWG) : int(kGemmKernelV2);
   if (kernel == kGemmKernelWG && !prefill_gemm_wg_available())
-    throw Error("prefill_gemm: the wg kernel (LILY_CUDA_GEMM=wg) needs a Hopper GPU and a build with sm_90a");
+    throw Error("prefill_gemm: the wg kernel needs a Hopper GPU and a build with sm_90a");
   if (kernel == kGemmKernelWG && prec == kPrecSplit) kernel = kGemmKernelV2;
   if (kernel < kGemmKernelV1 || kernel > kGemmKernelWG)
     throw Error("prefill_gemm: unknown GemmArgs::kernel " + std::to_string(kernel));

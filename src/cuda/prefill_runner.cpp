@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/error.h"
 #include "cuda/cuda_check.h"
@@ -18,17 +16,13 @@ namespace lily::cuda {
 // Grouped GEMM tile rows for a chunk of n tokens: 128-row tiles once the experts average >= 96 rows (one
 // dequantisation of an expert's W per 128 rows; fewer rows waste half a 128-row tile's MMAs), else 64.
 int PrefillRunner::tile_rows(int n) const {
-  if (moe_tile_) return moe_tile_;
   const ModelConfig& c = *m_.cfg;
   return int64_t(n) * c.top_k >= int64_t(96) * c.n_experts ? kGemmTileMBig : kGemmTileM;
 }
 
 PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc,
-                             bool simple, int prec, bool attn_precise)
-    : m_(m), max_chunk_(max_chunk), simple_(simple), prec_(prec), timer_([] {
-        const char* v = std::getenv("LILY_CUDA_PREFILL_PROFILE");
-        return v && std::strcmp(v, "0") != 0;
-      }()) {
+                             bool simple, int prec, bool profile)
+    : m_(m), max_chunk_(max_chunk), simple_(simple), prec_(prec), timer_(profile) {
   if (prec != kPrecBF16 && prec != kPrecFP16 && prec != kPrecSplit) throw Error("prefill: bad precision");
   const ModelConfig& c = *m.cfg;
   const size_t N = size_t(max_chunk), H = size_t(c.hidden), nk = N * size_t(c.top_k);
@@ -43,16 +37,8 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   proj_ = f32(N * size_t(P_));
   cbuf_ = f32(N * cd);
   obuf_ = f32(N * vd);
-  gdn_chunked_ = gdn_chunked_from_env();  // LILY_CUDA_GDN_CHUNKED=auto|0|1|tc; a bad value fails at load
-  if (gdn_chunked_ == kGdnChunkedAuto && (prec_ == kPrecSplit || !prefill_gdn_tc_device_ok(c.lin_k_dim, c.lin_v_dim)))
-    gdn_chunked_ = kGdnChunkedOff;
-  gdn_scan_from_env();  // a bad LILY_CUDA_GDN_SCAN fails at load, not at the first prefill
-  if (const char* v = std::getenv("LILY_CUDA_MOE_TILE"); v && *v && std::strcmp(v, "auto") != 0) {
-    if (std::strcmp(v, "64") == 0) moe_tile_ = kGemmTileM;
-    else if (std::strcmp(v, "128") == 0) moe_tile_ = kGemmTileMBig;
-    else throw Error("LILY_CUDA_MOE_TILE: expected auto, 64 or 128");
-  }
-  if (gdn_chunked_ != kGdnChunkedOff) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
+  gdn_tc_ = prec_ != kPrecSplit && prefill_gdn_tc_device_ok(c.lin_k_dim, c.lin_v_dim);
+  if (gdn_tc_) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
   rl_ = f32(N * size_t(c.n_experts));
   sg_ = f32(N);
   rw_ = f32(nk);
@@ -75,7 +61,7 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   qb_ = b16(N * qd);
   // fp16 Q K^T only where |q|, |k| <= sqrt(hd) * max|norm weight| (RMSNorm bound, RoPE keeps it) fits fp16
   attn_precise_.assign(m.layers->size(), 0);
-  if (prec_ != kPrecBF16 && attn_precise) {
+  if (prec_ != kPrecBF16) {
     std::vector<float> wq(size_t(c.head_dim)), wk(size_t(c.head_dim));
     for (size_t i = 0; i < m.layers->size(); ++i) {
       const DLayer& d = (*m.layers)[i];
@@ -147,9 +133,8 @@ void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, in
   g.S = st.S + int64_t(d.lin_idx) * hv * int64_t(c.lin_v_dim) * c.lin_k_dim;
   g.cbuf = cbuf_;
   g.obuf = obuf_;
-  g.chunked = gdn_chunked_ != kGdnChunkedOff;
-  g.chunked_tc = gdn_chunked_ == kGdnChunkedTc || gdn_chunked_ == kGdnChunkedAuto;
-  if (gdn_chunked_ == kGdnChunkedAuto) g.chunked_min_n = kGdnTcMinN;
+  g.chunked = g.chunked_tc = gdn_tc_;
+  g.chunked_min_n = kGdnTcMinN;
   g.ws = gdn_ws_;
   if (prec_ == kPrecBF16) g.y = ya_.hi;
   else g.y_f = stage_;

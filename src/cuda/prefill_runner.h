@@ -31,13 +31,14 @@ struct PrefillState {
 class PrefillRunner {
  public:
   static constexpr int kLogitRows = 64;  // lm_head rows per pass
-  // prec: operand precision of the GEMMs (PrefillPrec; see prefill.h); in the fp16 modes attn_precise also makes
-  // the flash attention precise (AttnChunkArgs::precise) where the q/k norm weights allow fp16 Q K^T.
+  // simple: the reference (non-tensor-core) GEMM and attention kernels. prec: operand precision of the GEMMs
+  // (PrefillPrec; see prefill.h); in the fp16 modes the flash attention is precise (AttnChunkArgs::precise) where the
+  // q/k norm weights allow fp16 Q K^T. profile: GPU time per phase, printed when the runner is destroyed.
   PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc, bool simple,
-                int prec = kPrecFP16, bool attn_precise = true);
+                int prec = kPrecFP16, bool profile = false);
   int max_chunk() const { return max_chunk_; }
   int prec() const { return prec_; }
-  ~PrefillRunner() { timer_.report("prefill profile (LILY_CUDA_PREFILL_PROFILE)"); }
+  ~PrefillRunner() { timer_.report("prefill profile (LILY_CUDA_PROFILE)"); }
   // Consumes ids (host) [0, n) at positions pos0.. (n <= max_chunk); logits of chunk rows [n - n_logits, n) to
   // out (host, [n_logits][vocab]). Synchronises the stream only when logits are copied out.
   void run(const PrefillState& st, const int32_t* ids, int n, int pos0, int n_logits, float* out, cudaStream_t s);
@@ -60,16 +61,16 @@ class PrefillRunner {
   float *x_ = nullptr, *proj_ = nullptr, *cbuf_ = nullptr, *obuf_ = nullptr, *rl_ = nullptr, *sg_ = nullptr;
   float *rw_ = nullptr, *yd_ = nullptr, *shd_ = nullptr, *logits_ = nullptr;
   float* gdn_ws_ = nullptr;  // chunked GDN scratch (prefill_gdn_ws_floats)
-  int moe_tile_ = 0;  // LILY_CUDA_MOE_TILE=64|128: grouped GEMM tile rows; 0 (auto): chosen per chunk by tile_rows()
-  int tile_rows(int n) const;
-  int gdn_chunked_ = kGdnChunkedAuto;  // LILY_CUDA_GDN_CHUNKED=auto (default: tc from kGdnTcMinN tokens where the
-                                       // device fits it, else off) | 0 | 1 (f32 SIMT) | tc: the chunked GDN delta rule
+  int tile_rows(int n) const;  // grouped GEMM tile rows for a chunk of n tokens
+  // the chunked GDN delta rule on tensor cores for chunks of >= kGdnTcMinN tokens where the device fits it and the
+  // precision is fp16 or bf16; else (and for shorter chunks) the sequential scan
+  bool gdn_tc_ = false;
   float* stage_ = nullptr;  // precise modes: f32 outputs of GDN / attention / SiLU*mul before to_act
   ActRows xa_, ya_, acta_, sacta_;  // GEMM operands: normed x, mixer output, expert and shared activations
   uint16_t* qb_ = nullptr;
   int32_t *ridx_ = nullptr, *counts_ = nullptr, *fill_ = nullptr, *tiles_ = nullptr, *ntiles_ = nullptr;
   int32_t *row_token_ = nullptr, *slot_row_ = nullptr;
-  PhaseTimer timer_;  // GPU time per phase, on with LILY_CUDA_PREFILL_PROFILE=1
+  PhaseTimer timer_;  // GPU time per phase (profile)
 };
 
 }  // namespace lily::cuda

@@ -19,14 +19,14 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int id) {
   return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(id));
 }
 
-// kRows: rows per set (~117 rows per warp at V = 248k): 2 with NB > 1; with NB = 1, 4 (LILY_CUDA_LM_ROWS=2: 2).
+// kRows: rows per set (~117 rows per warp at V = 248k): 2 with NB > 1; with NB = 1, 4.
 // X: activation form, as the GEMVs (XQ: int8 hi+lo x with dp4a for 4-bit weights where decode_int8_x() is on, XF:
 // f32); the f32 form made this 286 MB GEMV issue-bound.
-// NB > 1 (LILY_CUDA_LM_SETS, 4-bit rows of at most 64 chunks, kRows = 2): NB row sets per warp; while one set's dots
+// NB = 2 (4-bit rows of at most 64 chunks, kRows = 2): NB row sets per warp; while one set's dots
 // run the others' loads are in flight, and the dotted set then requests the rows NB sets on (NB = 1: the next set's
 // loads go out only after this set's dots). The NB loop with a chunk loop inside (so that it served NB = 1 and wider
-// rows too, in place of the separate NB = 1 loop) made this kernel ~30 us slower per step on the H200 (rows done
-// 82.5 -> 112.7 us after the last layer, session 19), so the two loops stay.
+// rows too, in place of the separate NB = 1 loop) made this kernel ~30 us slower per step (rows done
+// 82.5 -> 112.7 us after the last layer, docs/performance-log.md), so the two loops stay.
 template <int FMT, int kRows, class X, int NB>
 __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const float* x, const float* norm_w, float eps,
                                                       float* logits, int32_t* in_ids, int32_t* out_ids,
@@ -165,17 +165,6 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
 
 }  // namespace
 
-namespace {
-bool lm_rows4() {  // LILY_CUDA_LM_ROWS=2 keeps 2 rows per warp in flight in the lm_head (with LILY_CUDA_LM_SETS=1)
-  static const bool on = env_rows4("LILY_CUDA_LM_ROWS");
-  return on;
-}
-int lm_sets() {  // LILY_CUDA_LM_SETS=1|2|3: row sets per warp in the lm_head (k_lm_head's NB; default 2)
-  static const int n = 1 + env_choice("LILY_CUDA_LM_SETS", {"1", "2", "3"}, 1);
-  return n;
-}
-}  // namespace
-
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
                     int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl, unsigned long long* trace) {
   const size_t smem = size_t(W.cols) * 8 + size_t(W.cols / 16) * 4;  // norm_w + the larger x form (XF)
@@ -184,19 +173,19 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
     const int blocks = std::min((W.rows + 7) / 8, resident_grid(kern, kThreads, smem));
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, W, x, norm_w, eps, logits, in_ids, out_ids, ctl, trace);
   };
-  const int nb = W.cols <= 64 * FmtInfo<kQ4>::kElems ? lm_sets() : 1;  // one chunk pair per lane and row (Q4)
+  // one chunk pair per lane and row (Q4): two sets of 2 rows per warp (sets of 4 rows spill: measured slower)
+  const bool two_sets = W.cols <= 64 * FmtInfo<kQ4>::kElems;
   switch (W.fmt) {
     case kQ4:
-      if (use_int8_x(kQ4, W.cols)) {  // NB sets of 2 rows (sets of 4 rows spill: measured slower)
-        if (nb == 3) run(k_lm_head<kQ4, 2, XQ, 3>);
-        else if (nb == 2) run(k_lm_head<kQ4, 2, XQ, 2>);
-        else lm_rows4() ? run(k_lm_head<kQ4, 4, XQ, 1>) : run(k_lm_head<kQ4, 2, XQ, 1>);
+      if (use_int8_x(kQ4, W.cols)) {
+        if (two_sets) run(k_lm_head<kQ4, 2, XQ, 2>);
+        else run(k_lm_head<kQ4, 4, XQ, 1>);
       } else {
-        lm_rows4() ? run(k_lm_head<kQ4, 4, XF, 1>) : run(k_lm_head<kQ4, 2, XF, 1>);
+        run(k_lm_head<kQ4, 4, XF, 1>);
       }
       break;
-    case kQ8: lm_rows4() ? run(k_lm_head<kQ8, 4, XF, 1>) : run(k_lm_head<kQ8, 2, XF, 1>); break;
-    default: lm_rows4() ? run(k_lm_head<kBF16, 4, XF, 1>) : run(k_lm_head<kBF16, 2, XF, 1>); break;
+    case kQ8: run(k_lm_head<kQ8, 4, XF, 1>); break;
+    default: run(k_lm_head<kBF16, 4, XF, 1>); break;
   }
 }
 

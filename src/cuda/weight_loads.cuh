@@ -15,11 +15,8 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {  // read-only, do n
 }
 // Decode weight chunks (chunk_load: GEMVs, MoE, lm_head) are read with an L2 evict-first policy (sm_80+), so the
 // ~1.9 GB per step weight stream pushes the step's small tensors and state out of L2 less (+0.7% at 4K on the H200).
-// Compile with -DLILY_L2_EVICT_FIRST=0 for plain loads (the values read are the same either way).
-#ifndef LILY_L2_EVICT_FIRST
-#define LILY_L2_EVICT_FIRST 1
-#endif
-#if LILY_L2_EVICT_FIRST && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// Older architectures (and the host pass) use plain loads (the values read are the same either way).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define LILY_L2_EF_LOADS 1
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t pol;
