@@ -85,7 +85,7 @@ TEST_P(PrefillGdn, TwoChunksMatchTokenByTokenReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Scans, PrefillGdn,
-                         ::testing::Values(cuda::kGdnScanPlain, cuda::kGdnScanPipe, cuda::kGdnScanWide),
+                         ::testing::Values(cuda::kGdnScanPlain, cuda::kGdnScanWide),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return std::string(cuda::gdn_scan_name(i.param));
                          });

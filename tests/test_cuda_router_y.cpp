@@ -1,4 +1,4 @@
-// Router-from-y (src/cuda/router_y.cu, LILY_CUDA_ROUTER_Y=1) kernel tests: the GEMV's side rows (GemvSide) next to
+// Router-from-y (src/cuda/router_y.cu, the default unless LILY_CUDA_ROUTER_Y=0) kernel tests: the GEMV's side rows (GemvSide) next to
 // its own 4-bit rows, against a host double reference (f32 x and the int8 hi+lo x model), on the whole-row path (4096
 // columns, the model's out_proj) and the looped one: int16 rows on the GEMV's x, or 8-bit rows on its raw x times a
 // weight vector (in_proj's, before the norm); and M made at load against a host double product. Outputs poisoned;
@@ -52,16 +52,14 @@ double i16(uint16_t bits) { return double(int16_t(bits)); }
 
 // (int8 x, rows, cols, side rows R, kind): kind 0 = int16 rows on the GEMV's x (out_proj's M y); 1 / 2 = an 8-bit /
 // bf16 matrix on the raw x times raw_w while the GEMV normalises x (in_proj's A part, MLX / bf16 checkpoints); 3 =
-// int16 rows times rscale on the raw x (m_raw: A from int16 rows of W_r diag(nw), LILY_CUDA_RY_A=i16); 4 = kind 0
-// with its 8 pieces summed per block into one partial (block_sum, LILY_CUDA_SIDE_BLOCK_SUM)
+// int16 rows times rscale on the raw x (m_raw: A from int16 rows of W_r diag(nw), the decode step's form)
 class CudaGemvSide : public ::testing::TestWithParam<std::tuple<bool, int, int, int, int>> {};
 
 TEST_P(CudaGemvSide, MatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const bool int8x = std::get<0>(GetParam());
   const int rows = std::get<1>(GetParam()), cols = std::get<2>(GetParam()), R = std::get<3>(GetParam());
-  const int kind = std::get<4>(GetParam()) == 4 ? 0 : std::get<4>(GetParam());
-  const bool bsum = std::get<4>(GetParam()) == 4;
+  const int kind = std::get<4>(GetParam());
   const bool raw = kind > 0;
   struct Restore {
     bool v = cuda::decode_int8_x();
@@ -126,22 +124,11 @@ TEST_P(CudaGemvSide, MatchesReference) {
   side.pieces = pieces;
   side.part_q = ld;
   side.part_j = 1;
-  side.block_sum = bsum;
   cuda::gemv(&seg, 1, dev.up(x), raw ? dev.up(nw) : nullptr, 1e-6f, nullptr, true, nullptr, nullptr, &side);
   CK(cudaDeviceSynchronize());
   EXPECT_LT(testmetrics::rms_rel_err(down(seg.y, rows), want_y), 1e-5);
   const std::vector<float> part = down(side.part, size_t(pieces) * ld);
   std::vector<float> got;
-  if (bsum) {  // one partial per row: the pieces' sum
-    std::vector<float> want_s(size_t(R), 0.f);
-    for (int q = 0; q < pieces; ++q)
-      for (int j = 0; j < R; ++j) want_s[size_t(j)] += want_p[size_t(q) * R + j];
-    for (int j = 0; j < R; ++j) got.push_back(part[size_t(j)]);
-    EXPECT_LT(testmetrics::rms_rel_err(got, want_s), 1e-5);
-    for (int q = 1; q < pieces; ++q) EXPECT_TRUE(std::isnan(part[size_t(q) * ld])) << "only part 0 is written";
-    EXPECT_TRUE(std::isnan(part[size_t(R)])) << "past the side rows";
-    return;
-  }
   for (int q = 0; q < pieces; ++q)
     for (int j = 0; j < R; ++j) got.push_back(part[size_t(q) * ld + j]);
   EXPECT_LT(testmetrics::rms_rel_err(got, want_p), 1e-5);
@@ -153,8 +140,6 @@ TEST_P(CudaGemvSide, MatchesReference) {
 // warp; bf16 rows with f32 x (the bf16 checkpoint's path)
 INSTANTIATE_TEST_SUITE_P(WholeAndLooped, CudaGemvSide,
                          ::testing::Values(std::make_tuple(true, 2048, 4096, 257, 0),
-                                           std::make_tuple(true, 2048, 4096, 257, 4),
-                                           std::make_tuple(false, 2048, 4096, 257, 4),
                                            std::make_tuple(false, 2048, 4096, 257, 0),
                                            std::make_tuple(true, 512, 1024, 33, 0),
                                            std::make_tuple(false, 512, 1024, 33, 0),

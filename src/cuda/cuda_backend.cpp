@@ -428,7 +428,7 @@ void CudaBackend::print_btrace(unsigned long long base) const {
   if (cudaMemcpy(b.data(), btrace_, b.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) return;
   const char* names[2][kMoeBtraceSlots] = {
       {"entry", "after pdl_wait", "parts summed", "routing ranked", "first rows requested", "x prologue done",
-       "routing published", "first pair done", "block done", "one wave: partials written"},
+       "routing published", "first pair done", "block done", nullptr},
       {"entry", "routing flag seen", "rows requested", "after pdl_wait", "act prologue done", "first row done",
        "ids in shared memory", "rows issued (before out row)", "block done", nullptr}};
   for (int k = 0; k < 2; ++k) {

@@ -76,7 +76,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     const GemvSide side_a = {d.ry_a, d.ry_a_scale, DMat{}, pre_, ry && !d.ry_a_gdn ? c.n_experts + 1 : 0,
                              d.ry_pa, ps, es, nullptr, ry};
     const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa * ps, ry ? c.n_experts + 1 : 0, d.ry_pm, ps,
-                             es, nullptr, false, false};
+                             es, nullptr, false};
     if (!d.is_full) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},

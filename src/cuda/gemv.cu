@@ -85,8 +85,6 @@ struct SidePiece {
 // The side pieces of warp `warp`: the first (loaded before the wait, in sp) right after the x prologue, so its
 // registers are free for the rows and no side work sits at the launch's tail behind them; the rest (units past the
 // grid's warps) loaded and finished after the rows.
-static_assert(kThreads / 32 == kGemvSideBlockPieces, "block_sum: one piece per warp of a block");
-// block_sum: called by every warp of the block at once (its warps hold the 8 pieces of one row, or none).
 template <int KIND, class X>
 __device__ __forceinline__ void side_dot(const GemvParams& p, const SidePiece<KIND>& sp, const X& x, const XF& xr,
                                          int lane) {
@@ -95,20 +93,7 @@ __device__ __forceinline__ void side_dot(const GemvParams& p, const SidePiece<KI
     if constexpr (side_reads_raw(KIND)) v = sp.value(p, xr, lane);
     else v = sp.value(p, x, lane);
   }
-  if (!p.side.block_sum) {
-    if (sp.j >= 0 && lane == 0) p.side.part[sp.q * p.side.part_q + sp.j * p.side.part_j] = v;
-    return;
-  }
-  __shared__ float pieces[kGemvSideBlockPieces];
-  if (lane == 0) pieces[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x == 0 && sp.j >= 0) {
-    float s = 0.f;
-#pragma unroll
-    for (int q = 0; q < kGemvSideBlockPieces; ++q) s += pieces[q];
-    p.side.part[sp.j * p.side.part_j] = s;
-  }
-  __syncthreads();  // pieces[] free for a further row (side_rest)
+  if (sp.j >= 0 && lane == 0) p.side.part[sp.q * p.side.part_q + sp.j * p.side.part_j] = v;
 }
 template <int KIND, class X>
 __device__ __forceinline__ void side_rest(const GemvParams& p, SidePiece<KIND>& sp, const X& x, const XF& xr, int warp,
@@ -324,8 +309,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
     if ((q ? side->q.cols != segs[0].m.cols || side->q.rows < side->rows || (side->q.fmt != kQ8 && side->q.fmt != kBF16)
            : !side->m || !side->rscale || (reinterpret_cast<uintptr_t>(side->m) & 15)) ||
         !side->part || side->pieces < 1 || side->part_q < 0 || side->part_j < 0 ||
-        side->pieces * kGemvSidePiece != segs[0].m.cols ||
-        (side->block_sum && side->pieces != kGemvSideBlockPieces))
+        side->pieces * kGemvSidePiece != segs[0].m.cols)
       throw Error("gemv: side rows need f16 rows (16-byte aligned, with scales) or an 8-bit / bf16 matrix, of pieces * "
                   "512 columns, and partials");
     if ((q || side->m_raw) && hn)

@@ -112,10 +112,7 @@ struct GemvSide {
   int rows = 0, pieces = 0, part_q = 0, part_j = 0;
   const float* raw_w = nullptr;  // [cols] or null (q only)
   bool m_raw = false;            // m's rows dotted with x as loaded (no norm, no head norm) instead of the GEMV's x
-  bool block_sum = false;        // pieces == kGemvSideBlockPieces: a block's warps hold one row's pieces and sum them
-                                 // (in piece order) into one partial, part[j * part_j] (LILY_CUDA_SIDE_BLOCK_SUM)
 };
-constexpr int kGemvSideBlockPieces = 8;  // the GEMV's warps per block
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
           bool pdl, unsigned long long* trace = nullptr, const HeadNorm* hn = nullptr,
           const GemvSide* side = nullptr);
@@ -166,24 +163,10 @@ constexpr int kMoePreStride = 16, kMoePreMaxParts = 12;
 constexpr int kMoePrePartStride = 264;
 // LILY_CUDA_TRACE=2 per-block stamps (MoeArgs::btrace): blocks b < kMoeBtraceBlocks of each MoE kernel,
 // kMoeBtraceSlots stamps each. Fused kernel: 0 entry, 1 after pdl_wait, 2 parts summed, 3 routing ranked, 4 first
-// routed rows requested, 5 x prologue done, 6 routing published, 7 first routed pair done, 8 block done, 9 (one
-// wave) partial sums written. Down:
+// routed rows requested, 5 x prologue done, 6 routing published, 7 first routed pair done, 8 block done. Down:
 // 0 entry, 1 routing flag seen, 2 rows requested, 3 after pdl_wait, 4 act prologue done, 5 first row done, 8 block
 // done.
 constexpr int kMoeBtraceBlocks = 512, kMoeBtraceSlots = 10;
-// A column-blocked copy of E stacked down matrices [H, cols] (4-bit, the one-wave MoE): w[e][cols / 8][H] words
-// (word (e, c, r) holds row r's 8 columns 8 c .. 8 c + 7, as a row's word does), sb[e][cols / group][H] (scale, bias)
-// words.
-struct DColBlk {
-  const uint32_t* w = nullptr;
-  const uint32_t* sb = nullptr;
-  int rows = 0, cols = 0, group = 0;
-  int cb_per_e = 0, g_per_e = 0;  // cols / 8, cols / group
-};
-// Makes it on the device from E matrices stored as s (fmt kQ4) into dw (E * rows * cols / 8 words) and dsb
-// (E * rows * cols / group words).
-DColBlk make_colblk(const DStack& s, int E, uint32_t* dw, uint32_t* dsb);
-
 struct MoeArgs {
   const float* x = nullptr;        // residual [H] (normed here with norm_w)
   const float* norm_w = nullptr;   // post_attention_layernorm [H]
@@ -206,8 +189,6 @@ struct MoeArgs {
                                           // kernel, then the same of down (thread 0 of each block; kernels.h)
   int router_xf = 0;               // fused: router blocks quantise x (int8 form) after their barrier arrival (set by
                                    // the launcher where the experts are 4-bit on the int8 x)
-  int down_prefetch = 0;           // fused: the down matrices into L2 at each block's end
-  int route_ballot = 0;            // fused, summed logits: route_pick_ballot's top-k
   const float* pre = nullptr;      // fused kernel only, E <= 256: the router-from-y form: logits / rms(x) given as
                                    // [E + 1][kMoePreStride] partial sums (no router rows, no barrier), summed in part
                                    // order and ranked by each block; shg[0] is then the RMS factor r of x (written
@@ -224,25 +205,13 @@ struct MoeArgs {
                                    // the ids as one word, route_done[6..7] (byte i: id i; nonzero as the ids differ)
                                    // instead of route_done[4], so down issues its rows from the flag's own load; the
                                    // weights read after its wait
-  // one wave (LILY_CUDA_MOE_ONE_WAVE=1; moe_one_wave.cuh): the fused kernel also does down from column-blocked copies,
-  // its blocks' partial sums in ow_part [blocks][H] (moe_ow_part_floats), then a grid barrier (route_done[0..1]) and
-  // the sum into out; no moe_down follows (the caller checks moe_one_wave_ok first)
-  int one_wave = 0;
-  DColBlk ow_down, ow_sh_down;
-  float* ow_part = nullptr;
-  int ow_off = 0;                  // set by the launcher: byte offset of the copies in dynamic shared memory
-  int ow_int8 = 0;                 // one wave: down's act as int8 hi + lo per 8-value segment (dp4a), else f32
 };
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
 void moe_down(const MoeArgs& a, cudaStream_t s, bool pdl);
-// router + gate_up as one launch (same results as moe_router then moe_gate_up; barrier on route_done[0..1] or [2..3],
+// router + gate_up as one launch (same results as moe_router then moe_gate_up; barrier on route_done[2..3],
 // which must start zeroed and is left zeroed).
 void moe_route_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl);
-// Whether moe_route_gate_up can run a's MoE in one wave (a.one_wave set, router-from-y form, 4-bit experts with the
-// int8 x, rows first, sm_90, at most 3 segments per block), and the floats ow_part needs.
-bool moe_one_wave_ok(const MoeArgs& a);
-size_t moe_ow_part_floats(const MoeArgs& a);
 
 // Gated DeltaNet decode step for one layer (conv + SiLU, l2norm, gates, delta rule on fp32 S, gated RMSNorm).
 struct GdnArgs {
@@ -266,11 +235,10 @@ struct GdnArgs {
                                         // done [3]; block 0 conv done, norms done [7..8] ([4..6]: out_proj's);
                                         // split form: block 0 before its pdl_wait [12], after its StepCtl
                                         // read [29], its pre-wait loads issued [30]
-  // Router-from-y's A in blocks of their own after the step's (split form only; ra_rows 0: none;
-  // LILY_CUDA_RY_A_AT=gdn): warp w of A-block b dots row 8b + w of ra_m (int16 bits, [ra_rows][ra_cols], times
+  // Router-from-y's A in blocks of their own after the step's (split form only; ra_rows 0: none): warp w of A-block b dots row 8b + w of ra_m (int16 bits, [ra_rows][ra_cols], times
   // ra_scale[row]) with the layer's raw input ra_x after the PDL wait (final once in_proj has finished) and writes
   // ra_out[row * ra_stride]. ra_cols % 256 == 0, <= 2048. The rows are requested before the wait (after it, the A
-  // blocks ended after the step's: 4K 646.8 -> 621.2 tok/s on the H200, session 13).
+  // blocks ended after the step's: measured slower, docs/performance-log.md).
   const uint16_t* ra_m = nullptr;
   const float* ra_scale = nullptr;
   const float* ra_x = nullptr;

@@ -3,7 +3,8 @@
 //    block, the shared expert's and the routed experts' gate/up rows with SiLU*mul, in one launch;
 //  k_moe_down (moe_down.cu): one warp per hidden row sums, over the k experts and the shared expert, routing
 //    weight x (down row . act), and adds it into the residual.
-// The router and gate_up as two launches (LILY_CUDA_FUSED_ROUTER=0) are in moe_unfused.cu; shared helpers in
+// The router and gate_up as two launches (the reference, and the form where the router reads another input than the
+// experts) are in moe_unfused.cu; shared helpers in
 // moe_util.cuh, the top-k in moe_route.cuh.
 #include <cfloat>
 #include <cstdlib>
@@ -12,7 +13,6 @@
 #include <type_traits>
 
 #include "cuda/device_util.cuh"
-#include "cuda/moe_one_wave.cuh"
 #include "cuda/moe_route.cuh"
 #include "cuda/moe_util.cuh"
 
@@ -78,9 +78,8 @@ struct GateUpPair {
     set(a, s_idx, 1, row1, row1 < 0 ? rows[0] : row1);
     load_slot(1, lane);
   }
-  // s_act (the one-wave form): slot i's act value also into s_act[8 i + warp in block]
   template <bool ONE = false, class X>
-  __device__ __forceinline__ void finish(const MoeArgs& a, const X& x, int lane, float* s_act = nullptr) {
+  __device__ __forceinline__ void finish(const MoeArgs& a, const X& x, int lane) {
     float ga[2] = {0.f, 0.f}, ua[2] = {0.f, 0.f};
     for (int c0 = 0; c0 < (ONE ? 1 : nch); c0 += 32 * U) {
       if (!ONE && c0 > 0) load_round(c0, lane);
@@ -100,11 +99,10 @@ struct GateUpPair {
         if (r[i] >= 0) {
           const float v = silu_f(ga[i]) * ua[i];
           a.act[rows[i]] = v;
-          if (s_act) s_act[8 * i + (threadIdx.x >> 5)] = v;
         }
   }
 };
-// A warp's one act row of a second round (LILY_CUDA_MOE_STAGE2, rows first only), copied into shared memory by
+// A warp's one act row of a second round (rows first only, where stage2_ok), copied into shared memory by
 // cp.async as soon as the routing is known, each lane its own chunks of GateUpPair's first round (one round: nch <=
 // chunks_one()), dotted after the first pair: its DRAM round trip overlaps the first pair's instead of following it.
 // The same sums, in the same order, as gate_up_rows2 of that row alone.
@@ -135,8 +133,7 @@ struct StagedRow {
     }
   }
   template <class X>
-  __device__ __forceinline__ static void finish(const MoeArgs& a, int row, const Buf& b, const X& x, int lane,
-                                                float* s_act = nullptr) {
+  __device__ __forceinline__ static void finish(const MoeArgs& a, int row, const Buf& b, const X& x, int lane) {
     cp_async_wait_all();  // the lane's own copies: no other lane reads them
     const int nch = a.gate.m.cols / FmtInfo<FMT>::kElems;
     float ga = 0.f, ua = 0.f;
@@ -150,20 +147,16 @@ struct StagedRow {
     }
     ga = warp_sum(ga);
     ua = warp_sum(ua);
-    if (lane == 0) {
-      const float v = silu_f(ga) * ua;
-      a.act[row] = v;
-      if (s_act) s_act[threadIdx.x >> 5] = v;
-    }
+    if (lane == 0) a.act[row] = silu_f(ga) * ua;
   }
 };
 
 template <int FMT, class X>
 __device__ __forceinline__ void gate_up_rows2(const MoeArgs& a, const int* s_idx, int row0, int row1, const X& x,
-                                              int lane, float* s_act = nullptr) {
+                                              int lane) {
   GateUpPair<FMT> p;
   p.load(a, s_idx, row0, row1, lane);
-  p.finish(a, x, lane, s_act);
+  p.finish(a, x, lane);
 }
 
 // The XQ form of the f32 values of src (n elements; each thread quantises whole 16-element groups, as load_x does from
@@ -193,12 +186,10 @@ __device__ __forceinline__ void requant(const XF& src, X& dst, int n) {
 // PRE: the router-from-y form (MoeArgs::pre): no router rows, no barrier, the summed logits' top-k after x; RF (PRE
 // only, where a row fits one pair's registers): the top-k first and the warp's first routed pair requested before the x prologue,
 // so their DRAM round trip overlaps it (the weights, which need x's RMS factor, after it). x's loads issued before
-// the rows' too measured slower (docs/performance-log.md). OW (RF only): the one-wave form
-// (moe_one_wave.cuh), down in this kernel.
-template <int FMT, int RFMT, class X, bool PRE = false, bool RF = false, bool OW = false>
+// the rows' too measured slower (docs/performance-log.md). 
+template <int FMT, int RFMT, class X, bool PRE = false, bool RF = false>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs a) {
   static_assert(PRE || !RF, "rows first needs the summed logits");
-  static_assert(RF || !OW, "one wave needs rows first");
   extern __shared__ float4 smem4[];
   const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
@@ -256,17 +247,6 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     first.set(a, nullptr, 0, a.k * I + warp, a.k * I + warp);
     first.load_slot(0, lane);
   }
-  __shared__ uint64_t ow_bar;  // OW: the down columns' copies
-  __shared__ float s_act[OW ? kOwMaxSeg * 8 : 1], s_red[OW ? kThreads : 1], s_shsum;
-  uint32_t* const ow_sm = reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(smem4) + a.ow_off);
-  OneWave ow;
-  if constexpr (OW) {
-    ow.plan(a, n_units, nwarps, unit_row);
-    if (threadIdx.x == 0) {
-      ow_bar_init(&ow_bar);
-      ow.issue(a, nullptr, ow_sm, &ow_bar, true);
-    }
-  }
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
@@ -279,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     pl.sum(a, s_pl);
     __syncthreads();
     bt(2);
-    if (threadIdx.x < 32) route_pre(s_pl, a.E, a.k, 1.f, s_idx, s_w, a.route_ballot, s_v);
+    if (threadIdx.x < 32) route_pre(s_pl, a.E, a.k, 1.f, s_idx, s_w, s_v);
     __syncthreads();
     bt(3);
     const int u1 = warp + nwarps < n_units ? unit_row(warp + nwarps) : -1;
@@ -290,14 +270,6 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
       cp_async_commit();
     }
     bt(4);
-    if constexpr (OW) {  // after the gate/up rows: their bytes are needed first
-      if (threadIdx.x == 0) ow.issue(a, s_idx, ow_sm, &ow_bar, false);
-      if (threadIdx.x == kThreads - 1) {  // the shared-expert gate's parts (element E), for its weight
-        float4 q[kMoePreMaxParts / 4];
-        pre_load(a, a.E, q);
-        s_shsum = pre_total(q, a.pre_parts);
-      }
-    }
   }
   float rx = 1.f;  // the RMS factor of x
   // router_xf: the router's blocks normalise x into the f32 form only (their rows need no more), arrive, and build
@@ -327,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (tr) trace_at(a.trace, 4);
   if (threadIdx.x < 32) {
     if constexpr (RF) route_weights(s_v, a.k, rx, s_w);
-    else if constexpr (PRE) route_pre(s_pl, a.E, a.k, rx, s_idx, s_w, a.route_ballot);
+    else if constexpr (PRE) route_pre(s_pl, a.E, a.k, rx, s_idx, s_w);
     else if (a.E <= 256) route_warp<8>(a.logits, a.E, a.k, s_idx, s_w);
     else route_warp<kMaxE / 32>(a.logits, a.E, a.k, s_idx, s_w);
   }
@@ -367,31 +339,17 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   bt(6);
   if constexpr (RF) {  // the first pair requested before the x prologue, the rest by units (unit_row) as below
     const int n = n_units;
-    if (warp < n) first.template finish<true>(a, xv, lane, OW ? s_act : nullptr);
+    if (warp < n) first.template finish<true>(a, xv, lane);
     bt(7);
     if (staged) {
-      StagedRow<FMT>::finish(a, unit_row(warp + 2 * nwarps), *sbuf, xv, lane, OW ? s_act + 16 : nullptr);
-    } else {  // OW: at most one more round (ow.nseg <= 3)
+      StagedRow<FMT>::finish(a, unit_row(warp + 2 * nwarps), *sbuf, xv, lane);
+    } else {
       for (int w = warp + 2 * nwarps; w < n; w += 2 * nwarps)
-        gate_up_rows2<FMT>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane,
-                           OW ? s_act + 16 : nullptr);
+        gate_up_rows2<FMT>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane);
     }
   } else {  // two routed rows per warp in flight
     for (int row = warp; row < a.k * I; row += 2 * nwarps)
       gate_up_rows2<FMT>(a, s_idx, row, row + nwarps < a.k * I ? row + nwarps : -1, xv, lane);
-  }
-  if (a.down_prefetch) prefetch_down(a, s_idx);
-  if constexpr (OW) {
-    __syncthreads();  // s_act, s_shsum
-    ow_bar_wait(&ow_bar);
-    float wt[kOwMaxSeg];
-#pragma unroll
-    for (int t = 0; t < kOwMaxSeg; ++t)
-      wt[t] = ow.seg[t].j < 0 ? 0.f : ow.seg[t].j < a.k ? s_w[ow.seg[t].j] : sigmoid_f(rx * s_shsum);
-    ow.partial(a, ow_sm, s_act, wt);
-    bt(9);
-    grid_barrier(a.route_done);
-    ow_reduce(a, s_red);
   }
   if (a.trace) {  // uniform over the launch
     __syncthreads();
@@ -431,42 +389,7 @@ int fused_grid(K kern, const MoeArgs& a, size_t smem) {
   allow_smem(kern, smem);  // before the occupancy query: above 48 KB it counts only with the limit raised
   return std::min((moe_rows(a) + 7) / 8, resident_grid(kern, kThreads, smem));
 }
-// The one-wave form's kernel and its dynamic shared memory: the fused kernel's, then OneWave's copies (at *ow_off).
-auto ow_kernel() { return k_moe_route_gate_up<kQ4, kQ8, XQ, true, true, true>; }
-size_t ow_smem(const MoeArgs& a, int* stage2_off, int* ow_off) {
-  *stage2_off = 0;
-  const size_t smem = (fused_smem(a.gate.m.cols, XQ::bytes(a.gate.m.cols), stage2_ok(a), stage2_off) + 15) / 16 * 16;
-  *ow_off = int(smem);
-  return smem + OneWave::bytes(a.gate.m.cols);
-}
-
 }  // namespace
-
-size_t moe_ow_part_floats(const MoeArgs& a) { return size_t(moe_rows(a) + 7) / 8 * size_t(a.gate.m.cols); }
-
-bool moe_one_wave_ok(const MoeArgs& a) {
-  static const bool sm90 = [] {
-    int dev = 0, major = 0;
-    LILY_CUDA_CHECK(cudaGetDevice(&dev));
-    LILY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    return major >= 9;
-  }();
-  const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
-  const int n_units = a.k * I + Is;
-  if (!a.one_wave || !sm90 || !a.pre || !a.ow_part || !a.ow_down.w || !a.ow_sh_down.w) return false;
-  if (a.gate.m.fmt != kQ4 || !use_int8_x(kQ4, H) ||
-      H > GateUpPair<kQ4>::chunks_one() * FmtInfo<kQ4>::kElems)
-    return false;  // the rows-first form on the int8 x (k_moe_route_gate_up<kQ4, kQ8, XQ, true, true>)
-  if (I % 8 || Is % 8 || H % 4 || a.ow_down.rows != H || a.ow_sh_down.rows != H || a.ow_down.cols != I ||
-      a.ow_sh_down.cols != Is || a.ow_down.group % 8 || a.ow_sh_down.group % 8)
-    return false;
-  int s2 = 0, ow = 0;
-  const size_t smem = ow_smem(a, &s2, &ow);
-  if (smem > 227 * 1024) return false;
-  const int blocks = fused_grid(ow_kernel(), a, smem);
-  const int nwarps = blocks * (kThreads / 32);
-  return n_units <= kOwMaxSeg * nwarps && size_t(blocks) * H <= moe_ow_part_floats(a);
-}
 
 void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   check(args);
@@ -485,14 +408,6 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1 ||
       a.router.cols != a.gate.m.cols)
     throw Error("moe_route_gate_up: router and shared gate must share format and cols with the experts' input");
-  if (a.one_wave) {  // down in this kernel: no routing to publish for a moe_down
-    if (!moe_one_wave_ok(a)) throw Error("moe_route_gate_up: the one-wave form does not apply (moe_one_wave_ok)");
-    a.early_route = a.route_packed = a.down_prefetch = 0;
-    a.router_xf = 0;
-    const size_t smem = ow_smem(a, &a.stage2_off, &a.ow_off);
-    launch(ow_kernel(), dim3(fused_grid(ow_kernel(), a, smem)), dim3(kThreads), smem, s, pdl, a);
-    return;
-  }
   const int H = a.gate.m.cols;
   auto run = [&](auto kern, size_t xbytes, bool stage2 = false) {
     const size_t smem = fused_smem(H, xbytes, stage2, &a.stage2_off);

@@ -69,52 +69,6 @@ __device__ __forceinline__ void route_pick(uint32_t (&key)[kPer], bool vec, int 
   }
 }
 
-// route_pick's selection and order for the vec layout (element lane * kPer + i) with one warp reduction per round
-// (LILY_CUDA_ROUTE_BALLOT=1; default off: slower on the H200): the round's maximum, then the lowest lane holding it
-// (a lane's elements are contiguous, so that is the lowest index) takes its lowest slot, writes idx[round] and
-// refreshes its own maximum; lane j keeps round j's key. Results as route_pick's.
-template <int kPer>
-__device__ __forceinline__ void route_pick_ballot(uint32_t (&key)[kPer], int k, int* idx, float* w, float scale,
-                                                  float* vsel) {
-  const int lane = threadIdx.x & 31;
-  auto lane_max = [&] {
-    uint32_t m[kPer];
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) m[i] = key[i];
-#pragma unroll
-    for (int s = 1; s < kPer; s *= 2)  // a tree: log2(kPer) dependent steps
-#pragma unroll
-      for (int i = 0; i + s < kPer; i += 2 * s) m[i] = m[i + s] > m[i] ? m[i + s] : m[i];
-    return m[0];
-  };
-  uint32_t m = lane_max(), my_key = 0u;
-  for (int j = 0; j < k; ++j) {
-    const uint32_t top = __reduce_max_sync(0xffffffffu, m);
-    const unsigned holders = __ballot_sync(0xffffffffu, m == top);
-    if (lane == j) my_key = top;
-    if (lane == __ffs(int(holders)) - 1) {
-      int sel = 0;
-#pragma unroll
-      for (int i = kPer - 1; i >= 0; --i)
-        if (key[i] == top) sel = i;
-#pragma unroll
-      for (int i = 0; i < kPer; ++i)
-        if (i == sel) key[i] = 0u;
-      idx[j] = lane * kPer + sel;
-      m = lane_max();
-    }
-  }
-  const uint32_t bits = (my_key & 0x80000000u) ? (my_key & 0x7fffffffu) : ~my_key;
-  const float v = lane < k ? __uint_as_float(bits) : 0.f;
-  if (vsel) {
-    if (lane < k) vsel[lane] = v;
-    return;
-  }
-  float sum;
-  const float ex = selected_exp(v, k, scale, sum);
-  if (lane < k) w[lane] = ex / sum;
-}
-
 template <int kPer>
 __device__ void route_warp(const float* logits, int E, int k, int* idx, float* w) {
   const int lane = threadIdx.x & 31;
@@ -194,7 +148,7 @@ __device__ __forceinline__ void route_weights(const float* vsel, int k, float sc
 
 // The top-k of the E summed logits in sl (shared; keys of elements >= E: none) by warp 0, weights of r * logit
 // (vsel given: the selected logits instead, for route_weights).
-__device__ __forceinline__ void route_pre(const float* sl, int E, int k, float r, int* idx, float* w, bool ballot,
+__device__ __forceinline__ void route_pre(const float* sl, int E, int k, float r, int* idx, float* w,
                                           float* vsel = nullptr) {
   const int lane = threadIdx.x & 31;
   uint32_t key[8];
@@ -202,8 +156,7 @@ __device__ __forceinline__ void route_pre(const float* sl, int E, int k, float r
   const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
   for (int i = 0; i < 8; ++i) key[i] = lane * 8 + i < E ? uint32_t(route_key(v[i], 0) >> 32) : 0u;
-  if (ballot) route_pick_ballot<8>(key, k, idx, w, r, vsel);
-  else route_pick<8>(key, true, k, idx, w, r, vsel);
+  route_pick<8>(key, true, k, idx, w, r, vsel);
 }
 
 }  // namespace lily::cuda::moe_detail

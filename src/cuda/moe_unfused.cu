@@ -1,4 +1,5 @@
-// MoE decode, router and gate_up as two launches (LILY_CUDA_FUSED_ROUTER=0; the default fuses them, moe_decode.cu):
+// MoE decode, router and gate_up as two launches (the reference of the fused form in moe_decode.cu, and the form
+// where the router reads another input than the experts):
 //  k_moe_router: router logits[E] and the shared-expert gate logit (one warp per row, all of a row's loads in
 //    flight at once); the last block to finish does the top-k routing once (one parallel rank pass over the block)
 //    and writes route_idx/route_w. (Measured: the same top-k redone in every gate_up block cost 9 us per layer.)

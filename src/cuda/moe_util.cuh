@@ -107,48 +107,7 @@ inline void check(const MoeArgs& a) {
     throw Error("moe: sizes must be multiples of 32");
 }
 
-// LILY_CUDA_DOWN_PREFETCH (MoeArgs::down_prefetch): the block's 1/gridDim share of the k routed experts' and the
-// shared expert's down matrices (their weights, and their (scale, bias) words) requested into L2 by bulk prefetches
-// (sm_90; thread 2 j + 0/1: matrix j's weights / words), so MoE down's rows come from L2.
-__device__ __forceinline__ void prefetch_down(const MoeArgs& a, const int* s_idx) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (int(threadIdx.x) >= 2 * (a.k + 1)) return;
-  const int j = threadIdx.x >> 1;
-  const bool words = threadIdx.x & 1;
-  const DMat m = j < a.k ? expert(a.down, s_idx[j]) : a.sh_down;
-  const uint8_t* base = words ? reinterpret_cast<const uint8_t*>(m.sb) : m.w;
-  const int64_t bytes = words ? int64_t(m.rows) * m.sb_row * 4 : int64_t(m.rows) * m.row_bytes;
-  const int64_t lo = (bytes * blockIdx.x / gridDim.x) & ~int64_t(15);
-  const int64_t hi =
-      blockIdx.x + 1 == gridDim.x ? bytes & ~int64_t(15) : (bytes * (blockIdx.x + 1) / gridDim.x) & ~int64_t(15);
-  if (base && hi > lo)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + lo), "r"(uint32_t(hi - lo)) : "memory");
-#endif
-}
-
-// Grid-wide barrier of a launch whose blocks are all resident (grid <= resident_grid): ctr[0] counts arrivals,
-// ctr[1] is the generation; the last block to arrive resets the count and advances the generation, the others
-// spin on it. Publishes the writes the block made before it (fence + atomic, as a last-block pattern does).
-__device__ __forceinline__ void grid_barrier(unsigned int* ctr) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    volatile unsigned int* gen = ctr + 1;
-    const unsigned int g0 = *gen;
-    __threadfence();
-    if (atomicAdd(ctr, 1u) == gridDim.x - 1) {
-      ctr[0] = 0;
-      __threadfence();
-      atomicAdd(ctr + 1, 1u);
-    } else {
-      while (*gen == g0) __nanosleep(32);
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-// The barrier of the fused kernel when only the router's blocks must arrive (LILY_CUDA_MOE_ROUTER_BARRIER, default
-// on), in two halves so a block can work between them: arrivals ctr[0] (the router blocks, after their logits), then
+// The barrier of the fused kernel, which only the router's blocks must arrive at, in two halves so a block can work between them: arrivals ctr[0] (the router blocks, after their logits), then
 // every block waits for n_arrive of them; ctr[1] counts the blocks past the wait and the last resets both (the next
 // launch counts only after this one completed). Blocks that are not the router's no longer hold the release back (a
 // block scheduled late, say).

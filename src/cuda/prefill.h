@@ -60,12 +60,10 @@ struct GemmArgs {
   int ldc = 0;
   int kernel = 0;                // tensor-core kernel, a GemmKernel (0: kGemmKernelAuto)
 };
-// The tensor-core GEMM kernels: kGemmKernelV1 = k_gemm (prefill_gemm.cu: two barriers per k-tile, W one k-tile
-// ahead, split mode reloads the W fragments for the low pass), kGemmKernelV2 = k_gemm_v2 (one barrier per k-tile,
-// quantised W two k-tiles ahead, W fragments loaded once per k-step; bit-identical to v1), kGemmKernelWG = k_gemm_wg
-// (prefill_gemm_wg.cu, Hopper wgmma, sm_90a builds only; bf16 / fp16 operands: split precision runs v2),
-// kGemmKernelAuto = wg where prefill_gemm_wg_available(), else v2.
-enum GemmKernel : int { kGemmKernelAuto = 0, kGemmKernelV1 = 1, kGemmKernelV2 = 2, kGemmKernelWG = 3 };
+// The tensor-core GEMM kernels: kGemmKernelV2 = k_gemm_v2 (prefill_gemm.cu, mma.sync: one barrier per k-tile,
+// quantised W two k-tiles ahead), kGemmKernelWG = k_gemm_wg (prefill_gemm_wg.cu, Hopper wgmma, sm_90a builds only;
+// bf16 / fp16 operands: split precision runs v2), kGemmKernelAuto = wg where prefill_gemm_wg_available(), else v2.
+enum GemmKernel : int { kGemmKernelAuto = 0, kGemmKernelV2 = 2, kGemmKernelWG = 3 };
 const char* gemm_kernel_name(int kernel);
 // The kernel a call with this GemmArgs::kernel and precision runs (resolves auto; never Auto).
 // Throws when wg is asked for where it is not available.
@@ -126,23 +124,22 @@ struct GdnChunkArgs {
   float* obuf = nullptr;         // scratch [n][Hv*Dv]: delta-rule outputs
   uint16_t* y = nullptr;         // [n][Hv*Dv] bf16 gated-RMSNorm output
   float* y_f = nullptr;          // when set: f32 output there instead of y
-  // chunked = true and ws set: the delta rule in chunks of kGdnChunk tokens (WY / UT-transform form, see
-  // prefill_gdn_chunked.cu) instead of the sequential scan; ws = scratch of prefill_gdn_ws_floats(n, Hv, Dk, Dv) floats.
+  // chunked = true and ws set: the delta rule in chunks of kGdnChunk tokens (WY / UT-transform form on tensor
+  // cores: k_prep_tc + k_cscan_tc, prefill_gdn_chunked_tc.cu) instead of the sequential scan; ws = scratch of
+  // prefill_gdn_ws_floats(n, Hv, Dk, Dv) floats.
   bool chunked = false;
-  // with chunked: the tensor-core kernels (k_prep_tc + k_cscan_tc, prefill_gdn_chunked_tc.cu: tf32 mma.sync)
-  // instead of the f32 SIMT k_prep + k_cscan (the slow reference)
-  bool chunked_tc = false;
   float* ws = nullptr;
   int chunked_min_n = 32;  // shorter chunks take the sequential scan
   int scan = -1;  // sequential scan kernel, a GdnScan; -1: kGdnScanWide
 };
 inline constexpr int kGdnChunk = 64;
-// The sequential delta-rule scan kernels (prefill_gdn.cu): kGdnScanPlain = k_scan (staged with plain loads),
-// kGdnScanPipe = k_scan_pipe (cp.async double buffer, 32 lanes per row of S), kGdnScanWide = k_scan_wide (the
-// same pipeline, 8 lanes per row: one 3-level butterfly reduces 4 rows).
-enum GdnScan : int { kGdnScanPlain = 0, kGdnScanPipe = 1, kGdnScanWide = 2 };
+// The sequential delta-rule scan kernels (prefill_gdn.cu): kGdnScanPlain = k_scan (staged with plain loads; the
+// reference), kGdnScanWide = k_scan_wide (cp.async double buffer, 8 lanes per row of S: one 3-level butterfly
+// reduces 4 rows).
+enum GdnScan : int { kGdnScanPlain = 0, kGdnScanWide = 2 };
 const char* gdn_scan_name(int scan);
-// The scan kernel prefill_gdn runs for g when it takes the sequential path: g.scan (wide when g.scan < 0), or plain where the cp.async kernels cannot stage the inputs (q/k rows not 16-byte aligned).
+// The scan kernel prefill_gdn runs for g when it takes the sequential path: g.scan (wide when g.scan < 0), or plain
+// where the cp.async kernels cannot stage the inputs (q/k rows not 16-byte aligned).
 int prefill_gdn_scan_kernel(const GdnChunkArgs& g);
 // The delta-rule form prefill runs (PrefillRunner): the tensor-core chunked form for chunks of >= kGdnTcMinN tokens
 // where prefill_gdn_tc_device_ok and the prefill precision is fp16 or bf16 (the tc form is 1.02x the wide scan at
@@ -154,10 +151,10 @@ constexpr int kGdnTcMinN = 128;
 bool prefill_gdn_tc_device_ok(int Dk, int Dv);
 // The current device's opt-in shared memory per block in bytes (0 when it cannot be read); read once.
 int gdn_smem_optin();
-// scratch floats for either chunked form (the larger of the two layouts)
+// scratch floats of the chunked form
 size_t prefill_gdn_ws_floats(int n, int Hv, int Dk, int Dv);
 // The tensor-core form's parts (prefill_gdn_chunked_tc.cu; prefill_gdn_uses_chunked / prefill_gdn_chunked_scan
-// dispatch to them when g.chunked_tc): its scratch floats, whether it supports g (Dk in 32..128 step 32,
+// dispatch to them): its scratch floats, whether it supports g (Dk in 32..128 step 32,
 // Dv % 8 == 0 and Dv <= 128, 16-byte aligned cbuf / ws, shared memory), and the two launches.
 size_t prefill_gdn_tc_ws_floats(int n, int Hv, int Dk, int Dv);
 bool prefill_gdn_tc_supported(const GdnChunkArgs& g);
@@ -165,7 +162,7 @@ void prefill_gdn_chunked_scan_tc(const GdnChunkArgs& g, cudaStream_t s);
 // whether prefill_gdn takes the chunked path for these args (chunked and ws set, n >= chunked_min_n, head
 // sizes and shared memory supported)
 bool prefill_gdn_uses_chunked(const GdnChunkArgs& g);
-// The chunked delta rule alone (k_prep + k_cscan over g's chunk; prefill_gdn calls it where
+// The chunked delta rule alone (k_prep_tc + k_cscan_tc over g's chunk; prefill_gdn calls it where
 // prefill_gdn_uses_chunked(g), after the conv).
 void prefill_gdn_chunked_scan(const GdnChunkArgs& g, cudaStream_t s);
 void prefill_gdn(const GdnChunkArgs& g, cudaStream_t s);

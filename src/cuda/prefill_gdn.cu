@@ -5,9 +5,9 @@
 //  k_scan: the gated delta rule as a sequential scan. Grid (Hv, Dv / rows-per-block): the rows of S_j are
 //    independent, so each block keeps its rows of the fp32 state in registers for the whole chunk (each warp owns
 //    RPW rows, lane holds Dk/32 columns) and walks the tokens, staged 32 at a time in shared memory.
-//    k_scan_pipe: the same with the staging double-buffered by cp.async; k_scan_wide: that pipeline with a row
-//    of S over 8 lanes instead of 32 (one 3-level butterfly per token reduces 4 rows). GdnChunkArgs::scan or
-//    LILY_CUDA_GDN_SCAN=plain|pipe|wide selects one (default wide; LILY_CUDA_GDN_PIPELINE=0 -> plain).
+//    k_scan_wide (the default): the token staging double-buffered by cp.async and a row of S over 8 lanes instead
+//    of 32 (one 3-level butterfly per token reduces 4 rows). k_scan is the reference (GdnChunkArgs::scan) and the
+//    fallback where the cp.async staging does not apply (q/k rows not 16-byte aligned).
 //  k_norm: gated RMSNorm per (token, head) -> bf16 input of out_proj.
 // Chunked path (g.chunked): prefill_gdn_chunked.cu.
 #include <algorithm>
@@ -75,7 +75,7 @@ __global__ void k_ring(const GdnChunkArgs g) {
 constexpr int kScanWarps = 8, kTS = 32;
 
 // The block's rows of S [Dv][Dk] (warp w: rows v0 + RPW w + i, lane: NPL consecutive columns) loaded into s
-// (zeros past Dv) or, with STORE, written back (k_scan and k_scan_pipe).
+// (zeros past Dv) or, with STORE, written back (k_scan).
 template <int NPL, int RPW, bool STORE>
 __device__ __forceinline__ void scan_rows_io(float (&s)[RPW][NPL], float* S, int v0, int Dv, int warp, int lane) {
   constexpr int Dk = 32 * NPL;
@@ -164,9 +164,9 @@ __global__ void __launch_bounds__(kScanWarps * 32) k_scan(const GdnChunkArgs g) 
   scan_rows_io<NPL, RPW, true>(s, S, v0, Dv, warp, lane);
 }
 
-// The same scan with the token data double-buffered: batch b+1's q, k, v and raw gates are copied into shared
-// memory by cp.async while batch b is computed (k_scan stages with plain loads between barriers, one round trip
-// per strided loop iteration, and waits for them: ~half of its time). LILY_CUDA_GDN_PIPELINE=0 selects k_scan.
+// k_scan_wide's double buffer: batch b+1's q, k, v and raw gates are copied into shared memory by cp.async while
+// batch b is computed (k_scan stages with plain loads between barriers, one round trip per strided loop iteration,
+// and waits for them: ~half of its time).
 __device__ __forceinline__ void cp_async4(void* smem, const void* gp) {
   const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(sa), "l"(gp) : "memory");
@@ -227,61 +227,9 @@ __device__ __forceinline__ float2 scan_gates(const float* raw_ba, float dtb, flo
   return make_float2(__expf(an * sp), sigmoid_f(raw_ba[0]));
 }
 
-template <int NPL, int RPW>
-__global__ void __launch_bounds__(kScanWarps * 32) k_scan_pipe(const GdnChunkArgs g) {
-  constexpr int Dk = 32 * NPL, RB = kScanWarps * RPW;
-  extern __shared__ float4 dsm4[];
-  const ScanBufs sbuf = scan_bufs(reinterpret_cast<float*>(dsm4), Dk, RB);
-  __shared__ float os[kTS][RB];
-  __shared__ float s_beta[kTS], s_alpha[kTS];
-  const int j = blockIdx.x, v0 = blockIdx.y * RB;
-  const int Hv = g.Hv, Dv = g.Dv, ratio = Hv / g.Hk, hk = j / ratio;
-  const int vd = Hv * Dv;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float* S = g.S + int64_t(j) * Dv * Dk;
-  auto stage = [&](int buf, int t0) { stage_scan_batch<Dk>(g, sbuf, buf, t0, RB, j, hk, v0); };
-  stage(0, 0);
-  float s[RPW][NPL];
-  scan_rows_io<NPL, RPW, false>(s, S, v0, Dv, warp, lane);
-  const float dtb = g.dt_bias[j], an = g.a_neg[j];
-  int buf = 0;
-  for (int t0 = 0; t0 < g.n; t0 += kTS, buf ^= 1) {
-    const int nt = min(kTS, g.n - t0);
-    if (t0 + kTS < g.n) {
-      stage(buf ^ 1, t0 + kTS);  // its buffer was last read by batch b-1, finished before the last barrier
-      cp_async_wait_1();
-    } else {
-      cp_async_wait_all();
-    }
-    __syncthreads();
-    if (int(threadIdx.x) < nt) {
-      const float2 ab = scan_gates(sbuf.ba + (buf * kTS + threadIdx.x) * 2, dtb, an);
-      s_alpha[threadIdx.x] = ab.x;
-      s_beta[threadIdx.x] = ab.y;
-    }
-    __syncthreads();
-    const float* qb = sbuf.q + buf * kTS * Dk;
-    const float* kb = sbuf.k + buf * kTS * Dk;
-    const float* vb = sbuf.v + buf * kTS * RB;
-    for (int t = 0; t < nt; ++t) {
-      float kr[NPL], qr[NPL];
-#pragma unroll
-      for (int e = 0; e < NPL; ++e) { kr[e] = kb[t * Dk + lane * NPL + e]; qr[e] = qb[t * Dk + lane * NPL + e]; }
-      const float alpha = s_alpha[t], beta = s_beta[t];
-      scan_token<NPL, RPW>(s, kr, qr, alpha, beta, vb + t * RB, os[t], warp, lane);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < nt * RB; i += blockDim.x) {
-      const int t = i / RB, r = i % RB;
-      if (v0 + r < Dv) g.obuf[int64_t(t0 + t) * vd + j * Dv + v0 + r] = os[t][r];
-    }
-  }
-  scan_rows_io<NPL, RPW, true>(s, S, v0, Dv, warp, lane);
-}
-
 // ---- k_scan_wide: the pipelined scan with 8 lanes per row of S ----
-// k_scan_pipe spreads a row of S over the 32 lanes of a warp, so every token and row costs two 5-level warp
-// reductions (u = S.k and o = S.q): shuffles, not arithmetic, bound it. Here a row is split over kWideL = 8 lanes
+// A row of S over the 32 lanes of a warp (k_scan, and the pipelined form measured before this one) costs two 5-level
+// warp reductions (u = S.k and o = S.q) per token and row: shuffles, not arithmetic, bound it. Here a row is split over kWideL = 8 lanes
 // (Dk / 8 columns each): the 4 rows a warp holds side by side are reduced together by one 3-level butterfly, and
 // each lane keeps RPL rows, whose u and o share the k and q it reads from shared memory. Thread map (warp w of
 // the block, lane = 4 c + gr):
@@ -445,20 +393,8 @@ void launch_scan_plain(const GdnChunkArgs& g, cudaStream_t s) {
   with_npl(g.Dk, [&](auto npl) { k_scan<decltype(npl)::value, RPW><<<grid, kScanWarps * 32, 0, s>>>(g); });
 }
 
-// 2 rows per warp: 256 blocks, 2 per SM at the 35B sizes (4 rows: 1.19 ms per layer-chunk on the H200, 2: 1.00)
-void launch_scan_pipe(const GdnChunkArgs& g, cudaStream_t s) {
-  constexpr int RPW = 2, RB = kScanWarps * RPW;
-  const dim3 grid(g.Hv, (g.Dv + RB - 1) / RB);
-  with_npl(g.Dk, [&](auto npl) {
-    constexpr int NPL = decltype(npl)::value;
-    const size_t smem = scan_pipe_smem<NPL>(RB);
-    allow_smem(k_scan_pipe<NPL, RPW>, smem);
-    k_scan_pipe<NPL, RPW><<<grid, kScanWarps * 32, smem, s>>>(g);
-  });
-}
-
 // 2 warps x 4 row slots x 2 rows per lane = 16 rows per block: 256 blocks of 64 threads at the 35B sizes
-// (Hv 32 x Dv 128), as many rows per SM as k_scan_pipe. The alternative with the same block count, 1 row per lane
+// (Hv 32 x Dv 128). The alternative with the same block count, 1 row per lane
 // and 4 warps (twice the warps to hide the shuffle latency, twice the k/q shared-memory reads per row), is
 // kWideRPL = 1, kWideWarps = 4.
 constexpr int kWideRPL = 2, kWideWarps = 2, kWideRB = kWideWarps * kWideSlots * kWideRPL;
@@ -475,7 +411,6 @@ void launch_scan_wide(const GdnChunkArgs& g, cudaStream_t s) {
 void sequential_scan(const GdnChunkArgs& g, cudaStream_t s) {
   switch (prefill_gdn_scan_kernel(g)) {
     case kGdnScanPlain: launch_scan_plain(g, s); break;
-    case kGdnScanPipe: launch_scan_pipe(g, s); break;
     default: launch_scan_wide(g, s); break;
   }
   LILY_CUDA_CHECK_LAUNCH();
@@ -483,12 +418,12 @@ void sequential_scan(const GdnChunkArgs& g, cudaStream_t s) {
 }  // namespace
 
 const char* gdn_scan_name(int scan) {
-  return scan == kGdnScanWide ? "wide" : scan == kGdnScanPipe ? "pipe" : "plain";
+  return scan == kGdnScanWide ? "wide" : "plain";
 }
 
 int prefill_gdn_scan_kernel(const GdnChunkArgs& g) {
   const int v = g.scan < 0 ? int(kGdnScanWide) : g.scan;  // wide: measured fastest
-  if (v > kGdnScanWide) throw Error("prefill_gdn: unknown GdnChunkArgs::scan " + std::to_string(v));
+  if (v != kGdnScanPlain && v != kGdnScanWide) throw Error("prefill_gdn: unknown GdnChunkArgs::scan " + std::to_string(v));
   const int cd = 2 * g.Hk * g.Dk + g.Hv * g.Dv;  // cbuf row length; the cp.async kernels copy q, k by 16 bytes
   const bool rows16 = cd % 4 == 0 && (reinterpret_cast<uintptr_t>(g.cbuf) & 15u) == 0;
   return rows16 ? v : int(kGdnScanPlain);

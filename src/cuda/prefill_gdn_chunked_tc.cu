@@ -1,8 +1,9 @@
-// Chunked (WY / UT-transform) Gated DeltaNet delta rule on tensor cores: the same math as k_prep / k_cscan in
-// prefill_gdn_chunked.cu (derivation: src/cpu/gdn_chunked.*), selected by GdnChunkArgs::chunked_tc
-// (LILY_CUDA_GDN_CHUNKED=tc). Per value head j, chunks of C = 64 tokens, M = the stored [Dv][Dk] state:
+// Chunked (WY / UT-transform) Gated DeltaNet delta rule on tensor cores: the math of ref::gdn_chunked
+// (derivation: src/cpu/gdn_chunked.*), dispatched by prefill_gdn_chunked.cu where GdnChunkArgs::chunked. Per value
+// head j, chunks of C = 64 tokens, M = the stored [Dv][Dk] state:
 //  k_prep_tc, grid (chunk, head), 256 threads, all chunks at once:
-//    G (cumulative log decay, double, as k_prep), beta, eg = exp(G), ed = exp(G_last - G), eL = exp(G_last);
+//    G (cumulative log decay within the chunk, summed in double, g floored at -200), beta, eg = exp(G),
+//    ed = exp(G_last - G), eL = exp(G_last);
 //    K K^T and Q K^T (3xTF32 mma) -> A = beta_t (k_t.k_s) exp(G_t - G_s) (s < t), P (s <= t);
 //    T = (I + A)^-1 in f32 by 16x16 blocks (diagonal blocks by forward substitution, one thread per column;
 //    T_ij = -T_ii sum_{k=j..i-1} A_ik T_kj level by level); W = T diag(beta eg) K and U = T diag(beta) V (3xTF32
@@ -29,7 +30,7 @@
 // an absolute error <= 2^-25). (Q eg) M^T uses M's tf32 part, P D and D^T (K ed) the tf32 D: these do not cancel
 // (outputs and the state update, errors <= 2u of their scale; tests/test_cuda_prefill_gdn_chunked.cpp derives
 // its bound). The state M itself is never rounded: it stays f32 in the mma accumulators. G and the decay factors
-// as in k_prep (double sums). Cost of the 3xTF32 products at the 35B head sizes, n = 4096, H200: delta rule
+// in double. Cost of the 3xTF32 products at the 35B head sizes, n = 4096, H200: delta rule
 // 0.49 -> 0.68 ms, conv + delta rule + norm 0.76 -> 0.95 ms (the sequential f32 scan: 1.38 ms).
 #include <algorithm>
 #include <cstdint>
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_prep_tc(const GdnChunkArgs g) {
     *reinterpret_cast<float4*>(Qs + t * LK + d) = qv;
   }
   __syncthreads();
-  if (tid == 0) {  // cumulative sums in order, as k_prep (G[t] = G[L-1] past L)
+  if (tid == 0) {  // cumulative sums in order (G[t] = G[L-1] past L)
     double acc = 0.0;
     for (int t = 0; t < kC; ++t) G[t] = acc += G[t];
   }

@@ -4,15 +4,13 @@
 // (second A tile, second mma with the same W fragment). A tiles come in by cp.async (optionally gathered through
 // a_rows), W tiles are read as packed words into registers one k-tile ahead, dequantised (s*q + b in f32, rounded
 // to bf16 or saturating fp16) and stored to shared memory: weights are never expanded in global memory.
-// Double-buffered shared memory, one sync pair per k-tile. fp16 A rows carry a power-of-two scale, applied to the
+// Double-buffered shared memory. fp16 A rows carry a power-of-two scale, applied to the
 // f32 accumulator in the epilogue. Dense mode tiles rows [0, M); grouped mode reads a device tile map
 // {expert, r0, r1} (the MoE expert groups). kGemmSiluMul computes gate and up of the same 64 output columns in one
 // tile (each warp: 16 gate + 16 up columns) and writes silu(gate) * up (bf16 to Cb, or f32 to C).
-// Two kernels (GemmArgs::kernel / LILY_CUDA_GEMM): k_gemm (v1, as above) and k_gemm_v2 (one barrier per k-tile,
-// quantised W two k-tiles ahead, W fragments loaded once per k-step for both split passes); same tiles, shared
-// memory, dequantisation and per-accumulator mma order, so their results are bit-identical.
-#include <cstdlib>
-#include <cstring>
+// k_gemm_v2 (the mma.sync kernel of every architecture without wgmma, and of split precision): one barrier per
+// k-tile, quantised W two k-tiles ahead, W fragments loaded once per k-step for both split passes. Hopper runs
+// k_gemm_wg (prefill_gemm_wg.cu) for bf16 / fp16 operands; k_gemm_simple (below) is the reference.
 #include <string>
 #include <type_traits>
 
@@ -85,89 +83,7 @@ __device__ __forceinline__ void zero_acc(float (&acc)[MI][4][4]) {
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
 }
 
-template <int BM, int MODE, int FMT, int PREC>
-__global__ void __launch_bounds__(kThreads) k_gemm(const GemmArgs g) {
-  constexpr int WM = BM / 2, MI = WM / 16;
-  constexpr bool kSplit = PREC == kPrecSplit;
-  extern __shared__ uint4 smem_u4[];
-  uint16_t* As = reinterpret_cast<uint16_t*>(smem_u4);  // [2][BM][kSK]
-  uint16_t* Bs = As + 2 * BM * kSK;                     // [2][kBN][kSK]
-  uint16_t* Al = Bs + 2 * kBN * kSK;                    // kPrecSplit: [2][BM][kSK] low parts
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp >> 2, wn = warp & 3;
-
-  int64_t e;
-  int r0, r1;
-  if (!block_rows(g, BM, e, r0, r1)) return;
-  const int K = g.W0.cols;
-
-  BTile<FMT, PREC> bt;
-  bind_w_row<MODE>(bt, g, e);
-  auto load_a = [&](int buf, int k0) {
-    load_a_tile<BM, kSplit>(g, As + buf * BM * kSK, Al + buf * BM * kSK, r0, r1, k0);
-  };
-
-  float acc[MI][4][4];
-  zero_acc(acc);
-
-  const int KT = K / kBK;
-  load_a(0, 0);
-  bt.load(0);
-  bt.store(Bs);
-  for (int kt = 0; kt < KT; ++kt) {
-    const int cur = kt & 1;
-    const bool more = kt + 1 < KT;
-    if (more) {
-      load_a(cur ^ 1, (kt + 1) * kBK);
-      bt.load((kt + 1) * kBK);
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
-    const uint16_t* as = As + cur * BM * kSK;
-    const uint16_t* bs = Bs + cur * kBN * kSK;
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      uint32_t a[MI][4];
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-        ldsm_x4(a[mi], as + (wm * WM + mi * 16 + (lane & 15)) * kSK + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int nj = 0; nj < 2; ++nj) {
-        uint32_t b[4];
-        ldsm_x4(b, bs + (wn * 32 + nj * 16 + (lane & 7) + (lane >> 4) * 8) * kSK + kk * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {
-          mma_op<PREC>(acc[mi][2 * nj], a[mi], b[0], b[1]);
-          mma_op<PREC>(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
-        }
-      }
-      if constexpr (kSplit) {  // low parts of A against the same W fragments (reloaded: keeps registers low)
-        const uint16_t* al = Al + cur * BM * kSK;
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-          ldsm_x4(a[mi], al + (wm * WM + mi * 16 + (lane & 15)) * kSK + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-        for (int nj = 0; nj < 2; ++nj) {
-          uint32_t b[4];
-          ldsm_x4(b, bs + (wn * 32 + nj * 16 + (lane & 7) + (lane >> 4) * 8) * kSK + kk * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-          for (int mi = 0; mi < MI; ++mi) {
-            mma_op<PREC>(acc[mi][2 * nj], a[mi], b[0], b[1]);
-            mma_op<PREC>(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
-          }
-        }
-      }
-    }
-    if (more) bt.store(Bs + (cur ^ 1) * kBN * kSK);
-    __syncthreads();
-  }
-
-  store_tile<BM, MODE, PREC>(g, acc, r0, r1, wm, wn, lane);
-}
-
-// ---- v2: one barrier per k-tile, quantised W two k-tiles ahead, W fragments loaded once per k-step ----
+// ---- one barrier per k-tile, quantised W two k-tiles ahead, W fragments loaded once per k-step ----
 
 // acc[0..3] += a (16x16) x the 16x32 W slice b[nj] (n8 blocks 2 nj, 2 nj + 1)
 template <int PREC>
@@ -181,7 +97,7 @@ __device__ __forceinline__ void mma_a_x4(float (&acc)[4][4], const uint32_t (&a)
 
 // One 64-deep k-tile of a warp's (16 MI) x 32 output: as / al = the warp's first A row (hi / split lo parts),
 // bs = its first W row, all [.][kSK]. Per 16-k step the four W fragments are loaded once and serve the hi and the
-// lo pass; each accumulator sees hi(kk) then lo(kk), kk ascending (v1's order, so results are bit-identical).
+// lo pass; each accumulator sees hi(kk) then lo(kk), kk ascending.
 template <int MI, int PREC>
 __device__ __forceinline__ void warp_mma_ktile(float (&acc)[MI][4][4], const uint16_t* as, const uint16_t* al,
                                                const uint16_t* bs, int lane) {
@@ -207,7 +123,7 @@ __device__ __forceinline__ void warp_mma_ktile(float (&acc)[MI][4][4], const uin
   }
 }
 
-// Same tiles, warps, shared memory layout and epilogue as k_gemm; the pipeline differs. Step kt (P = kt & 1):
+// Tiles of BM x kBN, 8 warps (2 x 4), double-buffered A and B in shared memory. Step kt (P = kt & 1):
 //   wait for A(kt), barrier        -> A(kt) and B(kt) (buffers P) visible; every warp is done with step kt-1, so
 //                                     buffers P^1 are free
 //   cp.async A(kt+1) -> buffers P^1
@@ -316,12 +232,11 @@ __global__ void __launch_bounds__(128) k_gemm_simple(const GemmArgs g) {
   }
 }
 
-// Launches k_gemm (kV2 false) or k_gemm_v2 (the same dynamic shared memory), setting its limit on first use.
-template <int BM, int MODE, int FMT, int PREC, bool kV2>
+// Launches k_gemm_v2, setting its dynamic shared memory limit on first use.
+template <int BM, int MODE, int FMT, int PREC>
 void launch_tc(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   constexpr size_t smem = size_t(2) * (BM * (PREC == kPrecSplit ? 2 : 1) + kBN) * kSK * 2;
-  void (*kern)(GemmArgs) = k_gemm<BM, MODE, FMT, PREC>;
-  if constexpr (kV2) kern = k_gemm_v2<BM, MODE, FMT, PREC>;
+  void (*kern)(GemmArgs) = k_gemm_v2<BM, MODE, FMT, PREC>;
   static bool once = [kern] {
     LILY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
@@ -331,40 +246,33 @@ void launch_tc(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   LILY_CUDA_CHECK_LAUNCH();
 }
 
-template <int BM, int MODE, int FMT, int PREC>
-void run_fast(const GemmArgs& g, int kernel, dim3 grid, cudaStream_t s) {
-  if (kernel == kGemmKernelV1) launch_tc<BM, MODE, FMT, PREC, false>(g, grid, s);
-  else launch_tc<BM, MODE, FMT, PREC, true>(g, grid, s);
-}
-
 template <int BM, int MODE, int PREC>
-void run_fmt(const GemmArgs& g, int kernel, dim3 grid, cudaStream_t s) {
+void run_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   switch (g.W0.fmt) {
-    case kQ4: run_fast<BM, MODE, kQ4, PREC>(g, kernel, grid, s); break;
-    case kQ8: run_fast<BM, MODE, kQ8, PREC>(g, kernel, grid, s); break;
-    default: run_fast<BM, MODE, kBF16, PREC>(g, kernel, grid, s); break;
+    case kQ4: launch_tc<BM, MODE, kQ4, PREC>(g, grid, s); break;
+    case kQ8: launch_tc<BM, MODE, kQ8, PREC>(g, grid, s); break;
+    default: launch_tc<BM, MODE, kBF16, PREC>(g, grid, s); break;
   }
 }
 
 template <int BM, int MODE>
-void run_prec(const GemmArgs& g, int kernel, dim3 grid, cudaStream_t s) {
-  if (g.prec == kPrecSplit) run_fmt<BM, MODE, kPrecSplit>(g, kernel, grid, s);
-  else if (g.prec == kPrecFP16) run_fmt<BM, MODE, kPrecFP16>(g, kernel, grid, s);
-  else run_fmt<BM, MODE, kPrecBF16>(g, kernel, grid, s);
+void run_prec(const GemmArgs& g, dim3 grid, cudaStream_t s) {
+  if (g.prec == kPrecSplit) run_fmt<BM, MODE, kPrecSplit>(g, grid, s);
+  else if (g.prec == kPrecFP16) run_fmt<BM, MODE, kPrecFP16>(g, grid, s);
+  else run_fmt<BM, MODE, kPrecBF16>(g, grid, s);
 }
 
 template <int BM>
-void run_mode(const GemmArgs& g, int mode, int kernel, dim3 grid, cudaStream_t s) {
-  if (mode == kGemmStore) run_prec<BM, kGemmStore>(g, kernel, grid, s);
-  else if (mode == kGemmAdd) run_prec<BM, kGemmAdd>(g, kernel, grid, s);
-  else run_prec<BM, kGemmSiluMul>(g, kernel, grid, s);
+void run_mode(const GemmArgs& g, int mode, dim3 grid, cudaStream_t s) {
+  if (mode == kGemmStore) run_prec<BM, kGemmStore>(g, grid, s);
+  else if (mode == kGemmAdd) run_prec<BM, kGemmAdd>(g, grid, s);
+  else run_prec<BM, kGemmSiluMul>(g, grid, s);
 }
 
 }  // namespace
 
 const char* gemm_kernel_name(int kernel) {
   switch (kernel) {
-    case kGemmKernelV1: return "v1";
     case kGemmKernelV2: return "v2";
     case kGemmKernelWG: return "wg";
     case kGemmKernelAuto: return "auto";
@@ -377,7 +285,7 @@ int gemm_kernel_resolved(int kernel, int prec) {
   if (kernel == kGemmKernelWG && !prefill_gemm_wg_available())
     throw Error("prefill_gemm: the wg kernel needs a Hopper GPU and a build with sm_90a");
   if (kernel == kGemmKernelWG && prec == kPrecSplit) kernel = kGemmKernelV2;
-  if (kernel < kGemmKernelV1 || kernel > kGemmKernelWG)
+  if (kernel != kGemmKernelV2 && kernel != kGemmKernelWG)
     throw Error("prefill_gemm: unknown GemmArgs::kernel " + std::to_string(kernel));
   return kernel;
 }
@@ -414,13 +322,13 @@ void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
     const int bm = grouped ? g.tile_m : g.M > 64 ? 128 : 64;
     prefill_gemm_wg(g, mode, bm, dim3(grouped ? g.max_tiles : (g.M + bm - 1) / bm, ny), s);
   } else if (grouped) {
-    if (g.tile_m == kGemmTileMBig) run_mode<kGemmTileMBig>(g, mode, kernel, dim3(g.max_tiles, ny), s);
-    else if (g.tile_m == kGemmTileM) run_mode<kGemmTileM>(g, mode, kernel, dim3(g.max_tiles, ny), s);
+    if (g.tile_m == kGemmTileMBig) run_mode<kGemmTileMBig>(g, mode, dim3(g.max_tiles, ny), s);
+    else if (g.tile_m == kGemmTileM) run_mode<kGemmTileM>(g, mode, dim3(g.max_tiles, ny), s);
     else throw Error("prefill_gemm: grouped tile rows must be 64 or 128");
   } else if (g.M > 64) {
-    run_mode<128>(g, mode, kernel, dim3((g.M + 127) / 128, ny), s);
+    run_mode<128>(g, mode, dim3((g.M + 127) / 128, ny), s);
   } else {
-    run_mode<64>(g, mode, kernel, dim3((g.M + 63) / 64, ny), s);
+    run_mode<64>(g, mode, dim3((g.M + 63) / 64, ny), s);
   }
 }
 

@@ -1,4 +1,4 @@
-// Prefill GEMM on Hopper's warpgroup MMA (k_gemm_wg, GemmArgs::kernel = kGemmKernelWG, LILY_CUDA_GEMM=wg): the
+// Prefill GEMM on Hopper's warpgroup MMA (k_gemm_wg, GemmArgs::kernel = kGemmKernelWG, the default there): the
 // same arguments, tiles, W dequantisation and epilogue as k_gemm_v2 (prefill_gemm.cu), with wgmma reading both
 // operands from shared memory instead of ldmatrix + mma.sync. This file is compiled for sm_90a only (CMake
 // target lilycuda_sm90a); prefill_gemm_wg_available() probes at run time that the device runs its code.

@@ -133,7 +133,7 @@ void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, in
   g.S = st.S + int64_t(d.lin_idx) * hv * int64_t(c.lin_v_dim) * c.lin_k_dim;
   g.cbuf = cbuf_;
   g.obuf = obuf_;
-  g.chunked = g.chunked_tc = gdn_tc_;
+  g.chunked = gdn_tc_;
   g.chunked_min_n = kGdnTcMinN;
   g.ws = gdn_ws_;
   if (prec_ == kPrecBF16) g.y = ya_.hi;

@@ -1,9 +1,9 @@
-// Router-from-y (LILY_CUDA_ROUTER_Y=1): the MoE router input is rmsnorm(h) * nw with h = x + O y (x: the layer's
+// Router-from-y (the decode default; LILY_CUDA_ROUTER_Y=0 keeps the router's own rows): the MoE router input is rmsnorm(h) * nw with h = x + O y (x: the layer's
 // input residual, O: the mixer's output projection, y: its input), so the router logits are
 //   r(h) * (W_r diag(nw) x + M y),  M = W_r diag(nw) O,
-// and the top-k does not depend on the positive factor r(h). A = W_r diag(nw) x (int16 rows of W_r diag(nw), or the
-// router's own rows times nw) is dotted with the raw x by blocks of the DeltaNet step's launch (GdnArgs::ra_*) or as
-// side rows of the input projection's GEMV (in_proj with LILY_CUDA_RY_A_AT=in, q/k/v), B = M y as side rows of the
+// and the top-k does not depend on the positive factor r(h). A = W_r diag(nw) x (int16 rows of W_r diag(nw)) is dotted
+// with the raw x by blocks of the DeltaNet step's launch (GdnArgs::ra_*) or as side rows of the input projection's
+// GEMV (q/k/v of the attention layers), B = M y as side rows of the
 // out projection's GEMV (GemvSide), and the fused MoE kernel starts with the sum's top-k (MoeArgs::pre). This file
 // makes M (and the int16 rows of A) once at load: W_r (and the shared-expert gate row) times nw and O dequantised to
 // f32, one f32 matrix product, rows stored as int16 with a per-row scale (max |row| -> 32767: each entry rounded by
