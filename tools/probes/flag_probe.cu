@@ -5,7 +5,7 @@
 // to 2 per SM by 96 KB of shared memory as the decode kernels' registers do, dependents signalled at entry), each
 // warp with R rows of 1 KB loaded before the wait and one more after it, each kernel reading the previous one's 8 KB
 // output. Prints us per kernel for: PDL wait (mode 0), flags without griddepcontrol.wait (mode 1).
-// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/p tools/flag_probe.cu && /tmp/p
+// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/p tools/probes/flag_probe.cu && /tmp/p
 #include "probe_util.cuh"
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // 2048-float vector (each kernel reads the previous one's output, PDL on), each streaming `bytes` of "weights"
 // with 16-byte loads (4 per lane in flight), from its own slice of a buffer of kProbeSpan bytes (cold, like the
 // decode step's 19.5 GB of weights) or all from the same slice (L2/TLB hot). Prints us per kernel and GB/s.
-// nvcc -O3 -arch=sm_90 -o /tmp/latency_probe tools/latency_probe.cu && /tmp/latency_probe
+// nvcc -O3 -arch=sm_90 -o /tmp/latency_probe tools/probes/latency_probe.cu && /tmp/latency_probe
 #include "probe_util.cuh"
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Launch-cost probe (not part of the build): time per kernel of N empty kernels replayed as a CUDA graph,
 // with and without programmatic dependent launch, and launched directly.
-// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/p tools/launch_probe.cu && /tmp/p
+// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/p tools/probes/launch_probe.cu && /tmp/p
 #include "probe_util.cuh"
 
 #include <cstdio>

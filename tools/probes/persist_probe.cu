@@ -1,5 +1,5 @@
 // Persistent-step probe (not part of the build): what would one persistent kernel for the whole decode step reach
-// on the step's byte mix, against the chain of kernels (tools/pipeline_probe.cu: 0.842 ms per step for today's
+// on the step's byte mix, against the chain of kernels (tools/probes/pipeline_probe.cu: 0.842 ms per step for today's
 // kernel form, 0.683 ms with weights staged before the PDL wait)? One cooperative launch of one block per SM runs 40
 // "layers" x 6 stages (14.2, 2.1, 4.7, 1.5, 9.4, 5.3 MB: in_proj, recurrence state, out_proj, router/attention side,
 // routed gate/up, down), each stage reading the 2048 floats the previous stage wrote (a grid barrier between
@@ -14,7 +14,7 @@
 // flags (each block stores its stage number to its own word; threads 0..gridDim-1 of every block each poll one: no
 // atomics)
 // Prints ms per step, us per stage and GB/s.
-// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/persist_probe tools/persist_probe.cu && /tmp/persist_probe
+// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/persist_probe tools/probes/persist_probe.cu && /tmp/persist_probe
 #include "probe_util.cuh"
 
 #include <cstdint>

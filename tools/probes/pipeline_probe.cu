@@ -8,7 +8,7 @@
 //              griddepcontrol.wait, launch_dependents at entry, the rest streamed after the wait
 //   smem-late: smem, but launch_dependents after the wait (the next kernel launches later)
 // Prints ms per step (240 kernels), us per kernel and GB/s.
-// nvcc -O3 -arch=sm_90 -o /tmp/pipeline_probe tools/pipeline_probe.cu && /tmp/pipeline_probe
+// nvcc -O3 -arch=sm_90 -o /tmp/pipeline_probe tools/probes/pipeline_probe.cu && /tmp/pipeline_probe
 #include "probe_util.cuh"
 
 #include <cstdint>

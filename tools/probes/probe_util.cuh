@@ -1,5 +1,5 @@
 // Shared by the standalone probes in tools/ (not part of the build; each compiles alone:
-// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/p tools/NAME.cu): error check, the cold streaming load, the 18 GB buffer of
+// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/p tools/probes/NAME.cu): error check, the cold streaming load, the 18 GB buffer of
 // "weights" with its scattered slices, the timing of a captured graph, and a device clock.
 #pragma once
 #include <cuda_runtime.h>

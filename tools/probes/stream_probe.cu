@@ -5,7 +5,7 @@
 //         the warp then reads the row from shared memory.
 // A CUDA graph of N kernels, each on its own 2 MB-aligned slice of an 18 GB buffer (cold, like the decode step's
 // weights), no PDL; prints us per kernel and GB/s (the launch cost is in both: compare against bytes=0).
-// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/stream_probe tools/stream_probe.cu && /tmp/stream_probe
+// nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/stream_probe tools/probes/stream_probe.cu && /tmp/stream_probe
 #include "probe_util.cuh"
 
 #include <cstdint>
