@@ -73,10 +73,10 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     const bool ry = d.ry_m != nullptr;
     // part p of element e at pre_[p * ps + e * es] (part-major)
     const int ps = kMoePrePartStride, es = 1;
-    const GemvSide side_a = {d.ry_a, d.ry_a_scale, DMat{}, pre_, ry && !d.ry_a_gdn ? c.n_experts + 1 : 0,
-                             d.ry_pa, ps, es, nullptr, ry};
-    const GemvSide side_m = {d.ry_m, d.ry_m_scale, {}, pre_ + d.ry_pa * ps, ry ? c.n_experts + 1 : 0, d.ry_pm, ps,
-                             es, nullptr, false};
+    const GemvSide side_a = {d.ry_a, d.ry_a_scale, pre_, ry && !d.ry_a_gdn ? c.n_experts + 1 : 0, d.ry_pa, ps, es,
+                             ry};
+    const GemvSide side_m = {d.ry_m, d.ry_m_scale, pre_ + d.ry_pa * ps, ry ? c.n_experts + 1 : 0, d.ry_pm, ps, es,
+                             false};
     if (!d.is_full) {
       const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
       GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},

@@ -25,18 +25,16 @@ struct GemvParams {  // passed by value (kernel parameter space)
   GemvSide side;              // side rows (side.rows 0: none)
 };
 
-// Side kinds (the kernels' SIDE parameter): none, int16 rows of side.m on the GEMV's x, rows of side.q on the raw x
-// (times side.raw_w), int16 rows of side.m on the raw x (side.m_raw).
-constexpr int kSideNone = 0, kSideI16 = 1, kSideRaw = 2, kSideI16Raw = 3;
-constexpr bool side_reads_raw(int kind) { return kind == kSideRaw || kind == kSideI16Raw; }
+// Side kinds (the kernels' SIDE parameter): none, int16 rows of side.m on the GEMV's x, int16 rows of side.m on the
+// raw x (side.m_raw).
+constexpr int kSideNone = 0, kSideI16 = 1, kSideI16Raw = 3;
+constexpr bool side_reads_raw(int kind) { return kind == kSideI16Raw; }
 
 // One side piece (GemvSide in kernels.h) of a warp: 512 columns, loaded by load() (before the PDL wait for the
-// warp's first piece), dotted with x and written by finish(). int16 rows (side.m): two 16-byte loads per lane; rows of
-// side.q: one 16-byte chunk + its group word per lane (8-bit) or two chunks (bf16), dotted with the f32 raw x.
+// warp's first piece), dotted with x and written by finish(). int16 rows (side.m): two 16-byte loads per lane.
 template <int KIND>
 struct SidePiece {
   uint4 w[2];
-  uint32_t sbw[2] = {0u, 0u};
   float rs = 1.f;
   int j = -1, q = 0;  // side row and piece (j < 0: none), uniform over the warp
   __device__ __forceinline__ void load(const GemvParams& p, int unit, int lane) {
@@ -44,39 +42,20 @@ struct SidePiece {
     if (unit >= p.side.rows * p.side.pieces) return;
     j = unit / p.side.pieces;
     q = unit - j * p.side.pieces;
-    if constexpr (KIND == kSideRaw) {
-      if (p.side.q.fmt == kQ8) {
-        chunk_load<kQ8>(p.side.q, j, q * 32 + lane, w[0], sbw[0]);
-      } else {
-#pragma unroll
-        for (int u = 0; u < 2; ++u) chunk_load<kBF16>(p.side.q, j, q * 64 + lane + 32 * u, w[u], sbw[u]);
-      }
-    } else {
-      const uint4* src = reinterpret_cast<const uint4*>(p.side.m + size_t(j) * p.cols + size_t(q) * kGemvSidePiece);
-      w[0] = ldg_weight(src + lane);
-      w[1] = ldg_weight(src + lane + 32);
-      if (lane == 0) rs = p.side.rscale[j];
-    }
+    const uint4* src = reinterpret_cast<const uint4*>(p.side.m + size_t(j) * p.cols + size_t(q) * kGemvSidePiece);
+    w[0] = ldg_weight(src + lane);
+    w[1] = ldg_weight(src + lane + 32);
+    if (lane == 0) rs = p.side.rscale[j];
   }
   // the piece's partial (in lane 0, which holds rs; j >= 0)
   template <class X>
   __device__ __forceinline__ float value(const GemvParams& p, const X& x, int lane) const {
     float acc = 0.f;
-    if constexpr (KIND == kSideRaw) {
-      static_assert(std::is_same_v<X, XF>, "side rows of side.q are dotted with the f32 raw x");
-      if (p.side.q.fmt == kQ8) {
-        acc = x.template dot<kQ8>(w[0], sbw[0], q * 32 + lane);
-      } else {
 #pragma unroll
-        for (int u = 0; u < 2; ++u) acc += x.template dot<kBF16>(w[u], 0u, q * 64 + lane + 32 * u);
-      }
-    } else {
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        float xv[8];
-        x.val8(q * kGemvSidePiece + (lane + 32 * u) * 8, xv);
-        acc = dot8_i16(w[u], xv, acc);
-      }
+    for (int u = 0; u < 2; ++u) {
+      float xv[8];
+      x.val8(q * kGemvSidePiece + (lane + 32 * u) * 8, xv);
+      acc = dot8_i16(w[u], xv, acc);
     }
     return warp_sum(acc) * rs;
   }
@@ -114,10 +93,9 @@ __device__ __forceinline__ void resolve_row(const GemvParams& p, int row, int& s
 }
 
 // The x prologue after the PDL wait: x from p.x (normed, head-scaled), or copied from the producer's XQ image.
-// xr: the raw x (f32; times side.raw_w where given) for the side kinds that read it.
+// xr: the raw x (f32) for the side kind that reads it.
 template <int SIDE, class X>
-__device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, const float* rw, X& xv, XF& xr,
-                                       float* red) {
+__device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, X& xv, XF& xr, float* red) {
   if constexpr (X::kPairs) {
     if (p.hn.xq) {
       load_xq_image(p.hn.xq, p.cols, xv, p.hn);
@@ -125,17 +103,14 @@ __device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, con
     }
   }
   // two calls, not one with `q ? &xr : nullptr` (a runtime choice of a local's address puts xr on the stack)
-  if constexpr (side_reads_raw(SIDE)) load_x(p.x, nw, p.eps, p.cols, xv, red, &xr, p.hn, nullptr, nullptr, true, rw);
+  if constexpr (side_reads_raw(SIDE)) load_x(p.x, nw, p.eps, p.cols, xv, red, &xr, p.hn, nullptr, nullptr, true);
   else load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
 }
 
-// Where the raw form of x sits in shared memory: after the staged norm_w and the X form; then side.raw_w staged.
+// Where the raw form of x sits in shared memory: after the staged norm_w and the X form.
 template <class X>
 __device__ __forceinline__ float* raw_x_base(float* nws, int cols) {
   return nws + cols + (X::bytes(cols) + 15) / 16 * 4;
-}
-__device__ __forceinline__ float* raw_w_base(float* nws, int cols, size_t xbytes) {
-  return nws + cols + (xbytes + 15) / 16 * 4 + (XF::bytes(cols) + 15) / 16 * 4;
 }
 
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
@@ -173,11 +148,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   SidePiece<SIDE> sp;
   if constexpr (SIDE != kSideNone) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
-  const float* rw =
-      SIDE == kSideRaw && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols)))
-                                       : nullptr;
   pdl_wait();
-  gemv_x<SIDE>(p, nw, rw, xv, xr, red);
+  gemv_x<SIDE>(p, nw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
   if constexpr (SIDE != kSideNone) side_dot(p, sp, xv, xr, lane);
@@ -239,15 +211,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
   SidePiece<SIDE> sp;
   if constexpr (SIDE != kSideNone) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
-  const float* rw =
-      SIDE == kSideRaw && p.side.raw_w ? stage_vec(p.side.raw_w, p.cols, raw_w_base(nws, p.cols, X::bytes(p.cols)))
-                                       : nullptr;
   pdl_wait();
   // y[r] to accumulate into, read right after the wait beside the x prologue (not after the dots): final now (its
   // writers ran before the kernel this one waited for); only this warp writes it
   const bool early = r >= 0 && lane == 0 && p.seg[sg].accumulate;
   const float y0 = early ? __ldcg(p.seg[sg].y + r) : 0.f;
-  gemv_x<SIDE>(p, nw, rw, xv, xr, red);
+  gemv_x<SIDE>(p, nw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
   if constexpr (SIDE != kSideNone) side_dot(p, sp, xv, xr, lane);
@@ -305,14 +274,11 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   if (nseg < 1 || nseg > kMaxSegs) throw Error("gemv: bad segment count");
   GemvParams p = {};
   if (side && side->rows > 0) {
-    const bool q = side->q.w != nullptr;
-    if ((q ? side->q.cols != segs[0].m.cols || side->q.rows < side->rows || (side->q.fmt != kQ8 && side->q.fmt != kBF16)
-           : !side->m || !side->rscale || (reinterpret_cast<uintptr_t>(side->m) & 15)) ||
-        !side->part || side->pieces < 1 || side->part_q < 0 || side->part_j < 0 ||
-        side->pieces * kGemvSidePiece != segs[0].m.cols)
-      throw Error("gemv: side rows need f16 rows (16-byte aligned, with scales) or an 8-bit / bf16 matrix, of pieces * "
-                  "512 columns, and partials");
-    if ((q || side->m_raw) && hn)
+    if (!side->m || !side->rscale || (reinterpret_cast<uintptr_t>(side->m) & 15) || !side->part ||
+        side->pieces < 1 || side->part_q < 0 || side->part_j < 0 || side->pieces * kGemvSidePiece != segs[0].m.cols)
+      throw Error("gemv: side rows need int16 rows (16-byte aligned, with scales) of pieces * 512 columns, and "
+                  "partials");
+    if (side->m_raw && hn)
       throw Error("gemv: side rows on the raw x need x itself (no head norm)");
     p.side = *side;
   }
@@ -338,10 +304,9 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   }
   if (p.cols % 32 != 0) throw Error("gemv: cols must be a multiple of 32");
   const int wpb = kThreads / 32;
-  // + the raw x and its staged weights
-  const bool raw = p.side.rows > 0 && (p.side.q.w || p.side.m_raw);
-  const size_t smem =
-      gemv_smem_bytes(p.cols) + (raw ? XF::bytes(p.cols) + 16 : 0) + (p.side.q.w ? size_t(p.cols) * 4 : 0);
+  // + the raw x
+  const bool raw = p.side.rows > 0 && p.side.m_raw;
+  const size_t smem = gemv_smem_bytes(p.cols) + (raw ? XF::bytes(p.cols) + 16 : 0);
   const int units = std::max(p.total_rows, p.side.rows * p.side.pieces);  // warps with work
   auto grid = [&](auto kern) {
     allow_smem(kern, smem);
@@ -381,7 +346,6 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
     }
   };
   if (p.side.rows <= 0) by_fmt(std::integral_constant<int, kSideNone>{});
-  else if (p.side.q.w) by_fmt(std::integral_constant<int, kSideRaw>{});
   else if (p.side.m_raw) by_fmt(std::integral_constant<int, kSideI16Raw>{});
   else by_fmt(std::integral_constant<int, kSideI16>{});
 }

@@ -93,24 +93,18 @@ struct HeadNorm {
 // Bytes of an XQ image of n elements (n % 32 == 0): x in the int8 hi + lo form of the decode GEMVs, as a producer
 // writes it for its consumer (gdn_decode's yq; HeadNorm::xq).
 size_t xq_image_bytes(int n);
-// Side rows of a GEMV (the router-from-y form: M = W_router diag(post_norm) O against out_proj's x, and A's rows
-// against in_proj's or q/k/v's raw x: int16 rows of W_router diag(post_norm) (m_raw), or the router's own rows times
-// post_norm):
-// int16 rows with a per-row scale (or rows of a quantised matrix),
-// each split into `pieces` column pieces of kGemvSidePiece columns whose dots land in separate partial
-// vectors: part(q, j) = rscale[j] * (M[j, piece q] . x[piece q]). Computed by the warps of the launch next to
-// their own rows, piece w by warp w (its loads issued before the PDL wait). cols == pieces * kGemvSidePiece.
-// Partial (q, j) lands at part[q * part_q + j * part_j].
+// Side rows of a GEMV (the router-from-y form: M = W_router diag(post_norm) O against out_proj's x, and A's rows,
+// W_router diag(post_norm), against q/k/v's raw x (m_raw)): int16 rows with a per-row scale, each split into
+// `pieces` column pieces of kGemvSidePiece columns whose dots land in separate partial vectors:
+// part(q, j) = rscale[j] * (M[j, piece q] . x[piece q]). Computed by the warps of the launch next to their own rows,
+// piece w by warp w (its loads issued before the PDL wait). cols == pieces * kGemvSidePiece. Partial (q, j) lands at
+// part[q * part_q + j * part_j].
 constexpr int kGemvSidePiece = 512;
 struct GemvSide {
-  const uint16_t* m = nullptr;   // [rows][cols] int16 bits (dotted with the GEMV's x, or the raw x: m_raw), or null:
-                                 // q's rows
-  const float* rscale = nullptr; // [rows] (m only)
-  DMat q;                        // 8-bit or bf16 rows (q.w != null), dotted with x as loaded (before the GEMV's norm;
-                                 // no HeadNorm) times raw_w, in f32
+  const uint16_t* m = nullptr;   // [rows][cols] int16 bits (dotted with the GEMV's x, or the raw x: m_raw)
+  const float* rscale = nullptr; // [rows]
   float* part = nullptr;
   int rows = 0, pieces = 0, part_q = 0, part_j = 0;
-  const float* raw_w = nullptr;  // [cols] or null (q only)
   bool m_raw = false;            // m's rows dotted with x as loaded (no norm, no head norm) instead of the GEMV's x
 };
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,

@@ -171,7 +171,6 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gp) {
   const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(sa), "l"(gp) : "memory");
 }
-__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
 template <int NPL>
 constexpr size_t scan_pipe_smem(int RB) {
