@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/kernels.h"
+#include "cuda/decode/kernels.h"
 #include "int8x_model.h"
 #include "xq_image_host.h"
 

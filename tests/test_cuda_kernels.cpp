@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/kernels.h"
+#include "cuda/decode/kernels.h"
 #include "int8x_model.h"
 
 using namespace lily;

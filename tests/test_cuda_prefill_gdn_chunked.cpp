@@ -22,7 +22,7 @@
 #include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/prefill.h"
+#include "cuda/prefill/prefill.h"
 
 using namespace lily;
 

@@ -17,7 +17,7 @@
 #include "core/dtype.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/prefill.h"
+#include "cuda/prefill/prefill.h"
 #include "gdn_token_reference.h"
 
 using namespace lily;

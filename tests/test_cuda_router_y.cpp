@@ -1,4 +1,4 @@
-// Router-from-y (src/cuda/router_y.cu, the default unless LILY_CUDA_ROUTER_Y=0) kernel tests: the GEMV's side rows (GemvSide) next to
+// Router-from-y (src/cuda/decode/router_y.cu, the default unless LILY_CUDA_ROUTER_Y=0) kernel tests: the GEMV's side rows (GemvSide) next to
 // its own 4-bit rows, against a host double reference (f32 x and the int8 hi+lo x model), on the whole-row path (4096
 // columns, the model's out_proj) and the looped one: int16 rows on the GEMV's x, or 8-bit rows on its raw x times a
 // weight vector (in_proj's, before the norm); and M made at load against a host double product. Outputs poisoned;
@@ -20,8 +20,8 @@
 #include "core/dtype.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/kernels.h"
-#include "cuda/router_y.h"
+#include "cuda/decode/kernels.h"
+#include "cuda/decode/router_y.h"
 #include "int8x_model.h"
 
 using namespace lily;

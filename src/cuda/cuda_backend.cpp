@@ -11,10 +11,10 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "cuda/cuda_check.h"
+#include "cuda/common/cuda_check.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/env_switch.h"
-#include "cuda/prefill_runner.h"
+#include "cuda/prefill/prefill_runner.h"
 #include "engine/step_sampler.h"
 
 namespace lily::cuda {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/kernels.h"
+#include "cuda/decode/kernels.h"
 #include "engine/backend.h"
 
 namespace lily::cuda {

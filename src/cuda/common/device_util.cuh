@@ -12,9 +12,9 @@
 #include <string>
 #include <utility>
 
-#include "cuda/cuda_check.h"
-#include "cuda/kernels.h"
-#include "cuda/weight_loads.cuh"
+#include "cuda/common/cuda_check.h"
+#include "cuda/decode/kernels.h"
+#include "cuda/common/weight_loads.cuh"
 
 namespace lily::cuda {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "cuda/cuda_check.h"
+#include "cuda/common/cuda_check.h"
 #include "cuda/cuda_factory.h"
 
 namespace lily {

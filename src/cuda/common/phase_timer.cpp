@@ -1,9 +1,9 @@
-#include "cuda/phase_timer.h"
+#include "cuda/common/phase_timer.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "cuda/cuda_check.h"
+#include "cuda/common/cuda_check.h"
 
 namespace lily::cuda {
 

@@ -9,7 +9,7 @@
 // merges.
 #include <type_traits>
 
-#include "cuda/device_util.cuh"
+#include "cuda/common/device_util.cuh"
 
 namespace lily::cuda {
 namespace {

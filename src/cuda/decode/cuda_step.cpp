@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "cuda/cuda_check.h"
-#include "cuda/router_y.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/decode/router_y.h"
 
 namespace lily::cuda {
 

@@ -8,8 +8,8 @@
 //  4. gated RMSNorm of o with silu(z).
 #include <algorithm>
 
-#include "cuda/device_util.cuh"
-#include "cuda/i16_dot.cuh"
+#include "cuda/common/device_util.cuh"
+#include "cuda/common/i16_dot.cuh"
 
 namespace lily::cuda {
 namespace {

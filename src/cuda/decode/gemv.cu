@@ -4,8 +4,8 @@
 
 #include <type_traits>
 
-#include "cuda/device_util.cuh"
-#include "cuda/i16_dot.cuh"
+#include "cuda/common/device_util.cuh"
+#include "cuda/common/i16_dot.cuh"
 
 namespace lily::cuda {
 namespace {

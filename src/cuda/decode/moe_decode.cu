@@ -12,9 +12,9 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda/device_util.cuh"
-#include "cuda/moe_route.cuh"
-#include "cuda/moe_util.cuh"
+#include "cuda/common/device_util.cuh"
+#include "cuda/decode/moe_route.cuh"
+#include "cuda/decode/moe_util.cuh"
 
 namespace lily::cuda {
 namespace {

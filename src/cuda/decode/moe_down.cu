@@ -3,9 +3,9 @@
 // router + gate_up kernel's flag (moe_decode.cu) and the rows are requested before the PDL wait.
 #include <algorithm>
 
-#include "cuda/device_util.cuh"
-#include "cuda/moe_route.cuh"
-#include "cuda/moe_util.cuh"
+#include "cuda/common/device_util.cuh"
+#include "cuda/decode/moe_route.cuh"
+#include "cuda/decode/moe_util.cuh"
 
 namespace lily::cuda {
 namespace {

@@ -2,7 +2,7 @@
 // global logits, route_pre from the router-from-y form's parts summed in shared memory) and the softmax over the
 // selected; PreLogits loads and sums those parts (MoeArgs::pre).
 #pragma once
-#include "cuda/moe_util.cuh"
+#include "cuda/decode/moe_util.cuh"
 
 namespace lily::cuda::moe_detail {
 

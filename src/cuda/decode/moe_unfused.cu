@@ -5,8 +5,8 @@
 //    and writes route_idx/route_w. (Measured: the same top-k redone in every gate_up block cost 9 us per layer.)
 //  k_moe_gate_up: reads the routing, normalises x (post-attention RMSNorm), then one warp per intermediate row
 //    computes gate and up of a selected expert (or the shared one) and writes silu(g)*u.
-#include "cuda/device_util.cuh"
-#include "cuda/moe_util.cuh"
+#include "cuda/common/device_util.cuh"
+#include "cuda/decode/moe_util.cuh"
 
 namespace lily::cuda {
 namespace {

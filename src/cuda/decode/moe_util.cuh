@@ -1,7 +1,7 @@
 // Device helpers shared by the MoE decode kernels (moe_decode.cu: the fused router + gate_up; moe_down.cu: down;
 // moe_unfused.cu: router and gate_up as two launches).
 #pragma once
-#include "cuda/device_util.cuh"
+#include "cuda/common/device_util.cuh"
 
 namespace lily::cuda::moe_detail {
 

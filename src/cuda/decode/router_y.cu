@@ -8,9 +8,9 @@
 // makes M (and the int16 rows of A) once at load: W_r (and the shared-expert gate row) times nw and O dequantised to
 // f32, one f32 matrix product, rows stored as int16 with a per-row scale (max |row| -> 32767: each entry rounded by
 // at most half a step, 2^-16 of the row's largest, where f16's 11 significant bits left up to 2^-12 of the entry).
-#include "cuda/cuda_check.h"
-#include "cuda/device_util.cuh"
-#include "cuda/router_y.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/device_util.cuh"
+#include "cuda/decode/router_y.h"
 
 namespace lily::cuda {
 namespace {

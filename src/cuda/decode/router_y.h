@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/kernels.h"
+#include "cuda/decode/kernels.h"
 
 namespace lily::cuda {
 

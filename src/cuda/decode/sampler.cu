@@ -5,7 +5,7 @@
 #include <cfloat>
 #include <stdexcept>
 
-#include "cuda/device_util.cuh"
+#include "cuda/common/device_util.cuh"
 #include "engine/sample_math.h"
 
 namespace lily::cuda {

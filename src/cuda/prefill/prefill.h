@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "cuda/kernels.h"
+#include "cuda/decode/kernels.h"
 
 namespace lily::cuda {
 

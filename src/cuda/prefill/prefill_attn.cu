@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <cfloat>
 
-#include "cuda/prefill.h"
-#include "cuda/prefill_util.cuh"
+#include "cuda/prefill/prefill.h"
+#include "cuda/prefill/prefill_util.cuh"
 
 namespace lily::cuda {
 namespace {

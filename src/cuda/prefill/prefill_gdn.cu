@@ -18,8 +18,8 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda/prefill.h"
-#include "cuda/prefill_util.cuh"
+#include "cuda/prefill/prefill.h"
+#include "cuda/prefill/prefill_util.cuh"
 
 namespace lily::cuda {
 namespace {

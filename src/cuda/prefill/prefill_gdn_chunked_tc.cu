@@ -35,8 +35,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/prefill.h"
-#include "cuda/prefill_util.cuh"
+#include "cuda/prefill/prefill.h"
+#include "cuda/prefill/prefill_util.cuh"
 
 namespace lily::cuda {
 namespace {

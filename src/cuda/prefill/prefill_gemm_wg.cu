@@ -17,11 +17,11 @@
 
 #include <type_traits>
 
-#include "cuda/cuda_check.h"
-#include "cuda/prefill.h"
-#include "cuda/prefill_gemm_tiles.cuh"
-#include "cuda/prefill_util.cuh"
-#include "cuda/wgmma.cuh"
+#include "cuda/common/cuda_check.h"
+#include "cuda/prefill/prefill.h"
+#include "cuda/prefill/prefill_gemm_tiles.cuh"
+#include "cuda/prefill/prefill_util.cuh"
+#include "cuda/prefill/wgmma.cuh"
 
 namespace lily::cuda {
 namespace {

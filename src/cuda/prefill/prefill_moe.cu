@@ -6,8 +6,8 @@
 //  k_combine: residual += sigmoid-gated shared expert + routing-weighted gather-sum of the expert rows.
 #include <cfloat>
 
-#include "cuda/prefill.h"
-#include "cuda/prefill_util.cuh"
+#include "cuda/prefill/prefill.h"
+#include "cuda/prefill/prefill_util.cuh"
 
 namespace lily::cuda {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "cuda/prefill.h"
-#include "cuda/prefill_util.cuh"
+#include "cuda/prefill/prefill.h"
+#include "cuda/prefill/prefill_util.cuh"
 
 namespace lily::cuda {
 namespace {

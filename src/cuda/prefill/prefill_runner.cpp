@@ -3,13 +3,13 @@
 // the residual, RMSNorm -> operand rows, MoE (router GEMM, device routing, grouped expert GEMMs, shared expert,
 // combine); final RMSNorm + lm_head on the rows whose logits are wanted. Operand rows are bf16 or fp16 (+ low
 // part, + row scale) by prec_; in the fp16 modes the mixers and SiLU*mul write f32 to stage_ and to_act converts.
-#include "cuda/prefill_runner.h"
+#include "cuda/prefill/prefill_runner.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
-#include "cuda/cuda_check.h"
+#include "cuda/common/cuda_check.h"
 
 namespace lily::cuda {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "cuda/cuda_backend.h"
-#include "cuda/phase_timer.h"
-#include "cuda/prefill.h"
+#include "cuda/common/phase_timer.h"
+#include "cuda/prefill/prefill.h"
 
 namespace lily::cuda {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "cuda/device_util.cuh"
+#include "cuda/common/device_util.cuh"
 
 namespace lily::cuda {
 
