@@ -135,6 +135,22 @@ TEST_P(CudaPrefillTiny, PromptLogitsMatchReference) {
   EXPECT_GE(s.top1, L - tol.flips);
   EXPECT_LE(s.max_abs, tol.prefill);
   EXPECT_EQ(st->pos, L);
+  // the reference prefill kernels (LILY_CUDA_PREFILL_SIMPLE=1: no tensor-core GEMM or flash attention, W dequantised
+  // in f32) in the same process, held to the same bound: they round no operand more than the default kernels do
+  std::unique_ptr<Backend> simple;
+  {
+    ScopedEnv p("LILY_CUDA_PREFILL_PRECISION", prec.c_str()), sk("LILY_CUDA_PREFILL_SIMPLE", "1");
+    simple = make_cuda_backend(w);
+  }
+  std::vector<float> got2(size_t(L) * V, NAN);
+  auto st2 = simple->new_state(1024);
+  simple->forward(*st2, ids.data(), L, L, got2.data(), {});
+  const Cmp s2 = compare(got2.data(), want.data(), L, V);
+  std::printf("[ prefill %s %s prompt vs HF, reference kernels ] top-1 %d/%d, max |dlogit| %.3g\n", layout.c_str(),
+              prec.c_str(), s2.top1, s2.rows, s2.max_abs);
+  EXPECT_FALSE(s2.nan);
+  EXPECT_GE(s2.top1, L - tol.flips);
+  EXPECT_LE(s2.max_abs, tol.prefill);
 }
 
 // The last 8 rows of the long prompt through b, in prompt chunks of `chunk` tokens.

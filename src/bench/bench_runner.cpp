@@ -64,7 +64,8 @@ double run_sampled(Backend& be, int n, int32_t first_id, int steps, float temp, 
   be.fill_context_for_timing(*st, n);
   auto cont = [](int32_t) { return true; };
   auto run = [&](int k) {
-    return host ? be.Backend::decode_sample(*st, smp, first_id, k, cont) : be.decode_sample(*st, smp, first_id, k, cont);
+    if (host) return be.Backend::decode_sample(*st, smp, first_id, k, cont);  // the host sampler (the default)
+    return be.decode_sample(*st, smp, first_id, k, cont);
   };
   run(4);
   const auto t0 = Clock::now();

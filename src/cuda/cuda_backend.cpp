@@ -450,19 +450,6 @@ void CudaBackend::print_btrace(unsigned long long base) const {
   }
 }
 
-size_t CudaBackend::step_weight_bytes() const {
-  auto b = [](const DMat& m) { return w_bytes(m) + sb_words(m) * 4; };
-  size_t t = b(lm_head_) + size_t(embed_.row_bytes) + size_t(embed_.sb_row) * 4;
-  for (const DLayer& d : layers_) {
-    t += d.is_full ? b(d.q) + b(d.k) + b(d.v) + b(d.o) : b(d.qkv) + b(d.z) + b(d.a) + b(d.b) + b(d.out);
-    t += b(d.router) + b(d.shg) + b(d.sh_gate) + b(d.sh_up) + b(d.sh_down);
-    t += size_t(cfg_.top_k) * (b(d.gate.m) + b(d.up.m) + b(d.down.m));
-    if (d.ry_m)  // M and its scales (the router's rows are read by in_proj then, as many bytes)
-      t += size_t(cfg_.n_experts + 1) * (size_t((d.is_full ? d.o : d.out).cols) * 2 + 4);
-  }
-  return t;
-}
-
 std::unique_ptr<SeqState> CudaBackend::new_state(int max_ctx) {
   if (max_ctx < 1) throw Error("cuda: max_ctx must be positive");
   return std::make_unique<CudaState>(this, cfg_, max_ctx);

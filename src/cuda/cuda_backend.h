@@ -85,7 +85,6 @@ class CudaBackend : public Backend {
                     const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr) override;
 
   size_t weight_bytes() const { return weight_bytes_; }   // device bytes of weights
-  size_t step_weight_bytes() const;                        // weight bytes one decode step reads
 
   void* dev_alloc(size_t bytes);  // owned by the backend, freed with it
   void dev_free(void* p);

@@ -184,9 +184,9 @@ __device__ __forceinline__ void requant(const XF& src, X& dst, int n) {
 // flight.
 // Saves the router's launch, its last-block fence + atomic + serial top-k, and one x prologue.
 // PRE: the router-from-y form (MoeArgs::pre): no router rows, no barrier, the summed logits' top-k after x; RF (PRE
-// only, where a row fits one pair's registers): the top-k first and the warp's first routed pair requested before the x prologue,
-// so their DRAM round trip overlaps it (the weights, which need x's RMS factor, after it). x's loads issued before
-// the rows' too measured slower (docs/performance-log.md). 
+// only, where a row fits one pair's registers): the top-k first and the warp's first routed pair requested before
+// the x prologue, so their DRAM round trip overlaps it (the weights, which need x's RMS factor, after it). x's loads
+// issued before the rows' too measured slower (docs/performance-log.md).
 template <int FMT, int RFMT, class X, bool PRE = false, bool RF = false>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs a) {
   static_assert(PRE || !RF, "rows first needs the summed logits");
