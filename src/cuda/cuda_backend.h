@@ -93,7 +93,11 @@ class CudaBackend : public Backend {
   DMat upload(const QMatrix& m, const char* what);
   DStack upload_stack(const ExpertStack& s, const char* what);
   float* upload_f32(const std::vector<float>& v);
-  void enqueue_step(cudaStream_t s, bool sample);
+  void enqueue_step(cudaStream_t s, bool sample);  // the step's launch sequence (decode/cuda_step.cpp)
+  void router_y_sides(const DLayer& d, GemvSide& side_a, GemvSide& side_m) const;
+  void enqueue_gdn(const DLayer& d, const GemvSide& side_a, const GemvSide& side_m, cudaStream_t s);
+  void enqueue_attn(const DLayer& d, const GemvSide& side_a, const GemvSide& side_m, cudaStream_t s);
+  void enqueue_moe(const DLayer& d, cudaStream_t s);
   void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s, unsigned long long* trace = nullptr,
                      const GemvSide* side = nullptr);
   void begin(CudaState& st, int n_given);
