@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One command for the GPU machine: every CUDA test, the `small` fixture (real head sizes) made with transformers
+# One command for a GPU machine: every CUDA test, the `small` fixture (real head sizes) made with transformers
 # and compared through `lily eval` on CUDA and the CPU reference, `lily run`/`lily serve` on CUDA end to end,
 # and the full benchmark on the synthetic full-size model. Usage: scripts/gpu-check.sh BUILD_DIR OUT_DIR
 # (BUILD_DIR holds lily and lily_tests built with CUDA; OUT_DIR receives the logs, bench JSON and plot).
@@ -28,6 +28,12 @@ if timeout 240 python3 tools/fixtures/make_fixtures.py /tmp/lily-small small > "
     echo "-- $layout cuda, decode path, the router's own rows (LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTER_Y=0)"
     LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTER_Y=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
+    echo "-- $layout cuda, decode path, f32 activations (LILY_CUDA_PREFILL=0 LILY_CUDA_INT8_X=0)"
+    LILY_CUDA_PREFILL=0 LILY_CUDA_INT8_X=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
+      --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
+    echo "-- $layout cuda, reference prefill kernels (LILY_CUDA_PREFILL_SIMPLE=1)"
+    LILY_CUDA_PREFILL_SIMPLE=1 "$B/lily" eval --model /tmp/lily-small/model-$layout \
+      --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
   done
 else
   echo "make_fixtures.py failed (see small_fixture.log)"; tail -5 "$OUT/small_fixture.log"
@@ -44,12 +50,12 @@ kill $spid; wait $spid 2>/dev/null
 echo "== bench"
 timeout "${BENCH_TIMEOUT:-330}" "$B/lily" bench --backend cuda --synthetic qwen3.6-35b-a3b --limits \
   --reps "${BENCH_REPS:-2}" --json "$OUT/bench-cuda.json" --plot "$OUT/bench-cuda.svg" 2>&1 | tee "$OUT/bench.txt" | tail -30
+echo "== sampled decode (device and host sampler) at 4K"
+timeout 300 "$B/lily" bench --backend cuda --synthetic qwen3.6-35b-a3b --prefill-lengths 256 --decode-contexts 4K \
+  --decode-context unfilled --decode-steps 256 --reps 1 --sampled 2>&1 | tee "$OUT/bench-sampled.txt" | tail -4
 echo "== router logits from y: A/B of LILY_CUDA_ROUTER_Y=0|1, same binary, alternated twice (RY_AB=0 skips)"
 if [ "${RY_AB:-1}" = 1 ]; then
-  for _ in 1 2; do
-    for ry in 0 1; do
-      echo "-- LILY_CUDA_ROUTER_Y=$ry"
-      LILY_CUDA_ROUTER_Y=$ry timeout 120 "$B/lily" cudabench --ctx 256,4096 --steps 256 2>&1 | tail -2
-    done
-  done | tee "$OUT/router_y_ab.txt"
+  ROUNDS=2 timeout 600 scripts/ab-switch.sh "$B/lily" LILY_CUDA_ROUTER_Y "0 1" --synthetic qwen3.6-35b-a3b \
+    --backend cuda --prefill-lengths 256 --decode-contexts 256,4K --decode-context unfilled --decode-steps 256 \
+    --reps 1 | tee "$OUT/router_y_ab.txt"
 fi

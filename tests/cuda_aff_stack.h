@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "cuda/kernels.h"
+#include "cuda/decode/kernels.h"
 #include "cuda_test_buffers.h"
 #include "model/weights.h"
 

@@ -1,4 +1,4 @@
-// Host model of the CUDA decode path's int8 activations (src/cuda/device_util.cuh, XQ): x per 32-element chunk as
+// Host model of the CUDA decode path's int8 activations (src/cuda/common/device_util.cuh, XQ): x per 32-element chunk as
 // d * (254*h + l), h = round(x/dx), dx = max|x|/127, l = round((x - h*dx) * 254/dx), d = dx/254, and the 4-bit
 // GEMV as sum over groups of s*Sum(q x~) + b*Sum(x) (bias with the exact x). Kernel tests compare the int8 path
 // against this model (rounding-level bounds) as well as against the exact reference.

@@ -69,3 +69,22 @@ TEST(Bench, UnfilledDecodeContextOnTheTinyModel) {
   be->fill_context_for_timing(*st, 50);
   EXPECT_EQ(st->pos, 50);
 }
+
+// --sampled: every decode context is also timed through decode_sample (the backend's sampler at T = 1 and at
+// T = 0.7 / top-k 20 / top-p 0.9, then the host sampler), on a context of zeros; prefill lengths are not.
+TEST(Bench, SampledDecodeOnTheTinyModel) {
+  auto w = load_model(std::string(LILY_TEST_DIR) + "/fixtures/tiny/model-mlx-4bit");
+  auto be = make_backend("cpu", w);
+  BenchOptions opt;
+  opt.prefill_lengths = {8};
+  opt.decode_contexts = {16};
+  opt.reps = 1;
+  opt.decode_steps = 5;
+  opt.sampled = true;
+  auto res = run_bench(*be, opt);
+  ASSERT_EQ(res.size(), 2u);
+  EXPECT_EQ(res[0].sampled_t1, 0.0);  // 8: a prefill length only
+  EXPECT_GT(res[1].sampled_t1, 0.0);
+  EXPECT_GT(res[1].sampled_k20, 0.0);
+  EXPECT_GT(res[1].sampled_host_k20, 0.0);
+}

@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/kernels.h"
+#include "cuda/decode/kernels.h"
 #include "int8x_model.h"
 #include "xq_image_host.h"
 
@@ -218,60 +218,6 @@ TEST_P(CudaMoeDecode, MatchesReference) {
     for (int i : {0, 2, 3, 4, 5, 6, 7}) EXPECT_EQ(ctr[size_t(i)], 0u) << "pre rep " << rep << " word " << i;
     EXPECT_LT(testmetrics::rms_rel_err(down(dx, H), int8x ? want_q : want), 1e-5) << "pre rep " << rep;
   }
-  // The one-wave form (MoeArgs::one_wave): down inside the fused kernel from column-blocked copies of the down
-  // matrices, on the f32 act values (int8 x for gate/up only) or (ow_int8) on each expert's weight x act quantised in
-  // 8-value chunks; summed over the blocks in a fixed order.
-  std::vector<float> want_ow(x), want_ow8(x);
-  moe(int8x, want_ow, false);
-  for (int j = 0; j <= K; ++j) {
-    const QMatrix& d = j < K ? dn.q[idx[j]] : sd.q[0];
-    const int inter = j < K ? I : Is;
-    std::vector<float> act = j < K ? expert_act(gate.q[idx[j]], up.q[idx[j]], I, int8x)
-                                   : expert_act(sg.q[0], su.q[0], Is, int8x);
-    const float scale = j < K ? wt[size_t(j)] : ref::sigmoid(shg);
-    for (float& v : act) v *= scale;
-    const std::vector<float> aq = testing_int8x::quant_hilo(act.data(), inter, 8);
-    std::vector<float> y(H);
-    testing_int8x::matvec_hilo_prequant(d, aq.data(), act.data(), y.data());
-    for (int i = 0; i < H; ++i) want_ow8[size_t(i)] += y[size_t(i)];
-  }
-  cuda::MoeArgs ow = a;
-  ow.one_wave = 1;
-  const size_t dnw = size_t(E) * H * (I / 8), dng = size_t(E) * H * (I / 64);
-  const size_t shw = size_t(H) * (Is / 8), shg_words = size_t(H) * (Is / 64);
-  uint32_t* cb = dev.poisoned<uint32_t>(dnw + dng + shw + shg_words);
-  ow.ow_down = cuda::make_colblk(dn.d, E, cb, cb + dnw);
-  cuda::DStack sds = sd.d;
-  sds.w_stride = sd.d.m.row_bytes * sd.d.m.rows;
-  ow.ow_sh_down = cuda::make_colblk(sds, 1, cb + dnw + dng, cb + dnw + dng + shw);
-  ow.ow_part = dev.poisoned(cuda::moe_ow_part_floats(ow));
-  int dv = 0, major = 0;
-  CK(cudaGetDevice(&dv));
-  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dv));
-  const bool ok = cuda::moe_one_wave_ok(ow);
-  EXPECT_EQ(ok, int8x && major >= 9) << "the one-wave form needs the int8 x and sm_90";
-  if (!ok) return;
-  std::vector<float> first;
-  for (int rep = 0; rep < 6; ++rep) {  // reps 3..5: ow_int8; 2, 5: part-major parts; the barrier resets itself
-    const bool pm = rep % 3 == 2;
-    ow.ow_int8 = rep >= 3;
-    ow.pre = pm ? d_pre_pm : d_pre;
-    ow.pre_es = pm ? 1 : cuda::kMoePreStride;
-    ow.pre_ps = pm ? cuda::kMoePrePartStride : 1;
-    CK(cudaMemcpy(dx, x.data(), H * 4, cudaMemcpyHostToDevice));
-    cuda::moe_route_gate_up(ow, nullptr, true);  // no moe_down
-    CK(cudaDeviceSynchronize());
-    std::vector<int32_t> gidx(K);
-    CK(cudaMemcpy(gidx.data(), ow.route_idx, K * 4, cudaMemcpyDeviceToHost));
-    for (int j = 0; j < K; ++j) EXPECT_EQ(gidx[j], pidx[j]) << "one wave rep " << rep << " slot " << j;
-    const std::vector<uint32_t> ctr = down(ow.route_done, 8);
-    for (int i : {0, 2, 3, 4, 5, 6, 7}) EXPECT_EQ(ctr[size_t(i)], 0u) << "one wave rep " << rep << " word " << i;
-    const std::vector<float> got = down(dx, H);
-    EXPECT_LT(testmetrics::rms_rel_err(got, ow.ow_int8 ? want_ow8 : want_ow), 1e-5) << "one wave rep " << rep;
-    EXPECT_LT(testmetrics::rms_rel_err(got, want), 2e-4) << "one wave rep " << rep;
-    if (rep % 3 == 0) first = got;
-    else EXPECT_EQ(got, first) << "one wave rep " << rep << ": the same sums in the same order";
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(ActivationsLaunchesExperts, CudaMoeDecode,
@@ -350,12 +296,8 @@ TEST_P(CudaAttnDecode, MatchesReference) {
   a.part = dev.poisoned(size_t(nkv) * cuda::kAttnPartSlots * (8 * hd + 16));
   a.out = dev.poisoned(size_t(nq) * hd);
   a.ctl = dctl;
-  struct Restore {
-    int v = cuda::attn_merge_levels();
-    ~Restore() { cuda::set_attn_merge_levels(v); }
-  } restore;
   for (int levels : {0, 1, 2}) {  // the spread merge (default), one level, groups then groups of groups
-    cuda::set_attn_merge_levels(levels);
+    a.merge_levels = levels;
     for (int rep = 0; rep < 2; ++rep) {  // twice: the merge counters must reset themselves
       CK(cudaMemset(a.out, 0xFF, size_t(nq) * hd * 4));
       cuda::attn_decode(a, nullptr, true);

@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/kernels.h"
+#include "cuda/decode/kernels.h"
 #include "int8x_model.h"
 
 using namespace lily;
@@ -227,7 +227,7 @@ TEST(CudaGemv, HeadNormScalesEachHead) {
 TEST(CudaLmHead, LogitsArgmaxAndStepAdvance) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   // 5003 rows: at most one row per warp; 70001: ~33 rows per warp, so every row set of the 4-bit form
-  // (LILY_CUDA_LM_SETS) turns over several times. Neither is a multiple of any warp / block count. 4096 columns:
+  // (k_lm_head's NB) turns over several times. Neither is a multiple of any warp / block count. 4096 columns:
   // rows of more than one chunk round (the one-set loop's further rounds).
   struct Case {
     int fmt, rows, cols;

@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/prefill.h"
+#include "cuda/prefill/prefill.h"
 
 using namespace lily;
 
@@ -93,8 +93,7 @@ void make(Mat& m, Dev& dev, int rows, int cols, int fmt, int E, std::mt19937& rn
 constexpr int kPathSimple = 0;
 const char* fmt_name(int fmt) { return fmt == cuda::kQ4 ? "q4" : fmt == cuda::kQ8 ? "q8" : "bf16"; }
 const char* path_name(int path) { return path == kPathSimple ? "simple" : cuda::gemm_kernel_name(path); }
-const auto kPaths = ::testing::Values(kPathSimple, int(cuda::kGemmKernelV1), int(cuda::kGemmKernelV2),
-                                      int(cuda::kGemmKernelWG));
+const auto kPaths = ::testing::Values(kPathSimple, int(cuda::kGemmKernelV2), int(cuda::kGemmKernelWG));
 // the wgmma kernel runs only on Hopper with an sm_90a build
 bool path_unavailable(int path) { return path == cuda::kGemmKernelWG && !cuda::prefill_gemm_wg_available(); }
 
@@ -377,118 +376,6 @@ TEST(PrefillPrec, ParsesEnvValues) {
   EXPECT_THROW(cuda::parse_prefill_prec(""), Error);
 }
 
-// k_gemm_v2 against k_gemm, bit for bit (the same operand rounding and, per accumulator, the same mma sequence):
-// every format x operand precision; dense store and add at both tile heights (M 150 -> BM 128, M 50 -> BM 64),
-// grouped SiLU*mul with bf16 and f32 output at tile 64 and 128; K = 64 .. 320 (1 .. 5 k-tiles: the v2 pipeline's
-// prologue and tail). N = 200 and I = 96 leave partial column tiles. Outputs are NaN-poisoned and must be finite.
-class PrefillGemmV2 : public ::testing::TestWithParam<std::tuple<int, int>> {};
-
-TEST_P(PrefillGemmV2, BitIdenticalToV1) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const auto [fmt, prec] = GetParam();
-  std::mt19937 rng(23 + fmt + 5 * prec);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  Dev dev;
-  int mismatched = 0, nonfinite = 0, compared = 0;
-  // runs g in `mode` with both kernels (outputs start from init, or NaN when empty) and compares the bytes
-  auto both = [&](cuda::GemmArgs g, int mode, size_t n, bool bf16_out, const std::vector<float>& init,
-                  const char* what) {
-    std::vector<uint8_t> out[2];
-    for (int k = 0; k < 2; ++k) {
-      g.kernel = k == 0 ? cuda::kGemmKernelV1 : cuda::kGemmKernelV2;
-      if (bf16_out) g.Cb = dev.poisoned<uint16_t>(n);
-      else g.C = init.empty() ? dev.poisoned<float>(n) : dev.up(init);
-      cuda::prefill_gemm(g, mode, nullptr);
-      CK(cudaDeviceSynchronize());
-      if (bf16_out) {
-        const auto v = down(g.Cb, n);
-        out[k].assign(reinterpret_cast<const uint8_t*>(v.data()), reinterpret_cast<const uint8_t*>(v.data() + n));
-        if (k == 1)
-          for (uint16_t x : v) nonfinite += !std::isfinite(bf16_to_f32(x));
-      } else {
-        const auto v = down(g.C, n);
-        out[k].assign(reinterpret_cast<const uint8_t*>(v.data()), reinterpret_cast<const uint8_t*>(v.data() + n));
-        if (k == 1)
-          for (float x : v) nonfinite += !std::isfinite(x);
-      }
-    }
-    ++compared;
-    if (out[0] != out[1]) {
-      ++mismatched;
-      ADD_FAILURE() << what << ": v2 differs from v1";
-    }
-  };
-  for (const int K : {64, 128, 192, 256, 320}) {
-    const int M = 150, N = 200;
-    Mat w;
-    make(w, dev, N, K, fmt, 1, rng);
-    std::vector<float> a(size_t(M) * K), c0(size_t(M) * N);
-    for (auto& v : a) v = u(rng);
-    for (auto& v : c0) v = u(rng);
-    cuda::ActRows ar;
-    ar.hi = dev.poisoned<uint16_t>(a.size());
-    if (prec != cuda::kPrecBF16) ar.scale = dev.poisoned<float>(size_t(M));
-    if (prec == cuda::kPrecSplit) ar.lo = dev.poisoned<uint16_t>(a.size());
-    cuda::prefill_quant_rows(dev.up(a), K, M, K, prec, ar, nullptr);
-    cuda::GemmArgs g;
-    g.A = ar.hi;
-    g.A_lo = ar.lo;
-    g.a_scale = ar.scale;
-    g.prec = prec;
-    g.lda = K;
-    g.W0 = w.d;
-    g.ldc = N;
-    const std::string k_name = "K " + std::to_string(K);
-    for (const int m : {M, 50}) {
-      g.M = m;
-      both(g, cuda::kGemmStore, size_t(m) * N, false, {}, (k_name + " store M " + std::to_string(m)).c_str());
-      both(g, cuda::kGemmAdd, size_t(m) * N, false, std::vector<float>(c0.begin(), c0.begin() + size_t(m) * N),
-           (k_name + " add M " + std::to_string(m)).c_str());
-    }
-    const int E = 3, I = 96, cnt[E] = {70, 0, 200};
-    Mat gt, upm;
-    make(gt, dev, I, K, fmt, E, rng);
-    make(upm, dev, I, K, fmt, E, rng);
-    for (const int tile_m : {cuda::kGemmTileM, cuda::kGemmTileMBig}) {
-      std::vector<int32_t> rows, tiles;
-      const int r = grouped_rows_and_tiles(cnt, E, M, tile_m, rows, tiles);
-      cuda::GemmArgs q = grouped_args(dev, g, rows, tiles, gt, upm, tile_m, I);
-      const std::string t_name = k_name + " silu*mul tile " + std::to_string(tile_m);
-      both(q, cuda::kGemmSiluMul, size_t(r) * I, true, {}, (t_name + " bf16 out").c_str());
-      q.Cb = nullptr;
-      both(q, cuda::kGemmSiluMul, size_t(r) * I, false, {}, (t_name + " f32 out").c_str());
-    }
-  }
-  std::printf("[ prefill gemm v2 vs v1 %s %s ] %d of %d outputs differ, %d non-finite values\n", fmt_name(fmt),
-              cuda::prefill_prec_name(prec), mismatched, compared, nonfinite);
-  EXPECT_EQ(nonfinite, 0);
-}
-
-INSTANTIATE_TEST_SUITE_P(Formats, PrefillGemmV2,
-                         ::testing::Combine(::testing::Values(int(cuda::kQ4), int(cuda::kQ8), int(cuda::kBF16)),
-                                            ::testing::Values(int(cuda::kPrecBF16), int(cuda::kPrecFP16),
-                                                              int(cuda::kPrecSplit))),
-                         [](const auto& info) {
-                           return std::string(fmt_name(std::get<0>(info.param))) + "_" +
-                                  cuda::prefill_prec_name(std::get<1>(info.param));
-                         });
-
-TEST(PrefillGemmKernel, ParsesEnvValues) {
-  EXPECT_EQ(cuda::parse_gemm_kernel("v1"), cuda::kGemmKernelV1);
-  EXPECT_EQ(cuda::parse_gemm_kernel("v2"), cuda::kGemmKernelV2);
-  EXPECT_EQ(cuda::parse_gemm_kernel("wg"), cuda::kGemmKernelWG);
-  EXPECT_EQ(cuda::parse_gemm_kernel("auto"), cuda::kGemmKernelAuto);
-  EXPECT_THROW(cuda::parse_gemm_kernel("WG"), Error);
-  EXPECT_THROW(cuda::parse_gemm_kernel("v3"), Error);
-  EXPECT_THROW(cuda::parse_gemm_kernel("V2"), Error);
-  EXPECT_THROW(cuda::parse_gemm_kernel(""), Error);
-  try {
-    cuda::parse_gemm_kernel("x");
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("LILY_CUDA_GEMM"), std::string::npos);
-  }
-}
-
 // Mean time of `reps` launches of g (after one warm-up), in ms.
 double time_gemm(const cuda::GemmArgs& g, int mode, int reps) {
   cuda::prefill_gemm(g, mode, nullptr);
@@ -506,7 +393,7 @@ double time_gemm(const cuda::GemmArgs& g, int mode, int reps) {
   return ms / reps;
 }
 
-// Rate of the tensor-core GEMMs, v1, v2 and wg (where available), per operand precision (printed; the bench reports the end-to-end
+// Rate of the tensor-core GEMMs, v2 and wg (where available), per operand precision (printed; the bench reports the end-to-end
 // rate): a 4096 x 8192 x 2048 Q4 dense store, and the MoE gate+up of a 4096-token chunk (256 experts x ~128 rows,
 // I = 512 gate + 512 up rows, K = 2048, rows gathered, 128-row tiles, bf16 output; FLOPs counted once).
 TEST(PrefillGemmSpeed, Q4LargeTiles) {
@@ -563,7 +450,7 @@ TEST(PrefillGemmSpeed, Q4LargeTiles) {
     q.n_tiles = d_nt;
     q.max_tiles = ntv[0];
     q.tile_m = cuda::kGemmTileMBig;
-    for (int kernel : {int(cuda::kGemmKernelV1), int(cuda::kGemmKernelV2), int(cuda::kGemmKernelWG)}) {
+    for (int kernel : {int(cuda::kGemmKernelV2), int(cuda::kGemmKernelWG)}) {
       if (path_unavailable(kernel) || (kernel == cuda::kGemmKernelWG && prec == cuda::kPrecSplit)) continue;
       g.kernel = q.kernel = kernel;
       const double ms = time_gemm(g, cuda::kGemmStore, 10);

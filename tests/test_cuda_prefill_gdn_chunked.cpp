@@ -1,10 +1,9 @@
-// The chunked GDN prefill path (k_prep + k_cscan, GdnChunkArgs::chunked) against the token-by-token CPU reference
-// and against the sequential GPU scan on random inputs: two calls (state and conv ring carried), partial chunks,
-// Dv not a multiple of the 32-row slice, weak and strong decay. Outputs (f32 y, obuf, cbuf) are poisoned with NaN
-// first; NaN never passes. The sequential scan kernels (plain, pipe, wide: GdnChunkArgs::scan) against the same
-// reference at more shapes (Dk 32..128, Dv not a multiple of 16, one-token chunks). The tensor-core chunked kernels
-// (GdnChunkArgs::chunked_tc) against the reference with a tf32 bound. Plus a timing print of the paths and scan
-// kernels at the full model's head sizes (n up to 4096). Skipped without a device.
+// The GDN prefill paths against the token-by-token CPU reference on random inputs: two calls (state and conv ring
+// carried), partial chunks, Dv not a multiple of the 32-row slice, weak and strong decay. Outputs (f32 y, obuf,
+// cbuf) are poisoned with NaN first; NaN never passes. The tensor-core chunked kernels (GdnChunkArgs::chunked) with
+// a tf32 bound; the sequential scan kernels (plain, the reference, and wide: GdnChunkArgs::scan) at more shapes (Dk
+// 32..128, Dv not a multiple of 16, one-token chunks). Plus a timing print of the paths and scan kernels at the
+// full model's head sizes (n up to 4096). Skipped without a device.
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
@@ -23,7 +22,7 @@
 #include "core/error.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/prefill.h"
+#include "cuda/prefill/prefill.h"
 
 using namespace lily;
 
@@ -67,9 +66,9 @@ void reference(const Problem& p, std::vector<float>& want, std::vector<float>& S
 }
 
 // runs prefill_gdn over the problem in two calls (n1, n2); returns f32 y and the final state. took: both calls
-// took the chunked path iff chunked, and the sequential ones the scan kernel `scan` (< 0: the environment's).
+// took the chunked path iff chunked, and the sequential ones the scan kernel `scan` (< 0: the default, wide).
 void run_gpu(const Problem& p, int n1, bool chunked, std::vector<float>& y, std::vector<float>& S, bool& took,
-             int scan = -1, bool tc = false) {
+             int scan = -1) {
   Dev dev;
   const int n = p.n, cd = p.cd, vd = p.vd;
   float* dproj = dev.up(p.proj);
@@ -82,7 +81,6 @@ void run_gpu(const Problem& p, int n1, bool chunked, std::vector<float>& y, std:
   a.cbuf = dev.up(std::vector<float>(size_t(n) * cd, NAN));
   a.obuf = dev.up(std::vector<float>(size_t(n) * vd, NAN));
   a.chunked = chunked;
-  a.chunked_tc = tc;
   a.scan = scan;
   a.ws = dev.up(std::vector<float>(cuda::prefill_gdn_ws_floats(n, p.Hv, p.Dk, p.Dv), NAN));
   float* dy = dev.up(std::vector<float>(size_t(n) * vd, NAN));
@@ -102,34 +100,8 @@ void run_gpu(const Problem& p, int n1, bool chunked, std::vector<float>& y, std:
   S = down(a.S, size_t(p.Hv) * p.Dv * p.Dk);
 }
 
-class PrefillGdnChunked : public ::testing::TestWithParam<Case> {};
-
-TEST_P(PrefillGdnChunked, MatchesReferenceAndSequentialScan) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const Case cs = GetParam();
-  const Problem p = make_problem(cs, unsigned(cs.n1 * 7 + cs.n2 + cs.Dv));
-  std::vector<float> want, Sw, yc, Sc, ys, Ss;
-  reference(p, want, Sw);
-  bool took_c = false, took_s = false;
-  run_gpu(p, cs.n1, true, yc, Sc, took_c);
-  run_gpu(p, cs.n1, false, ys, Ss, took_s);
-  ASSERT_TRUE(took_c && took_s) << "the chunked path was not taken where expected";
-  const double ey = testmetrics::max_rel_err(yc, want), es = testmetrics::max_rel_err(Sc, Sw), eys = testmetrics::max_rel_err(ys, want), ess = testmetrics::max_rel_err(Ss, Sw), ecs = testmetrics::max_rel_err(yc, ys);
-  std::printf("[ gdn chunked ] Hv %d Dk %d Dv %d n %d+%d decay %.0f: chunked y %.2e S %.2e | sequential y %.2e S "
-              "%.2e | chunked vs sequential y %.2e\n",
-              cs.Hv, cs.Dk, cs.Dv, cs.n1, cs.n2, cs.decay, ey, es, eys, ess, ecs);
-  EXPECT_LT(ey, 1e-4);
-  EXPECT_LT(es, 1e-4);
-  EXPECT_LT(ecs, 1e-4);
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGdnChunked,
-                         ::testing::Values(Case{2, 4, 64, 32, 40, 150, 1.f}, Case{2, 4, 128, 128, 100, 200, 30.f},
-                                           Case{1, 2, 128, 48, 64, 129, 1.f}, Case{2, 4, 32, 64, 33, 64, 30.f},
-                                           Case{16, 32, 128, 128, 130, 190, 1.f}));
-
-// The tensor-core chunked kernels (k_prep_tc + k_cscan_tc, GdnChunkArgs::chunked_tc) against the same
-// token-by-token reference, on the shapes above plus Dk 96 with Dv 40 (an 8-row value slice) and the real heads
+// The tensor-core chunked kernels (k_prep_tc + k_cscan_tc, GdnChunkArgs::chunked) against the token-by-token
+// reference: weak and strong decay, Dk 32 / 64 / 128, Dv 32..128 incl. 48, partial chunks, plus Dk 96 with Dv 40 (an 8-row value slice) and the real heads
 // with strong decay. Bound 2e-3, derived from the kernels' arithmetic (not fitted). A single tf32 product rounds
 // both operands to 10 explicit mantissa bits (u = 2^-11 each; fp16-stored operands carry the same u), so it is
 // off by at most 2u sum|a_i b_i|, about 2u of the result's scale for these normalised q, k. The products whose
@@ -139,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGdnChunked,
 // most two of them in a row (the update that built M, then (Q eg) M^T), so 4u = 2^-9 = 1.95e-3 of the output
 // scale; max_rel_err divides by the largest |want|, so this is conservative, and rounding errors of random sign
 // add like a random walk, so the measured error sits well below (H200: y, S max ~5e-4). The state S gets the
-// same bound. (The f32 SIMT path's 1e-4 cannot hold: one tf32 rounding alone is 4.9e-4.)
+// same bound. (The sequential f32 scan's 1e-4 cannot hold: one tf32 rounding alone is 4.9e-4.)
 class PrefillGdnChunkedTc : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PrefillGdnChunkedTc, MatchesReference) {
@@ -149,7 +121,7 @@ TEST_P(PrefillGdnChunkedTc, MatchesReference) {
   std::vector<float> want, Sw, y, S;
   reference(p, want, Sw);
   bool took = false;
-  run_gpu(p, cs.n1, true, y, S, took, -1, true);
+  run_gpu(p, cs.n1, true, y, S, took);
   ASSERT_TRUE(took) << "the tensor-core chunked path was not taken";
   const double ey = testmetrics::max_rel_err(y, want), es = testmetrics::max_rel_err(S, Sw);
   const double ry = testmetrics::rms_rel_err(y, want), rs = testmetrics::rms_rel_err(S, Sw);
@@ -165,42 +137,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillGdnChunkedTc,
                                            Case{16, 32, 128, 128, 130, 190, 1.f}, Case{1, 3, 96, 40, 45, 77, 1.f},
                                            Case{16, 32, 128, 128, 64, 300, 30.f}));
 
-// LILY_CUDA_GDN_CHUNKED values (host only, runs without a device)
-TEST(PrefillGdnChunkedEnv, ParsesValuesAndRejectsOthers) {
-  EXPECT_EQ(cuda::parse_gdn_chunked("0"), cuda::kGdnChunkedOff);
-  EXPECT_EQ(cuda::parse_gdn_chunked("1"), cuda::kGdnChunkedSimt);
-  EXPECT_EQ(cuda::parse_gdn_chunked("tc"), cuda::kGdnChunkedTc);
-  EXPECT_EQ(cuda::parse_gdn_chunked("auto"), cuda::kGdnChunkedAuto);
-  for (const char* bad : {"", "TC", "2", "true", "m"}) {
-    try {
-      cuda::parse_gdn_chunked(bad);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("LILY_CUDA_GDN_CHUNKED"), std::string::npos) << e.what();
-    }
-  }
-  for (int k : {cuda::kGdnChunkedOff, cuda::kGdnChunkedSimt, cuda::kGdnChunkedTc, cuda::kGdnChunkedAuto})
-    EXPECT_EQ(cuda::parse_gdn_chunked(cuda::gdn_chunked_name(k)), k);
-}
 
-// LILY_CUDA_GDN_SCAN values (host only, runs without a device)
-TEST(PrefillGdnScanEnv, ParsesNamesAndRejectsOthers) {
-  EXPECT_EQ(cuda::parse_gdn_scan("plain"), cuda::kGdnScanPlain);
-  EXPECT_EQ(cuda::parse_gdn_scan("pipe"), cuda::kGdnScanPipe);
-  EXPECT_EQ(cuda::parse_gdn_scan("wide"), cuda::kGdnScanWide);
-  for (const char* bad : {"", "Wide", "fast", "1"}) {
-    try {
-      cuda::parse_gdn_scan(bad);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("LILY_CUDA_GDN_SCAN"), std::string::npos) << e.what();
-    }
-  }
-  for (int k : {cuda::kGdnScanPlain, cuda::kGdnScanPipe, cuda::kGdnScanWide})
-    EXPECT_EQ(cuda::parse_gdn_scan(cuda::gdn_scan_name(k)), k);
-}
-
-// Each sequential scan kernel against the token-by-token reference, same bounds as the chunked path.
+// Each sequential scan kernel against the token-by-token reference (f32 throughout: bound 1e-4).
 // Shapes: the chunked cases (Dk 32 / 64 / 128, Dv 32..128 incl. 48, strong decay, the real 32 heads x 128 x 128)
 // plus Dk 96 with Dv 40 (a partial 16-row block of k_scan_wide, a partial 32-row block of k_scan) and n1 5, and
 // Dk 32 with Dv 24 and a one-token first chunk; n2 never a multiple of the 32-token batch.
@@ -228,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{1, 2, 128, 48, 64, 129, 1.f}, Case{2, 4, 32, 64, 33, 64, 30.f},
                                          Case{16, 32, 128, 128, 130, 190, 1.f}, Case{1, 3, 96, 40, 5, 77, 1.f},
                                          Case{2, 2, 32, 24, 1, 33, 30.f}),
-                       ::testing::Values(cuda::kGdnScanPlain, cuda::kGdnScanPipe, cuda::kGdnScanWide)),
+                       ::testing::Values(cuda::kGdnScanPlain, cuda::kGdnScanWide)),
     [](const ::testing::TestParamInfo<std::tuple<Case, int>>& i) {  // e.g. Hv32_Dk128_Dv128_n130_190_wide
       const Case& c = std::get<0>(i.param);
       return "Hv" + std::to_string(c.Hv) + "_Dk" + std::to_string(c.Dk) + "_Dv" + std::to_string(c.Dv) + "_n" +
@@ -274,33 +212,31 @@ TEST(PrefillGdnChunkedSpeed, FullHeadsSequentialVsChunked) {
     return ms / 5;
   };
   // conv + scan + norm
-  auto time_ms = [&](int n, bool chunked, int scan, bool tc = false) {
+  auto time_ms = [&](int n, bool chunked, int scan) {
     a.n = n;
     a.chunked = chunked;
-    a.chunked_tc = tc;
     a.chunked_min_n = 1;  // time the chunked kernels at every length
     a.scan = scan;
     return mean_ms([&] { cuda::prefill_gdn(a, nullptr); });
   };
   for (int n : {8, 16, 32, 64, 128, 256, 512, 2048, 4096}) {
-    const float seq = time_ms(n, false, -1), chk = time_ms(n, true, -1), tc = time_ms(n, true, -1, true);
-    std::printf("[ gdn speed ] n %5d: conv+scan+norm sequential (%s) %.3f ms  chunked f32 %.3f ms  chunked tc %.3f "
-                "ms (sequential / tc %.2fx)\n",
-                n, cuda::gdn_scan_name(cuda::gdn_scan_from_env()), seq, chk, tc, seq / tc);
+    const float seq = time_ms(n, false, -1), tc = time_ms(n, true, -1);
+    std::printf("[ gdn speed ] n %5d: conv+scan+norm sequential (wide) %.3f ms  chunked tc %.3f ms (sequential / tc "
+                "%.2fx)\n",
+                n, seq, tc, seq / tc);
   }
   // the tensor-core delta rule alone (k_prep_tc + k_cscan_tc, no conv / norm) at the 35B head sizes
   for (int n : {2048, 4096}) {
     a.n = n;
-    a.chunked = a.chunked_tc = true;
+    a.chunked = true;
     const float ms = mean_ms([&] { cuda::prefill_gdn_chunked_scan(a, nullptr); });
     std::printf("[ gdn speed ] n %5d: chunked tc delta rule alone (k_prep_tc + k_cscan_tc) %.3f ms\n", n, ms);
   }
   // the sequential scan kernels against each other at a full 2048-token chunk
   const int n = 2048;
-  const float plain = time_ms(n, false, cuda::kGdnScanPlain), pipe = time_ms(n, false, cuda::kGdnScanPipe);
-  const float wide = time_ms(n, false, cuda::kGdnScanWide);
-  std::printf("[ gdn speed ] n %5d: conv+scan+norm plain %.3f ms  pipe %.3f ms  wide %.3f ms  (pipe / wide %.2fx)\n",
-              n, plain, pipe, wide, pipe / wide);
+  const float plain = time_ms(n, false, cuda::kGdnScanPlain), wide = time_ms(n, false, cuda::kGdnScanWide);
+  std::printf("[ gdn speed ] n %5d: conv+scan+norm plain %.3f ms  wide %.3f ms  (plain / wide %.2fx)\n", n, plain,
+              wide, plain / wide);
   CK(cudaGetLastError());
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

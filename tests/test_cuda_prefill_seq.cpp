@@ -17,7 +17,7 @@
 #include "core/dtype.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/prefill.h"
+#include "cuda/prefill/prefill.h"
 #include "gdn_token_reference.h"
 
 using namespace lily;
@@ -85,7 +85,7 @@ TEST_P(PrefillGdn, TwoChunksMatchTokenByTokenReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Scans, PrefillGdn,
-                         ::testing::Values(cuda::kGdnScanPlain, cuda::kGdnScanPipe, cuda::kGdnScanWide),
+                         ::testing::Values(cuda::kGdnScanPlain, cuda::kGdnScanWide),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return std::string(cuda::gdn_scan_name(i.param));
                          });

@@ -1,4 +1,4 @@
-// Router-from-y (src/cuda/router_y.cu, LILY_CUDA_ROUTER_Y=1) kernel tests: the GEMV's side rows (GemvSide) next to
+// Router-from-y (src/cuda/decode/router_y.cu, the default unless LILY_CUDA_ROUTER_Y=0) kernel tests: the GEMV's side rows (GemvSide) next to
 // its own 4-bit rows, against a host double reference (f32 x and the int8 hi+lo x model), on the whole-row path (4096
 // columns, the model's out_proj) and the looped one: int16 rows on the GEMV's x, or 8-bit rows on its raw x times a
 // weight vector (in_proj's, before the norm); and M made at load against a host double product. Outputs poisoned;
@@ -20,8 +20,8 @@
 #include "core/dtype.h"
 #include "cpu/ref_ops.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/kernels.h"
-#include "cuda/router_y.h"
+#include "cuda/decode/kernels.h"
+#include "cuda/decode/router_y.h"
 #include "int8x_model.h"
 
 using namespace lily;
@@ -50,18 +50,15 @@ std::vector<uint16_t> random_i16(size_t n, std::mt19937& rng) {
 }
 double i16(uint16_t bits) { return double(int16_t(bits)); }
 
-// (int8 x, rows, cols, side rows R, kind): kind 0 = int16 rows on the GEMV's x (out_proj's M y); 1 / 2 = an 8-bit /
-// bf16 matrix on the raw x times raw_w while the GEMV normalises x (in_proj's A part, MLX / bf16 checkpoints); 3 =
-// int16 rows times rscale on the raw x (m_raw: A from int16 rows of W_r diag(nw), LILY_CUDA_RY_A=i16); 4 = kind 0
-// with its 8 pieces summed per block into one partial (block_sum, LILY_CUDA_SIDE_BLOCK_SUM)
+// (int8 x, rows, cols, side rows R, kind): kind 0 = int16 rows on the GEMV's x (out_proj's M y); 3 = int16 rows times
+// rscale on the raw x (m_raw: A from int16 rows of W_r diag(nw), q/k/v's side rows)
 class CudaGemvSide : public ::testing::TestWithParam<std::tuple<bool, int, int, int, int>> {};
 
 TEST_P(CudaGemvSide, MatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const bool int8x = std::get<0>(GetParam());
   const int rows = std::get<1>(GetParam()), cols = std::get<2>(GetParam()), R = std::get<3>(GetParam());
-  const int kind = std::get<4>(GetParam()) == 4 ? 0 : std::get<4>(GetParam());
-  const bool bsum = std::get<4>(GetParam()) == 4;
+  const int kind = std::get<4>(GetParam());
   const bool raw = kind > 0;
   struct Restore {
     bool v = cuda::decode_int8_x();
@@ -71,77 +68,43 @@ TEST_P(CudaGemvSide, MatchesReference) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   Dev dev;
-  AffStack o, q8;
+  AffStack o;
   make_stack(o, 1, rows, cols, 4, rng, dev);
-  if (kind == 1) make_stack(q8, 1, R, cols, 8, rng, dev);
-  std::vector<uint16_t> bf(kind == 2 ? size_t(R) * cols : 0);  // bf16 rows
-  for (auto& v : bf) v = f32_to_bf16(0.05f * u(rng));
-  std::vector<float> x(cols), rs(R), nw(cols), w2(cols), xn(cols);
+  std::vector<float> x(cols), rs(R), nw(cols), xn(cols);
   for (auto& v : x) v = 2.f * u(rng);
   for (auto& v : nw) v = 1.f + 0.3f * u(rng);
-  for (auto& v : w2) v = 1.f + 0.3f * u(rng);
   if (raw) ref::rmsnorm(x.data(), nw.data(), cols, 1e-6f, xn.data());
   const std::vector<float>& xg = raw ? xn : x;  // the GEMV's own x
   for (auto& v : rs) v = (1.f + 0.5f * u(rng)) / 4096.f;
   const std::vector<uint16_t> m = random_i16(size_t(R) * cols, rng);
   const int pieces = cols / cuda::kGemvSidePiece, ld = R + 3;  // piece-major partials here (the backend: row-major)
-  // references: the x the side rows see (raw x * w2 exact; else the GEMV's x, exact or the int8 hi+lo model's values)
-  std::vector<float> xe = int8x && !raw ? testing_int8x::quant_hilo(x.data(), cols) : x;
-  if (raw)
-    for (int c = 0; c < cols; ++c) xe[size_t(c)] = x[size_t(c)] * (kind == 3 ? 1.f : w2[size_t(c)]);
+  // references: the x the side rows see (the raw x exact; else the GEMV's x, exact or the int8 hi+lo model's values)
+  const std::vector<float> xe = int8x && !raw ? testing_int8x::quant_hilo(x.data(), cols) : x;
   std::vector<float> want_y(rows), want_p;
-  const std::vector<float> q8d = kind == 1 ? dense(q8.q[0]) : std::vector<float>();
   if (int8x) testing_int8x::matvec_hilo(o.q[0], xg.data(), want_y.data());
   else ref::matvec(o.q[0], xg.data(), want_y.data());
   for (int q = 0; q < pieces; ++q)
     for (int j = 0; j < R; ++j) {
       double a = 0;
       for (int c = q * cuda::kGemvSidePiece; c < (q + 1) * cuda::kGemvSidePiece; ++c)
-        a += (kind == 1   ? double(q8d[size_t(j) * cols + c])
-              : kind == 2 ? double(bf16_to_f32(bf[size_t(j) * cols + c]))
-                          : i16(m[size_t(j) * cols + c])) *
-             xe[size_t(c)];
-      want_p.push_back(float(kind == 1 || kind == 2 ? a : a * rs[size_t(j)]));
+        a += i16(m[size_t(j) * cols + c]) * xe[size_t(c)];
+      want_p.push_back(float(a * rs[size_t(j)]));
     }
   cuda::GemvSeg seg = {o.d.m, dev.poisoned(rows), 0};
   cuda::GemvSide side;
-  if (kind == 1) {
-    side.q = q8.d.m;
-  } else if (kind == 2) {
-    side.q.w = reinterpret_cast<const uint8_t*>(dev.up(bf));
-    side.q.fmt = cuda::kBF16;
-    side.q.rows = R;
-    side.q.cols = cols;
-    side.q.row_bytes = int64_t(cols) * 2;
-  }
-  if (kind == 1 || kind == 2) {
-    side.raw_w = dev.up(w2);
-  } else {
-    side.m_raw = kind == 3;
-    side.m = dev.up(m);
-    side.rscale = dev.up(rs);
-  }
+  side.m_raw = raw;
+  side.m = dev.up(m);
+  side.rscale = dev.up(rs);
   side.part = dev.poisoned(size_t(pieces) * ld);
   side.rows = R;
   side.pieces = pieces;
   side.part_q = ld;
   side.part_j = 1;
-  side.block_sum = bsum;
   cuda::gemv(&seg, 1, dev.up(x), raw ? dev.up(nw) : nullptr, 1e-6f, nullptr, true, nullptr, nullptr, &side);
   CK(cudaDeviceSynchronize());
   EXPECT_LT(testmetrics::rms_rel_err(down(seg.y, rows), want_y), 1e-5);
   const std::vector<float> part = down(side.part, size_t(pieces) * ld);
   std::vector<float> got;
-  if (bsum) {  // one partial per row: the pieces' sum
-    std::vector<float> want_s(size_t(R), 0.f);
-    for (int q = 0; q < pieces; ++q)
-      for (int j = 0; j < R; ++j) want_s[size_t(j)] += want_p[size_t(q) * R + j];
-    for (int j = 0; j < R; ++j) got.push_back(part[size_t(j)]);
-    EXPECT_LT(testmetrics::rms_rel_err(got, want_s), 1e-5);
-    for (int q = 1; q < pieces; ++q) EXPECT_TRUE(std::isnan(part[size_t(q) * ld])) << "only part 0 is written";
-    EXPECT_TRUE(std::isnan(part[size_t(R)])) << "past the side rows";
-    return;
-  }
   for (int q = 0; q < pieces; ++q)
     for (int j = 0; j < R; ++j) got.push_back(part[size_t(q) * ld + j]);
   EXPECT_LT(testmetrics::rms_rel_err(got, want_p), 1e-5);
@@ -153,16 +116,10 @@ TEST_P(CudaGemvSide, MatchesReference) {
 // warp; bf16 rows with f32 x (the bf16 checkpoint's path)
 INSTANTIATE_TEST_SUITE_P(WholeAndLooped, CudaGemvSide,
                          ::testing::Values(std::make_tuple(true, 2048, 4096, 257, 0),
-                                           std::make_tuple(true, 2048, 4096, 257, 4),
-                                           std::make_tuple(false, 2048, 4096, 257, 4),
                                            std::make_tuple(false, 2048, 4096, 257, 0),
                                            std::make_tuple(true, 512, 1024, 33, 0),
                                            std::make_tuple(false, 512, 1024, 33, 0),
                                            std::make_tuple(true, 64, 512, 257, 0),
-                                           std::make_tuple(true, 12352, 2048, 257, 1),
-                                           std::make_tuple(false, 12352, 2048, 257, 1),
-                                           std::make_tuple(true, 512, 512, 33, 1),
-                                           std::make_tuple(false, 512, 1024, 33, 2),
                                            std::make_tuple(true, 12352, 2048, 257, 3),
                                            std::make_tuple(false, 512, 1024, 33, 3)));
 

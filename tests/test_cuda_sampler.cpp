@@ -1,4 +1,4 @@
-// The device step sampler (src/cuda/sampler.cu) against its host reference (engine/step_sampler.h): the same id
+// The device step sampler (src/cuda/decode/sampler.cu) against its host reference (engine/step_sampler.h): the same id
 // for every step of many parameter sets on the real vocabulary size (penalty table updated on the device), a
 // chi-square distribution test of the device draws, the per-token cost of the sampler kernels in a CUDA graph, and
 // CudaBackend::decode_sample vs the Backend default (forward + host sampling) on the demo model, across the
@@ -15,7 +15,7 @@
 
 #include "cuda_test_buffers.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/kernels.h"
+#include "cuda/decode/kernels.h"
 #include "engine/backend.h"
 #include "engine/step_sampler.h"
 #include "model/weights.h"

@@ -60,21 +60,6 @@ TEST_F(EnvSwitch, CountRange) {
   }
 }
 
-TEST_F(EnvSwitch, OnOffAndRows) {
-  unsetenv(kVar);
-  EXPECT_TRUE(env_default_on(kVar));
-  EXPECT_FALSE(env_is_one(kVar));
-  EXPECT_TRUE(env_rows4(kVar));
-  set("0");
-  EXPECT_FALSE(env_default_on(kVar));
-  set("1");
-  EXPECT_TRUE(env_is_one(kVar));
-  set("2");
-  EXPECT_FALSE(env_rows4(kVar));
-  set("3");
-  EXPECT_NE(error_of([] { env_rows4(kVar); }).find(kVar), std::string::npos);
-}
-
 TEST_F(EnvSwitch, OnWithDefault) {
   unsetenv(kVar);
   EXPECT_TRUE(env_on(kVar, true));

@@ -1,4 +1,4 @@
-// Host side of the XQ image (src/cuda/device_util.cuh, xq_put_chunk / load_xq_image): n elements (n % 32 == 0) as
+// Host side of the XQ image (src/cuda/common/device_util.cuh, xq_put_chunk / load_xq_image): n elements (n % 32 == 0) as
 // xh [n bytes] | xl [n bytes] | d [n/32 floats] | xs32 [n/32 floats]. Element e of chunk c is d[c] * (254 xh + xl);
 // its byte sits in piece p = e / 16 (16-byte slot p * n/32 + c) at word ((e % 16) / 8) * 2 + e % 2, byte (e % 8) / 2.
 #pragma once

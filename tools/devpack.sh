@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Pack lily + lily_tests built here (sm_90) with the shared libraries the GPU image lacks (ICU, httplib, OpenSSL,
-# brotli) into .devpack/devpack.tar.xz, for `run` on the GPU machine with carry [".devpack"].
+# brotli) into .devpack/devpack.tar.xz, to run on a GPU machine that lacks them.
 # Usage: tools/devpack.sh BUILD_DIR    (BUILD_DIR configured with -DCMAKE_CUDA_ARCHITECTURES=90)
-# On the device:  source tools/devunpack.sh BUILD_DIR   (unpacks, sets LD_LIBRARY_PATH, links the source path compiled in)
+# On the GPU machine:  source tools/devunpack.sh BUILD_DIR   (unpacks, sets LD_LIBRARY_PATH, links the source path compiled in)
 # A header edited while ninja was compiling can leave objects built from its old text that ninja counts as up to
-# date (session 18: two layouts of MoeArgs, hung and faulting kernels): touch such headers and rebuild first.
+# date (two layouts of a kernel argument struct give hung and faulting kernels): touch such headers and rebuild first.
 set -euo pipefail
 B=${1:?build dir}
 ninja -C "$B" lily lily_tests >/dev/null

@@ -1,4 +1,4 @@
-// Pure helpers of the benchmark protocol (anchors.md §1a): deterministic prompt ids, the 64-token digest,
+// Pure helpers of the benchmark protocol (bench_runner.h): deterministic prompt ids, the 64-token digest,
 // sample statistics, argmax.
 #pragma once
 #include <cstdint>

@@ -85,6 +85,9 @@ J bench_json(const BenchContext& ctx, const std::vector<BenchLengthResult>& resu
       e["digest"] = r.digests.empty() ? J(nullptr) : J(hex64(r.digests.front()));
       e["digests"] = digests;
       e["digest_consistent"] = r.digest_consistent;
+      if (r.sampled_t1 > 0)
+        e["sampled_tok_s"] = {{"t1", r.sampled_t1}, {"t0.7_k20_p0.9", r.sampled_k20},
+                              {"host_t0.7_k20_p0.9", r.sampled_host_k20}};
       all_consistent = all_consistent && r.digest_consistent;
       decode.push_back(e);
     }
@@ -128,6 +131,14 @@ std::string bench_table(const J& j) {
                     e["tok_s"]["min"].get<double>(), e["tok_s"]["max"].get<double>(), e["gbps"].get<double>(),
                     frac(e).c_str(), e["digest"].is_null() ? "-" : e["digest"].get<std::string>().c_str(),
                     e["digest_consistent"].get<bool>() ? "" : " MISMATCH");
+      out += line;
+    }
+    for (const auto& e : j["decode"]) {
+      if (!e.contains("sampled_tok_s")) continue;
+      const auto& s = e["sampled_tok_s"];
+      std::snprintf(line, sizeof line, "sampled   %-8s T=1 %.1f tok/s, T=0.7 k20 p0.9 %.1f tok/s (host sampler %.1f)\n",
+                    length_label(e["context"].get<int>()).c_str(), s["t1"].get<double>(),
+                    s["t0.7_k20_p0.9"].get<double>(), s["host_t0.7_k20_p0.9"].get<double>());
       out += line;
     }
   }

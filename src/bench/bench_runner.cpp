@@ -6,6 +6,8 @@
 
 #include "bench/bench_math.h"
 #include "core/error.h"
+#include "engine/sampler.h"
+#include "engine/step_sampler.h"
 
 namespace lily {
 
@@ -46,6 +48,29 @@ RunOut run_unfilled(Backend& be, int n, int32_t first_id, int steps) {
   if (steps > 0) be.decode_argmax(*st, steps, first_id, r.generated.data());
   r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
+}
+
+// Sampled decode of `steps` tokens from a context of n zeros (timing only), tok/s: the backend's decode_sample or
+// (host) Backend::decode_sample's default, after a 4-step warm-up on the same state (graph capture on first use).
+double run_sampled(Backend& be, int n, int32_t first_id, int steps, float temp, int top_k, float top_p, bool host) {
+  SamplerParams sp;
+  sp.temperature = temp;
+  sp.top_k = top_k;
+  sp.top_p = top_p;
+  sp.has_seed = true;
+  sp.seed = 1;
+  StepSampler smp(sp, {}, be.config().vocab);
+  auto st = be.new_state(n + steps + 8);
+  be.fill_context_for_timing(*st, n);
+  auto cont = [](int32_t) { return true; };
+  auto run = [&](int k) {
+    if (host) return be.Backend::decode_sample(*st, smp, first_id, k, cont);  // the host sampler (the default)
+    return be.decode_sample(*st, smp, first_id, k, cont);
+  };
+  run(4);
+  const auto t0 = Clock::now();
+  const int got = run(steps);
+  return got / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 }  // namespace
@@ -89,6 +114,12 @@ std::vector<BenchLengthResult> run_bench(Backend& be, const BenchOptions& opt) {
         if (r.digests.back() != r.digests.front()) r.digest_consistent = false;
       }
       ++done;
+    }
+    if (opt.sampled && r.decode_measured) {
+      if (opt.progress) opt.progress("sampled " + length_label(n), done, total);
+      r.sampled_t1 = run_sampled(be, n, prompt.back(), steps, 1.0f, 0, 1.0f, false);
+      r.sampled_k20 = run_sampled(be, n, prompt.back(), steps, 0.7f, 20, 0.9f, false);
+      r.sampled_host_k20 = run_sampled(be, n, prompt.back(), steps, 0.7f, 20, 0.9f, true);
     }
     out.push_back(std::move(r));
   }

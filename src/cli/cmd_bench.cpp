@@ -48,7 +48,7 @@ void print_limits(const DeviceLimits& d) {
 int run_bench_cmd(const Args& a) {
   auto known = model_flags();
   for (const char* k : {"backend", "prefill-lengths", "decode-contexts", "reps", "prefill-chunk", "json", "limits",
-                        "limits-seconds", "plot", "series", "decode-context"})
+                        "limits-seconds", "plot", "series", "decode-context", "decode-steps", "sampled"})
     known.push_back(k);
   a.check_known(known);
   const bool have_model = a.has("model") || a.has("synthetic");
@@ -90,6 +90,9 @@ int run_bench_cmd(const Args& a) {
   opt.prefill_lengths = parse_length_list(a.get("prefill-lengths", kDefaultLengths));
   opt.decode_contexts = parse_length_list(a.get("decode-contexts", kDefaultLengths));
   opt.reps = int(a.get_int("reps", 3));
+  opt.decode_steps = int(a.get_int("decode-steps", 64));
+  if (opt.decode_steps < 1) throw Error("--decode-steps must be at least 1");
+  opt.sampled = a.has("sampled");
   opt.prefill_chunk = int(a.get_int("prefill-chunk", 0));  // 0: the backend's default (resolved below)
   {
     const std::string dc = a.get("decode-context", "prefilled");
@@ -147,8 +150,11 @@ int run_bench_cmd(const Args& a) {
   return 0;
 }
 
-LILY_COMMAND("bench", "batch-1 prefill/decode throughput protocol (--model DIR | --synthetic PRESET)", run_bench_cmd,
-             {"limits"});
+LILY_COMMAND("bench",
+             "batch-1 prefill/decode throughput protocol (--model DIR | --synthetic PRESET) [--prefill-lengths L "
+             "--decode-contexts L --decode-context prefilled|unfilled --decode-steps N --sampled --reps N --limits "
+             "--json F]",
+             run_bench_cmd, {"limits", "sampled"});
 
 }  // namespace
 }  // namespace lily

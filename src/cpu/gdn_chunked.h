@@ -1,5 +1,5 @@
 // Chunked (WY / UT-transform) form of the gated delta rule, plain f32 C++: the oracle for the CUDA chunked
-// prefill kernels (src/cuda/prefill_gdn.cu), itself tested against token-by-token ref::gdn_step.
+// prefill kernels (src/cuda/prefill/prefill_gdn.cu), itself tested against token-by-token ref::gdn_step.
 #pragma once
 
 namespace lily::ref {

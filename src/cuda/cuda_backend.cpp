@@ -11,10 +11,10 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "cuda/cuda_check.h"
+#include "cuda/common/cuda_check.h"
 #include "cuda/cuda_factory.h"
 #include "cuda/env_switch.h"
-#include "cuda/prefill_runner.h"
+#include "cuda/prefill/prefill_runner.h"
 #include "engine/step_sampler.h"
 
 namespace lily::cuda {
@@ -25,6 +25,7 @@ CudaOptions CudaOptions::from_env() {
   o.pdl = env_on("LILY_CUDA_PDL", true);
   o.profile = env_on("LILY_CUDA_PROFILE", false);
   if (o.profile) o.graph = false;
+  o.trace = int(env_count("LILY_CUDA_TRACE", 0, 2, 0));
   o.prefill = env_on("LILY_CUDA_PREFILL", true);
   o.prefill_max_chunk = int(env_count("LILY_CUDA_PREFILL_MAX_CHUNK", 16, 16384, 0));  // tokens
   o.device_sampler = env_choice("LILY_CUDA_SAMPLER", {"device", "host"}, 0) == 0;
@@ -35,35 +36,9 @@ CudaOptions CudaOptions::from_env() {
   // of the transformers reference with top-1 1.000; split (two fp16 parts) keeps 0.011 / 0.013 but its second MMA
   // costs 23% of the 4K prefill (22,964 vs 17,787 tok/s); bf16: 1.07 with top-1 0.875.
   o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecFP16;
-  o.prefill_attn_precise = env_on("LILY_CUDA_PREFILL_ATTN_PRECISE", true);
-  o.router_y = env_choice("LILY_CUDA_ROUTER_Y", {"0", "1", "2"}, 1);
-  o.ry_a_i16 = env_choice("LILY_CUDA_RY_A", {"q", "i16"}, 1) == 1;
-  o.ry_a_gdn = env_choice("LILY_CUDA_RY_A_AT", {"in", "gdn"}, 1) == 1;
+  o.router_y = env_on("LILY_CUDA_ROUTER_Y", true);
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
-  o.fused_router = env_on("LILY_CUDA_FUSED_ROUTER", true);
-  o.early_route = env_on("LILY_CUDA_MOE_EARLY_ROUTE", true);
-  o.one_wave = env_on("LILY_CUDA_MOE_ONE_WAVE", false);
-  o.ow_int8 = env_on("LILY_CUDA_MOE_OW_INT8", true);
-  o.gdn_split = env_on("LILY_CUDA_GDN_SPLIT", true);
-  o.gdn_xq = env_on("LILY_CUDA_GDN_XQ", true);
-  o.pre_part_major = env_on("LILY_CUDA_PRE_PART_MAJOR", true);
-  o.side_block_sum = env_on("LILY_CUDA_SIDE_BLOCK_SUM", false);
-  if (const char* sk = std::getenv("LILY_CUDA_SKIP")) o.skip = sk;
-  o.trace = env_on("LILY_CUDA_TRACE", false);
-  if (const char* t = std::getenv("LILY_CUDA_TRACE")) o.btrace = std::strcmp(t, "2") == 0;
   return o;
-}
-
-bool CudaOptions::skips(const char* name) const {
-  if (skip.empty()) return false;
-  const std::string n(name);
-  size_t b = 0;
-  while (b <= skip.size()) {
-    const size_t e = std::min(skip.find(',', b), skip.size());
-    if (skip.compare(b, e - b, n) == 0) return true;
-    b = e + 1;
-  }
-  return false;
 }
 
 // Device buffers of one sequence: KV cache [n_full][2][nkv][max_ctx][hd] bf16, recurrent state
@@ -216,22 +191,6 @@ DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what) {
   return st;
 }
 
-// The one-wave MoE's column-blocked copies of a layer's 4-bit down matrices (kernels.h DColBlk).
-void CudaBackend::make_ow_down(DLayer& d, int E) {
-  auto words = [&](const DMat& m, int n) { return size_t(n) * m.rows * (m.cols / 8 + m.cols / m.group); };
-  auto make = [&](const DStack& st, int n) {
-    uint32_t* w = static_cast<uint32_t*>(dev_alloc(words(st.m, n) * 4));
-    weight_bytes_ += words(st.m, n) * 4;
-    return make_colblk(st, n, w, w + size_t(n) * st.m.rows * (st.m.cols / 8));
-  };
-  d.ow_down = make(d.down, E);
-  DStack sh;
-  sh.m = d.sh_down;
-  sh.w_stride = d.sh_down.row_bytes * d.sh_down.rows;
-  sh.sb_stride = int64_t(d.sh_down.sb_row) * d.sh_down.rows;
-  d.ow_sh_down = make(sh, 1);
-}
-
 float* CudaBackend::upload_f32(const std::vector<float>& v) {
   float* d = static_cast<float*>(dev_alloc(std::max<size_t>(v.size(), 1) * 4));
   if (!v.empty()) LILY_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
@@ -243,9 +202,6 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   cfg_ = w_->cfg;
   const ModelConfig& c = cfg_;
   set_decode_int8_x(opt_.int8_x);  // process-wide; set again by each enqueue_step (backends may differ)
-  if (!opt_.skip.empty())
-    std::fprintf(stderr, "lily: LILY_CUDA_SKIP=%s: kernels left out of the decode step, results are WRONG "
-                         "(timing only)\n", opt_.skip.c_str());
   LILY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   embed_ = upload(w_->embed, "embed");
   lm_head_ = upload(w_->lm_head, "lm_head");
@@ -287,7 +243,6 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     d.sh_gate = upload(L.moe.sh_gate, "shared_expert.gate");
     d.sh_up = upload(L.moe.sh_up, "shared_expert.up");
     d.sh_down = upload(L.moe.sh_down, "shared_expert.down");
-    if (opt_.one_wave && d.down.m.fmt == kQ4 && d.sh_down.fmt == kQ4) make_ow_down(d, int(L.moe.down.e.size()));
     layers_.push_back(d);
   }
   const int G = c.n_kv_heads ? c.n_q_heads / c.n_kv_heads : 1;
@@ -303,11 +258,11 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
       std::max(size_t(c.n_experts + 1) * kMoePreStride, size_t(kMoePreMaxParts) * kMoePrePartStride);
   pre_ = static_cast<float*>(dev_alloc(pre_floats * 4));
   LILY_CUDA_CHECK(cudaMemset(pre_, 0, pre_floats * 4));
-  if (gdn_split_parts(cfg_.lin_v_dim) == 0) opt_.gdn_split = false;
+  gdn_split_ = gdn_split_parts(cfg_.lin_v_dim) > 0;
   const size_t hss_bytes = size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4;
   hss_ = static_cast<float*>(dev_alloc(hss_bytes));
-  LILY_CUDA_CHECK(cudaMemset(hss_, 0, hss_bytes));  // finite even when LILY_CUDA_SKIP leaves the DeltaNet step out
-  if (opt_.gdn_split && opt_.gdn_xq) {  // the only case enqueue_step hands it to the DeltaNet step
+  LILY_CUDA_CHECK(cudaMemset(hss_, 0, hss_bytes));
+  if (gdn_split_) {  // the only case enqueue_step hands it to the DeltaNet step
     yq_ = dev_alloc(xq_image_bytes(c.value_dim()));
     LILY_CUDA_CHECK(cudaMemset(yq_, 0, xq_image_bytes(c.value_dim())));  // as hss_
   }
@@ -315,7 +270,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     trace_ = static_cast<unsigned long long*>(dev_alloc(kTraceSlots * 8));
     LILY_CUDA_CHECK(cudaMemset(trace_, 0, kTraceSlots * 8));
   }
-  if (opt_.btrace) {
+  if (opt_.trace == 2) {
     const size_t bytes = size_t(2) * kMoeBtraceBlocks * kMoeBtraceSlots * 8;
     btrace_ = static_cast<unsigned long long*>(dev_alloc(bytes));
     LILY_CUDA_CHECK(cudaMemset(btrace_, 0, bytes));
@@ -323,15 +278,6 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   route_done_ = static_cast<unsigned int*>(dev_alloc(32));
   LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 32));
   act_ = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
-  if (opt_.one_wave) {
-    MoeArgs m;  // the shapes moe_ow_part_floats reads
-    m.E = c.n_experts;
-    m.k = c.top_k;
-    m.gate.m.rows = c.expert_inter;
-    m.gate.m.cols = c.hidden;
-    m.sh_gate.rows = c.shared_inter;
-    ow_part_ = static_cast<float*>(dev_alloc(moe_ow_part_floats(m) * 4));
-  }
   ridx_ = static_cast<int32_t*>(dev_alloc(size_t(c.top_k) * 4));
   rw_ = static_cast<float*>(dev_alloc(size_t(c.top_k) * 4));
   part_ = static_cast<float*>(
@@ -369,10 +315,9 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
       max_chunk = total_b >= (size_t(40) << 30) ? 4096 : 2048;
     }
     prefill_ = std::make_unique<PrefillRunner>(pm, max_chunk, [this](size_t b) { return dev_alloc(b); },
-                                               opt_.prefill_simple, opt_.prefill_prec,
-                                               opt_.prefill_attn_precise);
+                                               opt_.prefill_simple, opt_.prefill_prec, opt_.profile);
   }
-  if (opt_.router_y == 1) setup_router_y();
+  if (opt_.router_y) setup_router_y();
   LILY_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -408,7 +353,7 @@ void CudaBackend::print_trace() const {
                          "gate_up after pdl_wait", "gate_up x loaded", "gate_up rows done (block 0)", "down entry",
                          "down after pdl_wait", "down rows done (block 0)", "down last block entry",
                          "down last block done", 0};
-  if (opt_.fused_router) {  // moe_route_gate_up's stamps, then down's with early_route
+  {  // moe_route_gate_up's stamps, then down's with early_route (the fused form every layer of the model takes)
     const char* fused[16] = {"router+gate_up entry", "  after pdl_wait", "  x loaded", "  router + shared rows done (b0)",
                              "  barrier passed (b0)", "  top-k done (b0)", "  top-k done (last block)",
                              "  last block done", "down act loaded (b0)", "down before pdl_wait (b0)",
@@ -474,7 +419,7 @@ void CudaBackend::print_btrace(unsigned long long base) const {
   if (cudaMemcpy(b.data(), btrace_, b.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) return;
   const char* names[2][kMoeBtraceSlots] = {
       {"entry", "after pdl_wait", "parts summed", "routing ranked", "first rows requested", "x prologue done",
-       "routing published", "first pair done", "block done", "one wave: partials written"},
+       "routing published", "first pair done", "block done", nullptr},
       {"entry", "routing flag seen", "rows requested", "after pdl_wait", "act prologue done", "first row done",
        "ids in shared memory", "rows issued (before out row)", "block done", nullptr}};
   for (int k = 0; k < 2; ++k) {
@@ -494,19 +439,6 @@ void CudaBackend::print_btrace(unsigned long long base) const {
                    q(0.1), q(0.5), q(0.9), v.back().first, v.back().second);
     }
   }
-}
-
-size_t CudaBackend::step_weight_bytes() const {
-  auto b = [](const DMat& m) { return w_bytes(m) + sb_words(m) * 4; };
-  size_t t = b(lm_head_) + size_t(embed_.row_bytes) + size_t(embed_.sb_row) * 4;
-  for (const DLayer& d : layers_) {
-    t += d.is_full ? b(d.q) + b(d.k) + b(d.v) + b(d.o) : b(d.qkv) + b(d.z) + b(d.a) + b(d.b) + b(d.out);
-    t += b(d.router) + b(d.shg) + b(d.sh_gate) + b(d.sh_up) + b(d.sh_down);
-    t += size_t(cfg_.top_k) * (b(d.gate.m) + b(d.up.m) + b(d.down.m));
-    if (d.ry_m)  // M and its scales (the router's rows are read by in_proj then, as many bytes)
-      t += size_t(cfg_.n_experts + 1) * (size_t((d.is_full ? d.o : d.out).cols) * 2 + 4);
-  }
-  return t;
 }
 
 std::unique_ptr<SeqState> CudaBackend::new_state(int max_ctx) {

@@ -12,7 +12,7 @@ bool cuda_device_available();
 // Uploads the weights (4/8-bit stay packed, bf16 stays bf16) and builds the decode step. Throws lily::Error.
 std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<ModelWeights> w);
 
-// Measured device limits for the bench (src/cuda/limits_probe.cu): D2D copy GB/s (read + written) and the
+// Measured device limits for the bench (src/cuda/common/limits_probe.cu): D2D copy GB/s (read + written) and the
 // bf16 tensor-core rate through cuBLAS (8192^3, random data).
 struct CudaLimits {
   std::string device;

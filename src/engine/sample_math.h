@@ -1,5 +1,5 @@
 // The scalar pieces of the step sampler (engine/step_sampler.h) shared bit for bit by the host reference and the
-// GPU kernels (src/cuda/sampler.cu): the counter-based RNG, the order-preserving key of a logit, and the
+// GPU kernels (src/cuda/decode/sampler.cu): the counter-based RNG, the order-preserving key of a logit, and the
 // fixed-point probability weight. Plain C++ that nvcc also compiles as __host__ __device__.
 #pragma once
 #include <cmath>

@@ -1,5 +1,5 @@
 // The step sampler: the sampling algorithm the CUDA decode step runs on the device after lm_head
-// (src/cuda/sampler.cu), and its exact host reference (this class), which also serves backends without a device
+// (src/cuda/decode/sampler.cu), and its exact host reference (this class), which also serves backends without a device
 // sampler (Backend::decode_sample's default) and the first token of a reply (sampled from the prefill logits).
 //
 // Algorithm, per token (docs/cuda-decode.md "Sampling on the device"):

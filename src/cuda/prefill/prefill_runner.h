@@ -1,0 +1,76 @@
+// Batched prefill of one chunk (up to max_chunk tokens) through the whole model on the device: all scratch is
+// allocated once at construction; no host synchronisation inside the chunk (MoE routing stays on the device).
+// Writes the same state as the decode kernels (bf16 KV cache, conv ring, fp32 GDN state).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/common/phase_timer.h"
+#include "cuda/prefill/prefill.h"
+
+namespace lily::cuda {
+
+struct PrefillModel {
+  const ModelConfig* cfg = nullptr;
+  DMat embed, lm_head;
+  const float* final_norm = nullptr;
+  const std::vector<DLayer>* layers = nullptr;
+};
+
+struct PrefillState {
+  uint16_t* kv = nullptr;  // [n_full][2][nkv][max_ctx][hd]
+  float* S = nullptr;      // [n_lin][Hv][Dv][Dk]
+  float* conv = nullptr;   // [n_lin][K][conv_dim]
+  int max_ctx = 0;
+};
+
+class PrefillRunner {
+ public:
+  static constexpr int kLogitRows = 64;  // lm_head rows per pass
+  // simple: the reference (non-tensor-core) GEMM and attention kernels. prec: operand precision of the GEMMs
+  // (PrefillPrec; see prefill.h); in the fp16 modes the flash attention is precise (AttnChunkArgs::precise) where the
+  // q/k norm weights allow fp16 Q K^T. profile: GPU time per phase, printed when the runner is destroyed.
+  PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc, bool simple,
+                int prec = kPrecFP16, bool profile = false);
+  int max_chunk() const { return max_chunk_; }
+  int prec() const { return prec_; }
+  ~PrefillRunner() { timer_.report("prefill profile (LILY_CUDA_PROFILE)"); }
+  // Consumes ids (host) [0, n) at positions pos0.. (n <= max_chunk); logits of chunk rows [n - n_logits, n) to
+  // out (host, [n_logits][vocab]). Synchronises the stream only when logits are copied out.
+  void run(const PrefillState& st, const int32_t* ids, int n, int pos0, int n_logits, float* out, cudaStream_t s);
+
+ private:
+  void gdn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
+  void attn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
+  void moe_layer(const DLayer& d, int n, cudaStream_t s);
+  void gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode, cudaStream_t s);
+  void set_a(GemmArgs& g, const ActRows& A) const;
+  // f32 rows in stage_ -> operand rows dst (no-op in bf16 mode, where the producers write bf16 directly)
+  void to_act(int n, int K, const ActRows& dst, cudaStream_t s);
+
+  PrefillModel m_;
+  int max_chunk_ = 0, max_tiles_ = 0, P_ = 0;
+  bool simple_ = false;
+  int prec_ = kPrecFP16;
+  std::vector<char> attn_precise_;  // per layer: fp16 Q K^T is safe (RMSNorm bound of q/k below fp16 range)
+  int32_t* ids_ = nullptr;
+  float *x_ = nullptr, *proj_ = nullptr, *cbuf_ = nullptr, *obuf_ = nullptr, *rl_ = nullptr, *sg_ = nullptr;
+  float *rw_ = nullptr, *yd_ = nullptr, *shd_ = nullptr, *logits_ = nullptr;
+  float* gdn_ws_ = nullptr;  // chunked GDN scratch (prefill_gdn_ws_floats)
+  int tile_rows(int n) const;  // grouped GEMM tile rows for a chunk of n tokens
+  // the chunked GDN delta rule on tensor cores for chunks of >= kGdnTcMinN tokens where the device fits it and the
+  // precision is fp16 or bf16; else (and for shorter chunks) the sequential scan
+  bool gdn_tc_ = false;
+  float* stage_ = nullptr;  // precise modes: f32 outputs of GDN / attention / SiLU*mul before to_act
+  ActRows xa_, ya_, acta_, sacta_;  // GEMM operands: normed x, mixer output, expert and shared activations
+  uint16_t* qb_ = nullptr;
+  int32_t *ridx_ = nullptr, *counts_ = nullptr, *fill_ = nullptr, *tiles_ = nullptr, *ntiles_ = nullptr;
+  int32_t *row_token_ = nullptr, *slot_row_ = nullptr;
+  PhaseTimer timer_;  // GPU time per phase (profile)
+};
+
+}  // namespace lily::cuda
