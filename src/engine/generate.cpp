@@ -236,6 +236,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   }
   flush_pending(true);
   res.finish_reason = finish;
+  res.stop_string = stops.matched();
   auto t2 = Clock::now();
   res.decode_s = secs(t1, t2);
 

@@ -51,6 +51,7 @@ struct GenChunk {                  // output released by one or more decode step
 
 struct GenResult {
   std::string finish_reason;       // stop | length | tool_calls
+  std::string stop_string;         // the stop string that ended the reply ("" when none did)
   int prompt_tokens = 0;
   int cached_tokens = 0;           // prompt tokens resumed from the session cache
   int completion_tokens = 0;

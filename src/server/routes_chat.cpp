@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "server/http_server.h"
+#include "server/chat_job.h"
 #include "server/http_util.h"
 #include "server/response_json.h"
 #include "server/sse.h"
@@ -24,7 +25,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The prompt as the template renders it, and the generation job around it.
+}  // namespace
+
 GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   ojson ctx = r.template_kwargs;
   ctx["messages"] = r.messages;
@@ -77,6 +79,8 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
     }
   return job;
 }
+
+namespace {
 
 ojson error_event(const Ticket& t) {
   return error_json(ApiError(t.cancelled ? 503 : 500, t.error.empty() ? "the request was cancelled" : t.error));
