@@ -107,7 +107,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   if (job.json_object) {
     const Tokenizer& tok = tok_;
     json.emplace([&tok](int32_t id) { return tok.is_special(id) ? std::string() : tok.token_bytes(id); }, stop_ids_,
-                 job.chat && job.parser.thinking_open_at_start);
+                 job.chat && job.parser.thinking_open_at_start, job.json_schema);
   }
   // The end-of-turn token that closes a constrained reply (what the chat template renders after it).
   int32_t end_id = stop_ids_.empty() ? -1 : stop_ids_.front();

@@ -10,6 +10,7 @@
 
 #include "chat/output_parser.h"
 #include "engine/backend.h"
+#include "engine/json_schema.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,6 +32,8 @@ struct GenJob {
   // is constrained to one JSON object (engine/json_reply.h); the turn ends as soon as it is closed.
   // finish_reason is "length" when the budget forced it closed early (or it could not be closed at all).
   bool json_object = false;
+  // With json_object: the JSON must match this schema (response_format json_schema), in compact form.
+  std::shared_ptr<const JsonSchema> json_schema;
   std::string cache_key;           // prompt_cache_key
   // Extra prompt positions (0 < p < n) to snapshot during prefill, e.g. where the final assistant header
   // starts: the next turn of the conversation shares the prompt up to there even when the template

@@ -185,6 +185,16 @@ MessagesRequest parse_messages_request(const json& b, bool count_only) {
       throw bad_request("'thinking.type' must be enabled, adaptive or disabled (got '" + type + "')", "thinking.type");
     }
   }
+  if (const json* oc = field(b, "output_config")) {
+    if (!oc->is_object()) throw bad_request("'output_config' must be an object", "output_config");
+    if (const json* f = field(*oc, "format")) {
+      if (!f->is_object() || str_field(*f, "type", "output_config.format", true) != "json_schema")
+        throw bad_request("'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}", "output_config.format");
+      const json* schema = field(*f, "schema");
+      if (!schema) throw bad_request("'output_config.format.schema' is required", "output_config.format.schema");
+      chat["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "output"}, {"schema", *schema}}}};
+    }
+  }
   chat["chat_template_kwargs"] = {{"enable_thinking", r.thinking}};
   r.chat = parse_chat_request(chat);
   return r;

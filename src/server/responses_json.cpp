@@ -195,7 +195,7 @@ ResponsesRequest parse_responses_request(const json& b, const ojson& previous) {
       text_echo["format"] = ojson::parse(f->dump());
     }
   }
-  bool thinking = true;
+  bool thinking = true, thinking_given = false;
   ojson reasoning_echo = {{"effort", nullptr}, {"summary", nullptr}};
   if (const json* rs = field(b, "reasoning")) {
     if (!rs->is_object()) throw bad_request("'reasoning' must be an object", "reasoning");
@@ -205,6 +205,7 @@ ResponsesRequest parse_responses_request(const json& b, const ojson& previous) {
           effort != "xhigh")
         throw bad_request("'reasoning.effort' must be none, minimal, low, medium, high or xhigh", "reasoning.effort");
       thinking = effort != "none" && effort != "minimal";
+      thinking_given = true;
       reasoning_echo["effort"] = effort;
     }
   }
@@ -213,7 +214,8 @@ ResponsesRequest parse_responses_request(const json& b, const ojson& previous) {
     if (!k->is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     kwargs = *k;
   }
-  if (!kwargs.contains("enable_thinking")) kwargs["enable_thinking"] = thinking;
+  // Without reasoning.effort the chat default applies: thinking on, but off for a JSON text.format.
+  if (!kwargs.contains("enable_thinking") && thinking_given) kwargs["enable_thinking"] = thinking;
   chat["chat_template_kwargs"] = kwargs;
   r.chat = parse_chat_request(chat);
 

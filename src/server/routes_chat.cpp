@@ -41,7 +41,7 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   if (!tools.is_null()) ctx["tools"] = tools;
   ctx["add_generation_prompt"] = true;
   // json_object: thinking is off unless the request turns it on (then the JSON starts after </think>).
-  const bool json_object = r.response_format == "json_object";
+  const bool json_object = r.response_format == "json_object" || r.response_format == "json_schema";
   ctx["enable_thinking"] = json_object && !r.thinking_explicit ? false : r.enable_thinking;
   if (!ctx.contains("preserve_thinking")) ctx["preserve_thinking"] = false;
   std::string text;
@@ -66,6 +66,7 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   // A constrained reply is one JSON object: "<tool_call>" inside one of its strings is text.
   job.parser.parse_tool_calls = !tools.is_null() && !json_object;
   job.json_object = json_object;
+  job.json_schema = r.json_schema;
   if (!tools.is_null()) job.parser.tools = nlohmann::json::parse(tools.dump());
   job.logprobs = r.opt.logprobs;
   job.single_tool_call = !r.parallel_tool_calls;
