@@ -107,7 +107,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   if (job.json_object) {
     const Tokenizer& tok = tok_;
     json.emplace([&tok](int32_t id) { return tok.is_special(id) ? std::string() : tok.token_bytes(id); }, stop_ids_,
-                 job.chat && job.parser.thinking_open_at_start, job.json_schema);
+                 job.chat && job.parser.thinking_open_at_start && !job.json_after_forced, job.json_schema);
   }
   // The end-of-turn token that closes a constrained reply (what the chat template renders after it).
   int32_t end_id = stop_ids_.empty() ? -1 : stop_ids_.front();
@@ -146,6 +146,17 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
     take(parser->push(job.forced_text));
     flush_pending(false);
   }
+
+  // A forced JSON tool call is closed: release what is held back, then the closing tag (once).
+  bool suffix_fed = false;
+  auto feed_suffix = [&] {
+    if (job.json_suffix.empty() || suffix_fed) return;
+    suffix_fed = true;
+    StopMatcher::Out so = stops.push(dec.flush());
+    feed(so.text);
+    feed(stops.flush());
+    feed(job.json_suffix);
+  };
 
   std::string finish = "length";
   bool eos = false;
@@ -194,6 +205,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
       if (cancelled && cancelled()) throw Cancelled();
       if (json && json->complete()) {  // the object is closed: end the turn
         finish = "stop";
+        feed_suffix();
         if (end_id >= 0) {
           eos = true;
           generated.push_back(end_id);
@@ -225,6 +237,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
     if (so.stopped) finish = "stop";
     feed(stops.flush());
   }
+  if (json && json->complete()) feed_suffix();
   if (json && !stops.stopped()) finish = json->complete() && !json->steered() ? "stop" : "length";
   if (parser) {
     take(parser->finish());

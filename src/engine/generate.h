@@ -34,6 +34,11 @@ struct GenJob {
   bool json_object = false;
   // With json_object: the JSON must match this schema (response_format json_schema), in compact form.
   std::shared_ptr<const JsonSchema> json_schema;
+  // With json_object, for a tool call forced as JSON (`forced_text` ends in "<tool_call>\n"): the JSON
+  // starts right after forced_text (no reasoning block first), and `json_suffix` ("\n</tool_call>") is
+  // fed to the output parser once the JSON is complete, so the call is parsed as one.
+  bool json_after_forced = false;
+  std::string json_suffix;
   std::string cache_key;           // prompt_cache_key
   // Extra prompt positions (0 < p < n) to snapshot during prefill, e.g. where the final assistant header
   // starts: the next turn of the conversation shares the prompt up to there even when the template

@@ -70,15 +70,17 @@ function parseSse(text) {
 }
 
 // The Messages stream grammar: message_start ping (start delta* stop)* message_delta message_stop, with
-// block indices 0, 1, ... and every delta of the right kind for its block.
+// block indices 0, 1, ... and every delta of the right kind for its block. (The SDK's stream iterator
+// does not hand out the ping; the raw test checks it.)
 function checkSequence(events) {
   const types = events.map((e) => e.type);
   assert.equal(types[0], 'message_start');
-  assert.equal(types[1], 'ping');
+  const first = types[1] === 'ping' ? 2 : 1;
+  assert.ok(!types.slice(first).includes('ping'));
   assert.deepEqual(types.slice(-2), ['message_delta', 'message_stop']);
   let open = null, next = 0;
   const blocks = [];
-  for (const e of events.slice(2, -2)) {
+  for (const e of events.slice(first, -2)) {
     if (e.type === 'content_block_start') {
       assert.equal(open, null, 'blocks do not nest');
       assert.equal(e.index, next++);
@@ -111,6 +113,7 @@ test('stream (raw SSE): the event sequence, with usage in message_delta', async 
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type'), /text\/event-stream/);
   const events = parseSse(await res.text());
+  assert.equal(events[1].type, 'ping');
   const blocks = checkSequence(events);
   assert.deepEqual(blocks.map((b) => b.type), ['text']);
   const start = events[0].message;
@@ -156,19 +159,14 @@ const weather = {
 
 test('tool use round trip: a forced tool, then the tool_result goes back', async () => {
   const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
-  const m = await client.messages.create(ask({ max_tokens: 32, tools: [weather], tool_choice: { type: 'tool', name: 'get_weather' }, messages }));
-  // The demo model's noise rarely completes the call's XML body; a real model does. Either way the reply
-  // has the protocol's shape; the round trip below uses the model's call when there is one.
-  let call = m.content.find((b) => b.type === 'tool_use');
-  if (m.stop_reason === 'tool_use') {
-    assert.equal(call.name, 'get_weather');
-    assert.match(call.id, /\S/);
-    assert.equal(typeof call.input, 'object');
-  } else {
-    assert.equal(m.stop_reason, 'max_tokens');
-    assert.equal(call, undefined);
-    call = { type: 'tool_use', id: 'toolu_demo', name: 'get_weather', input: { city: 'Paris' } };
-  }
+  // A forced tool is decoded under its input_schema, so even the demo model's noise makes a valid call
+  // (stop_reason max_tokens when the budget cut a value short; the call is still closed).
+  const m = await client.messages.create(ask({ max_tokens: 64, tools: [weather], tool_choice: { type: 'tool', name: 'get_weather' }, messages }));
+  assert.ok(['tool_use', 'max_tokens'].includes(m.stop_reason), m.stop_reason);
+  const call = m.content.find((b) => b.type === 'tool_use');
+  assert.equal(call.name, 'get_weather');
+  assert.match(call.id, /\S/);
+  assert.equal(typeof call.input.city, 'string');
   const history = [...messages,
     { role: 'assistant', content: [{ type: 'text', text: 'Let me check.' }, call] },
     { role: 'user', content: [{ type: 'tool_result', tool_use_id: call.id, content: 'Sunny, 21 C' }] }];
@@ -179,17 +177,13 @@ test('tool use round trip: a forced tool, then the tool_result goes back', async
 
   // streamed with a forced tool: the tool_use block opens as soon as the call's name is out
   const events = [];
-  for await (const e of client.messages.stream(ask({ max_tokens: 32, tools: [weather], tool_choice: { type: 'any' }, messages })))
+  for await (const e of client.messages.stream(ask({ max_tokens: 64, tools: [weather], tool_choice: { type: 'any' }, messages })))
     events.push(e);
   const blocks = checkSequence(events);
-  const stop = events.at(-2).delta.stop_reason;
-  if (stop === 'tool_use') {
-    const tb = blocks.find((b) => b.type === 'tool_use');
-    assert.equal(tb.name, 'get_weather');
-    assert.equal(typeof JSON.parse(tb.json), 'object');
-  } else {
-    assert.equal(stop, 'max_tokens');
-  }
+  assert.ok(['tool_use', 'max_tokens'].includes(events.at(-2).delta.stop_reason));
+  const tb = blocks.find((b) => b.type === 'tool_use');
+  assert.equal(tb.name, 'get_weather');
+  assert.equal(typeof JSON.parse(tb.json).city, 'string');
 });
 
 test('errors come in the Anthropic shape, through the SDK\'s error classes', async () => {
