@@ -31,6 +31,13 @@ class SchemaCompiler {
     out_.root_ = reserve();
     refs_["#"] = out_.root_;
     fill(out_.root_, root_, "schema");
+    if (!unsupported_.empty()) {
+      std::string list;
+      for (const auto& u : unsupported_) list += (list.empty() ? "" : "; ") + u;
+      throw SchemaError("unsupported JSON Schema keywords: " + list +
+                        " (supported: type, properties, required, additionalProperties, items, minItems, maxItems, "
+                        "enum, const, anyOf, $ref)");
+    }
     compute_min_len();
     if (out_.node(out_.root_).min_len >= JsonSchema::kInf)
       throw SchemaError("the schema admits no finite JSON value (every branch recurses through a required property)");
@@ -80,16 +87,12 @@ class SchemaCompiler {
     return n;
   }
 
+  // Notes the keywords it does not know (all of them, reported together at the end of run()).
   void check_keywords(const json& s, const std::string& path) {
-    std::vector<std::string> bad;
-    for (auto it = s.begin(); it != s.end(); ++it)
-      if (!kKeywords.count(it.key()) && !kAnnotations.count(it.key())) bad.push_back("'" + it.key() + "'");
-    if (bad.empty()) return;
     std::string list;
-    for (const auto& b : bad) list += (list.empty() ? "" : ", ") + b;
-    throw SchemaError(path + ": unsupported JSON Schema keyword" + (bad.size() > 1 ? "s " : " ") + list +
-                      " (supported: type, properties, required, additionalProperties, items, minItems, maxItems, "
-                      "enum, const, anyOf, $ref)");
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (!kKeywords.count(it.key()) && !kAnnotations.count(it.key())) list += (list.empty() ? "'" : ", '") + it.key() + "'";
+    if (!list.empty() && unsupported_.size() < 32) unsupported_.push_back(path + ": " + list);
   }
 
   void fill(int n, const json& s, const std::string& path) {
@@ -265,6 +268,7 @@ class SchemaCompiler {
   JsonSchema& out_;
   std::map<std::string, int> refs_;
   int nodes_made_ = 0;
+  std::vector<std::string> unsupported_;  // "PATH: 'kw', 'kw2'" per subschema
 };
 
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const json& schema) {

@@ -195,7 +195,15 @@ MessagesRequest parse_messages_request(const json& b, bool count_only) {
       chat["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "output"}, {"schema", *schema}}}};
     }
   }
-  chat["chat_template_kwargs"] = {{"enable_thinking", r.thinking}};
+  // chat_template_kwargs (an extension, as on /v1/chat/completions) pass through; `thinking` sets
+  // enable_thinking unless they name it.
+  json kwargs = json::object();
+  if (const json* k = field(b, "chat_template_kwargs")) {
+    if (!k->is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    kwargs = *k;
+  }
+  if (!kwargs.contains("enable_thinking")) kwargs["enable_thinking"] = r.thinking;
+  chat["chat_template_kwargs"] = kwargs;
   r.chat = parse_chat_request(chat);
   return r;
 }

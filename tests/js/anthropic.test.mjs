@@ -150,6 +150,20 @@ test('thinking: a thinking block first, streamed as thinking_delta', async () =>
   assert.equal(blocks[0].type, 'thinking');
   const final = await stream.finalMessage();
   assert.equal(final.content[0].thinking, blocks[0].thinking);
+
+  // chat_template_kwargs pass through as on /v1/chat/completions
+  const viaKwargs = await client.messages.create(ask({ max_tokens: 8, chat_template_kwargs: { enable_thinking: true } }));
+  assert.equal(viaKwargs.content[0].type, 'thinking');
+});
+
+test('output_config.format json_schema: the text block is JSON matching the schema', async () => {
+  const schema = { type: 'object', properties: { answer: { type: 'integer' }, why: { type: 'string' } },
+    required: ['answer', 'why'], additionalProperties: false };
+  const m = await client.messages.create(ask({ max_tokens: 48, output_config: { format: { type: 'json_schema', schema } } }));
+  const v = JSON.parse(m.content[0].text);
+  assert.deepEqual(Object.keys(v).sort(), ['answer', 'why']);
+  assert.ok(Number.isInteger(v.answer));
+  assert.equal(typeof v.why, 'string');
 });
 
 const weather = {
