@@ -182,7 +182,11 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   };
   // Fast path: the backend samples (on the GPU for CUDA: no logits copy, no host round trip per token) with the
   // step sampler; the host path keeps the features that need the logits on the host.
-  const bool fast = !job.logprobs && !json && budget > 0;
+  // thinking_budget: reasoning tokens so far, and the last bytes (to see "</think>" across tokens).
+  bool thinking = job.thinking_budget > 0 && job.chat && job.parser.thinking_open_at_start;
+  int thought = 0;
+  std::string think_tail;
+  const bool fast = !job.logprobs && !json && budget > 0 && !thinking;
   int consumed = 0;  // decode steps the state has taken (tokens of `generated` consumed)
   std::vector<float> last_logits;
   if (fast) {
@@ -227,6 +231,26 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
       if (i + 1 < budget) {
         be_.forward(*st, &s.id, 1, 1, logits.data(), fo);
         ++consumed;
+      }
+      if (thinking) {
+        think_tail += tok_.token_bytes(s.id);
+        if (think_tail.find("</think>") != std::string::npos) thinking = false;
+        if (think_tail.size() > 16) think_tail.erase(0, think_tail.size() - 16);
+      }
+      if (thinking && ++thought >= job.thinking_budget && i + 1 < budget) {  // budget spent: close the block
+        thinking = false;
+        bool go_on = true;
+        for (int32_t ft : tok_.encode("\n</think>\n\n")) {
+          ++i;
+          if (json) json->accept(ft);
+          go_on = handle(ft, nullptr);
+          if (!go_on) break;
+          sampler.accept(ft);
+          if (i + 1 >= budget) break;
+          be_.forward(*st, &ft, 1, 1, logits.data(), fo);
+          ++consumed;
+        }
+        if (!go_on || i + 1 >= budget) break;
       }
     }
   }

@@ -39,6 +39,10 @@ struct GenJob {
   // fed to the output parser once the JSON is complete, so the call is parsed as one.
   bool json_after_forced = false;
   std::string json_suffix;
+  // > 0 with chat and parser.thinking_open_at_start: after this many reply tokens without "</think>", the
+  // reply is forced to close the block ("\n</think>\n\n" fed through the model) and goes on as the
+  // answer (Anthropic thinking.budget_tokens). Such requests sample on the host.
+  int thinking_budget = 0;
   std::string cache_key;           // prompt_cache_key
   // Extra prompt positions (0 < p < n) to snapshot during prefill, e.g. where the final assistant header
   // starts: the next turn of the conversation shares the prompt up to there even when the template

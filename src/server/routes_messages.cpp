@@ -78,6 +78,8 @@ void handle_messages(ServerContext& c, const httplib::Request& req, httplib::Res
   MessagesRequest r = parse_messages_request(parse_body(req), false);
   check_model(c, r.chat.opt.model);
   GenJob job = build_chat_job(c, r.chat);
+  // thinking.budget_tokens: close the reasoning block when it runs out (not when a forced tool call closed it).
+  if (r.thinking && r.budget_tokens > 0 && !job.json_after_forced) job.thinking_budget = r.budget_tokens;
   const int prompt_tokens = static_cast<int>(job.prompt.size());
   auto t = submit_job(c, std::move(job));
   const std::string id = new_response_id("msg_");

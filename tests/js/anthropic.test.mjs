@@ -156,6 +156,20 @@ test('thinking: a thinking block first, streamed as thinking_delta', async () =>
   assert.equal(viaKwargs.content[0].type, 'thinking');
 });
 
+test('thinking.budget_tokens closes the reasoning block; the reply goes on as text', async () => {
+  const body = ask({ max_tokens: 32, thinking: { type: 'enabled', budget_tokens: 6 } });
+  const m = await client.messages.create(body);
+  assert.deepEqual(m.content.map((b) => b.type), ['thinking', 'text']);
+  const { input_tokens: n } = await client.messages.countTokens({ model, messages: [{ role: 'user', content: m.content[0].thinking }] });
+  const { input_tokens: n0 } = await client.messages.countTokens({ model, messages: [{ role: 'user', content: '' }] });
+  assert.ok(n - n0 <= 6, `the reasoning is at most 6 tokens (${n - n0})`);
+  assert.ok(m.content[1].text.length > 0);
+  assert.equal(m.usage.output_tokens, 32, 'the closing tokens count as output');
+  const events = [];
+  for await (const e of client.messages.stream(body)) events.push(e);
+  assert.deepEqual(checkSequence(events).map((b) => b.type), ['thinking', 'text']);
+});
+
 test('output_config.format json_schema: the text block is JSON matching the schema', async () => {
   const schema = { type: 'object', properties: { answer: { type: 'integer' }, why: { type: 'string' } },
     required: ['answer', 'why'], additionalProperties: false };
