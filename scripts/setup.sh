@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-PKGS="build-essential cmake ninja-build pkg-config libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libicu-dev python3 python3-jinja2 curl"
+PKGS="build-essential cmake ninja-build pkg-config libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libicu-dev python3 python3-jinja2 curl chromium"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

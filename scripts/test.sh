@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh), builds, and runs every test: C++ unit/model tests through CTest, then the
-# JavaScript client tests (real `openai` npm client against a real `lily serve`) when present.
+# JavaScript client tests (the real `openai` and `@anthropic-ai/sdk` npm clients, and the chat page in headless
+# Chromium, against a real `lily serve`) when present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

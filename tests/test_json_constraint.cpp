@@ -272,7 +272,7 @@ TEST(JsonReplyGate, JsonStartsAfterTheReasoningBlock) {
   EXPECT_TRUE(g.allows(kThinkOpenBrace));  // "k>" ends "</think>", then "\n{" starts the object
   g.accept(kThinkOpenBrace);
   EXPECT_TRUE(g.in_json());
-  EXPECT_EQ(g.json().depth(), 1);
+  EXPECT_EQ(g.body().json.depth(), 1);
   g.begin_step(80);
   EXPECT_FALSE(g.allows(kHello));
   EXPECT_TRUE(g.allows('}'));

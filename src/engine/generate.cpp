@@ -107,7 +107,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   if (job.json_object) {
     const Tokenizer& tok = tok_;
     json.emplace([&tok](int32_t id) { return tok.is_special(id) ? std::string() : tok.token_bytes(id); }, stop_ids_,
-                 job.chat && job.parser.thinking_open_at_start);
+                 job.chat && job.parser.thinking_open_at_start && !job.json_after_forced, job.json_schema);
   }
   // The end-of-turn token that closes a constrained reply (what the chat template renders after it).
   int32_t end_id = stop_ids_.empty() ? -1 : stop_ids_.front();
@@ -147,6 +147,17 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
     flush_pending(false);
   }
 
+  // A forced JSON tool call is closed: release what is held back, then the closing tag (once).
+  bool suffix_fed = false;
+  auto feed_suffix = [&] {
+    if (job.json_suffix.empty() || suffix_fed) return;
+    suffix_fed = true;
+    StopMatcher::Out so = stops.push(dec.flush());
+    feed(so.text);
+    feed(stops.flush());
+    feed(job.json_suffix);
+  };
+
   std::string finish = "length";
   bool eos = false;
   const int budget = std::min(job.max_tokens, ctx_ - n);
@@ -171,7 +182,11 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   };
   // Fast path: the backend samples (on the GPU for CUDA: no logits copy, no host round trip per token) with the
   // step sampler; the host path keeps the features that need the logits on the host.
-  const bool fast = !job.logprobs && !json && budget > 0;
+  // thinking_budget: reasoning tokens so far, and the last bytes (to see "</think>" across tokens).
+  bool thinking = job.thinking_budget > 0 && job.chat && job.parser.thinking_open_at_start;
+  int thought = 0;
+  std::string think_tail;
+  const bool fast = !job.logprobs && !json && budget > 0 && !thinking;
   int consumed = 0;  // decode steps the state has taken (tokens of `generated` consumed)
   std::vector<float> last_logits;
   if (fast) {
@@ -194,6 +209,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
       if (cancelled && cancelled()) throw Cancelled();
       if (json && json->complete()) {  // the object is closed: end the turn
         finish = "stop";
+        feed_suffix();
         if (end_id >= 0) {
           eos = true;
           generated.push_back(end_id);
@@ -216,6 +232,26 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
         be_.forward(*st, &s.id, 1, 1, logits.data(), fo);
         ++consumed;
       }
+      if (thinking) {
+        think_tail += tok_.token_bytes(s.id);
+        if (think_tail.find("</think>") != std::string::npos) thinking = false;
+        if (think_tail.size() > 16) think_tail.erase(0, think_tail.size() - 16);
+      }
+      if (thinking && ++thought >= job.thinking_budget && i + 1 < budget) {  // budget spent: close the block
+        thinking = false;
+        bool go_on = true;
+        for (int32_t ft : tok_.encode("\n</think>\n\n")) {
+          ++i;
+          if (json) json->accept(ft);
+          go_on = handle(ft, nullptr);
+          if (!go_on) break;
+          sampler.accept(ft);
+          if (i + 1 >= budget) break;
+          be_.forward(*st, &ft, 1, 1, logits.data(), fo);
+          ++consumed;
+        }
+        if (!go_on || i + 1 >= budget) break;
+      }
     }
   }
   res.completion_tokens = static_cast<int>(generated.size()) - (eos ? 1 : 0);
@@ -225,6 +261,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
     if (so.stopped) finish = "stop";
     feed(stops.flush());
   }
+  if (json && json->complete()) feed_suffix();
   if (json && !stops.stopped()) finish = json->complete() && !json->steered() ? "stop" : "length";
   if (parser) {
     take(parser->finish());
@@ -236,6 +273,7 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   }
   flush_pending(true);
   res.finish_reason = finish;
+  res.stop_string = stops.matched();
   auto t2 = Clock::now();
   res.decode_s = secs(t1, t2);
 

@@ -10,6 +10,7 @@
 
 #include "chat/output_parser.h"
 #include "engine/backend.h"
+#include "engine/json_schema.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,6 +32,17 @@ struct GenJob {
   // is constrained to one JSON object (engine/json_reply.h); the turn ends as soon as it is closed.
   // finish_reason is "length" when the budget forced it closed early (or it could not be closed at all).
   bool json_object = false;
+  // With json_object: the JSON must match this schema (response_format json_schema), in compact form.
+  std::shared_ptr<const JsonSchema> json_schema;
+  // With json_object, for a tool call forced as JSON (`forced_text` ends in "<tool_call>\n"): the JSON
+  // starts right after forced_text (no reasoning block first), and `json_suffix` ("\n</tool_call>") is
+  // fed to the output parser once the JSON is complete, so the call is parsed as one.
+  bool json_after_forced = false;
+  std::string json_suffix;
+  // > 0 with chat and parser.thinking_open_at_start: after this many reply tokens without "</think>", the
+  // reply is forced to close the block ("\n</think>\n\n" fed through the model) and goes on as the
+  // answer (Anthropic thinking.budget_tokens). Such requests sample on the host.
+  int thinking_budget = 0;
   std::string cache_key;           // prompt_cache_key
   // Extra prompt positions (0 < p < n) to snapshot during prefill, e.g. where the final assistant header
   // starts: the next turn of the conversation shares the prompt up to there even when the template
@@ -51,6 +63,7 @@ struct GenChunk {                  // output released by one or more decode step
 
 struct GenResult {
   std::string finish_reason;       // stop | length | tool_calls
+  std::string stop_string;         // the stop string that ended the reply ("" when none did)
   int prompt_tokens = 0;
   int cached_tokens = 0;           // prompt tokens resumed from the session cache
   int completion_tokens = 0;

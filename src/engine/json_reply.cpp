@@ -7,8 +7,11 @@ namespace {
 constexpr std::string_view kThinkClose = "</think>";
 }  // namespace
 
-JsonReplyGate::JsonReplyGate(TokenText text, std::vector<int32_t> end_ids, bool thinking_open)
-    : text_(std::move(text)), end_ids_(std::move(end_ids)), in_json_(!thinking_open) {}
+JsonReplyGate::JsonReplyGate(TokenText text, std::vector<int32_t> end_ids, bool thinking_open,
+                             std::shared_ptr<const JsonSchema> schema)
+    : text_(std::move(text)), end_ids_(std::move(end_ids)), in_json_(!thinking_open) {
+  if (schema) body_.schema.emplace(std::move(schema));
+}
 
 bool JsonReplyGate::is_end(int32_t id) const {
   return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
@@ -16,7 +19,7 @@ bool JsonReplyGate::is_end(int32_t id) const {
 
 void JsonReplyGate::begin_step(int budget) {
   left_after_ = budget - 1;
-  budget_rule_ = in_json_ && json_.min_close_bytes() <= budget;
+  budget_rule_ = in_json_ && body_.min_close_bytes() <= budget;
 }
 
 size_t JsonReplyGate::think_split(std::string_view bytes, size_t* match_out) const {
@@ -48,7 +51,7 @@ bool JsonReplyGate::allows(int32_t id) {
     if (at == std::string_view::npos) return true;
     part.remove_prefix(at);
   }
-  JsonConstraint next = json_;
+  Body next = body_;
   next.advance(part);
   if (next.failed()) return false;
   if (budget_rule_ && next.min_close_bytes() > left_after_) {
@@ -70,7 +73,7 @@ void JsonReplyGate::accept(int32_t id) {
     in_json_ = true;
     part.remove_prefix(at);
   }
-  json_.advance(part);
+  body_.advance(part);
 }
 
 }  // namespace lily

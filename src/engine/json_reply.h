@@ -14,11 +14,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/json_constraint.h"
+#include "engine/json_schema.h"
 
 namespace lily {
 
@@ -26,7 +29,9 @@ class JsonReplyGate {
  public:
   using TokenText = std::function<std::string(int32_t)>;  // a token's bytes; "" = never allowed
 
-  JsonReplyGate(TokenText text, std::vector<int32_t> end_ids, bool thinking_open);
+  // With `schema`, the JSON must match it (SchemaMatcher: compact JSON) instead of being any object.
+  JsonReplyGate(TokenText text, std::vector<int32_t> end_ids, bool thinking_open,
+                std::shared_ptr<const JsonSchema> schema = nullptr);
 
   // Starts a decode step with `budget` tokens left including this one. The budget rule applies from
   // steps whose start finds the JSON begun and closable within `budget`.
@@ -37,9 +42,19 @@ class JsonReplyGate {
   void accept(int32_t id);
 
   bool in_json() const { return in_json_; }   // past the reasoning block (or there was none)
-  bool complete() const { return in_json_ && json_.complete(); }
+  bool complete() const { return in_json_ && body_.complete(); }
   bool steered() const { return steered_; }
-  const JsonConstraint& json() const { return json_; }
+
+  // The byte constraint on the JSON part: any object (JsonConstraint) or a schema (SchemaMatcher).
+  struct Body {
+    JsonConstraint json;
+    std::optional<SchemaMatcher> schema;
+    void advance(std::string_view b) { schema ? schema->advance(b) : json.advance(b); }
+    bool failed() const { return schema ? schema->failed() : json.failed(); }
+    bool complete() const { return schema ? schema->complete() : json.complete(); }
+    int min_close_bytes() const { return schema ? schema->min_close_bytes() : json.min_close_bytes(); }
+  };
+  const Body& body() const { return body_; }
 
  private:
   bool is_end(int32_t id) const;
@@ -49,7 +64,7 @@ class JsonReplyGate {
 
   TokenText text_;
   std::vector<int32_t> end_ids_;
-  JsonConstraint json_;
+  Body body_;
   bool in_json_;
   size_t think_match_ = 0;   // bytes of "</think>" matched so far
   bool budget_rule_ = false;

@@ -19,7 +19,11 @@ StopMatcher::Out StopMatcher::push(std::string_view text) {
   }
   // Earliest complete match wins.
   size_t cut = std::string::npos;
-  for (const auto& s : stops_) cut = std::min(cut, held_.find(s));
+  for (const auto& s : stops_)
+    if (size_t at = held_.find(s); at < cut) {
+      cut = at;
+      matched_ = s;
+    }
   if (cut != std::string::npos) {
     o.text = held_.substr(0, cut);
     o.stopped = stopped_ = true;

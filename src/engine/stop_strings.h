@@ -20,11 +20,13 @@ class StopMatcher {
   // End of generation: releases the held-back tail (no stop string can complete any more).
   std::string flush();
   bool stopped() const { return stopped_; }
+  const std::string& matched() const { return matched_; }  // the stop string that matched ("" before)
 
  private:
   std::vector<std::string> stops_;
   std::string held_;       // tail that is a prefix of some stop string
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace lily

@@ -20,8 +20,10 @@ bool equal_const_time(const std::string& a, const std::string& b) {
 }
 
 std::string route_label(const std::string& path) {
-  for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+  for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/v1/messages",
+                        "/v1/messages/count_tokens", "/v1/responses", "/"})
     if (path == r) return r;
+  if (path.rfind("/v1/responses/", 0) == 0) return "/v1/responses/{id}";
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{id}" : "other";
 }
 
@@ -39,24 +41,29 @@ HttpServer::HttpServer(ServerContext& ctx) : c_(ctx), svr_(std::make_unique<http
     s.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
     s.Options(".*", [](const httplib::Request&, httplib::Response& res) {
       res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
       res.set_header("Access-Control-Max-Age", "86400");
       res.status = 204;
     });
   }
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (c_.cfg.api_key.empty() || req.path == "/health" || (c_.cfg.cors && req.method == "OPTIONS"))
+    if (c_.cfg.api_key.empty() || req.path == "/health" || (req.path == "/" && req.method == "GET") || (c_.cfg.cors && req.method == "OPTIONS"))
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
         equal_const_time(auth.substr(prefix.size()), c_.cfg.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
+    const std::string xkey = req.get_header_value("x-api-key");  // Anthropic clients' header
+    if (equal_const_time(xkey, c_.cfg.api_key)) return httplib::Server::HandlerResponse::Unhandled;
     res.set_header("WWW-Authenticate", "Bearer");
-    send_error(res, ApiError(401,
-                             auth.empty() ? "Missing API key: send 'Authorization: Bearer <key>'"
-                                          : "Incorrect API key provided",
-                             "", "invalid_api_key"));
+    const ApiError e(401,
+                     auth.empty() && xkey.empty()
+                         ? "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+                         : "Incorrect API key provided",
+                     "", "invalid_api_key");
+    if (is_anthropic_route(req.path)) send_anthropic_error_response(res, e);
+    else send_error(res, e);
     return httplib::Server::HandlerResponse::Handled;
   });
   s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
@@ -66,7 +73,9 @@ HttpServer::HttpServer(ServerContext& ctx) : c_(ctx), svr_(std::make_unique<http
                       : st == 413 ? "Request body too large (limit " + std::to_string(c_.cfg.max_body) + " bytes)"
                       : st == 400 ? "Malformed HTTP request"
                                   : "HTTP error " + std::to_string(st);
-    send_error(res, ApiError(st, msg, "", st == 404 ? "unknown_route" : ""));
+    const ApiError e(st, msg, "", st == 404 ? "unknown_route" : "");
+    if (is_anthropic_route(req.path)) send_anthropic_error_response(res, e);
+    else send_error(res, e);
     res.status = st;
     return httplib::Server::HandlerResponse::Handled;
   }));
@@ -107,6 +116,9 @@ HttpServer::HttpServer(ServerContext& ctx) : c_(ctx), svr_(std::make_unique<http
   });
   register_chat_routes(s, c_);
   register_completion_routes(s, c_);
+  register_messages_routes(s, c_);
+  register_responses_routes(s, c_);
+  register_page_routes(s, c_);
 }
 
 HttpServer::~HttpServer() = default;

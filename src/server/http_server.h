@@ -2,11 +2,14 @@
 // request metrics, and JSON errors for every failure (unknown route, oversize body, handler exception).
 #pragma once
 #include <memory>
+#include <string>
 
+#include "server/request_parse.h"
 #include "server/server_context.h"
 
 namespace httplib {
 class Server;
+struct Response;
 }
 
 namespace lily {
@@ -30,5 +33,12 @@ class HttpServer {
 // Route registration (routes_*.cpp).
 void register_chat_routes(httplib::Server& svr, ServerContext& c);
 void register_completion_routes(httplib::Server& svr, ServerContext& c);
+void register_messages_routes(httplib::Server& svr, ServerContext& c);   // Anthropic /v1/messages
+void register_responses_routes(httplib::Server& svr, ServerContext& c);  // OpenAI /v1/responses
+void register_page_routes(httplib::Server& svr, ServerContext& c);       // the chat page at /
+
+// Anthropic routes answer errors in Anthropic's shape (routes_messages.cpp).
+bool is_anthropic_route(const std::string& path);
+void send_anthropic_error_response(httplib::Response& res, const ApiError& e);
 
 }  // namespace lily

@@ -277,14 +277,24 @@ ChatRequest parse_chat_request(const json& b) {
   if (const json* rf = field(b, "response_format")) {
     if (!rf->is_object()) throw bad_request("'response_format' must be an object", "response_format");
     std::string type = get_string(*rf, "type", "text");
-    if (type == "json_schema")
-      throw bad_request("response_format type 'json_schema' is not supported by this server (use 'json_object' or 'text')",
-                        "response_format");
-    if (type != "text" && type != "json_object")
-      throw bad_request("response_format type must be 'text' or 'json_object'", "response_format");
+    if (type != "text" && type != "json_object" && type != "json_schema")
+      throw bad_request("response_format type must be 'text', 'json_object' or 'json_schema'", "response_format");
     r.response_format = type;
-    if (type == "json_object" && (r.tool_choice == "required" || r.tool_choice == "function"))
-      throw bad_request("response_format json_object cannot be combined with tool_choice '" + r.tool_choice +
+    if (type == "json_schema") {
+      const json* js = field(*rf, "json_schema");
+      if (!js || !js->is_object())
+        throw bad_request("'response_format.json_schema' must be an object with a 'schema'", "response_format.json_schema");
+      const json* schema = field(*js, "schema");
+      if (!schema || !(schema->is_object() || schema->is_boolean()))
+        throw bad_request("'response_format.json_schema.schema' must be a JSON Schema object", "response_format.json_schema.schema");
+      try {
+        r.json_schema = JsonSchema::compile(*schema);
+      } catch (const SchemaError& e) {
+        throw bad_request(std::string("response_format.json_schema.schema: ") + e.what(), "response_format.json_schema.schema");
+      }
+    }
+    if (type != "text" && (r.tool_choice == "required" || r.tool_choice == "function"))
+      throw bad_request("response_format " + type + " cannot be combined with tool_choice '" + r.tool_choice +
                             "': the reply must be a JSON object, not a tool call",
                         "response_format");
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/json_schema.h"
 #include "engine/sampler.h"
 
 namespace lily {
@@ -42,7 +43,8 @@ struct ChatRequest {
   std::string tool_choice = "auto";   // auto | none | required | function
   std::string tool_choice_name;       // when tool_choice == "function"
   bool parallel_tool_calls = true;
-  std::string response_format = "text";  // text | json_object
+  std::string response_format = "text";  // text | json_object | json_schema
+  std::shared_ptr<const JsonSchema> json_schema;  // json_schema: the compiled response_format schema
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
   bool enable_thinking = true;
   bool thinking_explicit = false;     // chat_template_kwargs.enable_thinking was given

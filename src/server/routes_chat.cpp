@@ -3,6 +3,8 @@
 
 #include "core/error.h"
 #include "server/http_server.h"
+#include "server/chat_job.h"
+#include "server/forced_tool.h"
 #include "server/http_util.h"
 #include "server/response_json.h"
 #include "server/sse.h"
@@ -10,21 +12,12 @@
 namespace lily {
 namespace {
 
-// Text the reply is forced to start with for tool_choice "required" or a named function (Qwen3.5's
-// XML tool-call format). Thinking, when open, is closed first. Empty for auto / none.
-std::string forced_tool_prefix(const ChatRequest& r, bool thinking_open) {
-  if (r.tool_choice != "required" && r.tool_choice != "function") return "";
-  std::string s = thinking_open ? "\n</think>\n\n" : "";
-  s += "<tool_call>\n";
-  if (r.tool_choice == "function") s += "<function=" + r.tool_choice_name + ">\n";
-  return s;
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The prompt as the template renders it, and the generation job around it.
+}  // namespace
+
 GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   ojson ctx = r.template_kwargs;
   ctx["messages"] = r.messages;
@@ -39,7 +32,7 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   if (!tools.is_null()) ctx["tools"] = tools;
   ctx["add_generation_prompt"] = true;
   // json_object: thinking is off unless the request turns it on (then the JSON starts after </think>).
-  const bool json_object = r.response_format == "json_object";
+  const bool json_object = r.response_format == "json_object" || r.response_format == "json_schema";
   ctx["enable_thinking"] = json_object && !r.thinking_explicit ? false : r.enable_thinking;
   if (!ctx.contains("preserve_thinking")) ctx["preserve_thinking"] = false;
   std::string text;
@@ -53,7 +46,9 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   const bool thinking_open = ends_with(trimmed, "<think>");
 
   GenJob job;
-  job.forced_text = forced_tool_prefix(r, thinking_open);
+  // A forced call (tool_choice required / named): the reply opens "<tool_call>\n" and the call is decoded
+  // in the JSON form under the tools' parameter schemas.
+  constrain_forced_tool(job, r, tools, thinking_open);
   job.prompt = c.tok->encode(text + job.forced_text);
   check_context(c, job.prompt.size(), "messages");
   job.max_tokens = r.opt.max_tokens > 0 ? r.opt.max_tokens : c.cfg.ctx - static_cast<int>(job.prompt.size());
@@ -63,7 +58,10 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   job.parser.thinking_open_at_start = thinking_open;
   // A constrained reply is one JSON object: "<tool_call>" inside one of its strings is text.
   job.parser.parse_tool_calls = !tools.is_null() && !json_object;
-  job.json_object = json_object;
+  if (!job.json_after_forced) {
+    job.json_object = json_object;
+    job.json_schema = r.json_schema;
+  }
   if (!tools.is_null()) job.parser.tools = nlohmann::json::parse(tools.dump());
   job.logprobs = r.opt.logprobs;
   job.single_tool_call = !r.parallel_tool_calls;
@@ -77,6 +75,8 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
     }
   return job;
 }
+
+namespace {
 
 ojson error_event(const Ticket& t) {
   return error_json(ApiError(t.cancelled ? 503 : 500, t.error.empty() ? "the request was cancelled" : t.error));

@@ -11,9 +11,9 @@ export const LILY = process.env.LILY_BIN || path.join(here, '../../build/lily');
 export const CTX = 512;
 
 // Resolves to { proc, url, stderr() } once the server prints its listening line.
-export function startServer(extra = []) {
+export function startServer(extra = [], ctx = CTX) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(LILY, ['serve', '--port', '0', '--ctx', String(CTX), ...extra], {
+    const proc = spawn(LILY, ['serve', '--port', '0', '--ctx', String(ctx), ...extra], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '', err = '';
