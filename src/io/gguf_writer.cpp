@@ -1,0 +1,121 @@
+// GGUF writer: header, metadata, tensor records, padding, data section (each tensor aligned).
+#include "io/gguf_writer.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace lily {
+
+namespace {
+
+template <class T>
+void put(std::vector<uint8_t>& b, T v) {
+  uint8_t tmp[sizeof(T)];
+  std::memcpy(tmp, &v, sizeof(T));
+  b.insert(b.end(), tmp, tmp + sizeof(T));
+}
+
+void put_str(std::vector<uint8_t>& b, const std::string& s) {
+  put<uint64_t>(b, s.size());
+  b.insert(b.end(), s.begin(), s.end());
+}
+
+}  // namespace
+
+void GgufWriter::key(const std::string& k, GgufType t) {
+  put_str(kv_, k);
+  put<uint32_t>(kv_, uint32_t(t));
+  ++n_kv_;
+}
+
+void GgufWriter::add_u32(const std::string& k, uint32_t v) { key(k, GgufType::U32); put(kv_, v); }
+void GgufWriter::add_i32(const std::string& k, int32_t v) { key(k, GgufType::I32); put(kv_, v); }
+void GgufWriter::add_u64(const std::string& k, uint64_t v) { key(k, GgufType::U64); put(kv_, v); }
+void GgufWriter::add_f32(const std::string& k, float v) { key(k, GgufType::F32); put(kv_, v); }
+void GgufWriter::add_bool(const std::string& k, bool v) { key(k, GgufType::BOOL); put<uint8_t>(kv_, v ? 1 : 0); }
+void GgufWriter::add_string(const std::string& k, const std::string& v) { key(k, GgufType::STRING); put_str(kv_, v); }
+
+void GgufWriter::add_strings(const std::string& k, const std::vector<std::string>& v) {
+  key(k, GgufType::ARRAY);
+  put<uint32_t>(kv_, uint32_t(GgufType::STRING));
+  put<uint64_t>(kv_, v.size());
+  for (const std::string& s : v) put_str(kv_, s);
+}
+
+void GgufWriter::add_i32s(const std::string& k, const std::vector<int32_t>& v) {
+  key(k, GgufType::ARRAY);
+  put<uint32_t>(kv_, uint32_t(GgufType::I32));
+  put<uint64_t>(kv_, v.size());
+  for (int32_t x : v) put(kv_, x);
+}
+
+void GgufWriter::add_f32s(const std::string& k, const std::vector<float>& v) {
+  key(k, GgufType::ARRAY);
+  put<uint32_t>(kv_, uint32_t(GgufType::F32));
+  put<uint64_t>(kv_, v.size());
+  for (float x : v) put(kv_, x);
+}
+
+void GgufWriter::add_bools(const std::string& k, const std::vector<bool>& v) {
+  key(k, GgufType::ARRAY);
+  put<uint32_t>(kv_, uint32_t(GgufType::BOOL));
+  put<uint64_t>(kv_, v.size());
+  for (bool x : v) put<uint8_t>(kv_, x ? 1 : 0);
+}
+
+void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape,
+                            std::vector<uint8_t> bytes) {
+  GgmlTypeInfo ti;
+  if (!ggml_type_info(uint32_t(type), &ti)) throw Error("gguf writer: tensor '" + name + "': unknown type");
+  if (shape.empty() || shape.size() > 4) throw Error("gguf writer: tensor '" + name + "': 1 to 4 dimensions expected");
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (shape.back() % ti.block != 0 || size_t(n / ti.block * ti.bytes) != bytes.size())
+    throw Error("gguf writer: tensor '" + name + "': " + std::to_string(bytes.size()) + " bytes do not hold " +
+                shape_str(shape) + " of " + ti.name);
+  tensors_.push_back({name, uint32_t(type), std::vector<int64_t>(shape.rbegin(), shape.rend()), std::move(bytes)});
+}
+
+std::vector<uint8_t> GgufWriter::bytes() const {
+  std::vector<uint8_t> b;
+  put<uint32_t>(b, 0x46554747u);
+  put<uint32_t>(b, 3);
+  put<uint64_t>(b, tensors_.size());
+  const bool custom_align = alignment_ != 32;
+  put<uint64_t>(b, n_kv_ + (custom_align ? 1 : 0));
+  if (custom_align) {
+    put_str(b, "general.alignment");
+    put<uint32_t>(b, uint32_t(GgufType::U32));
+    put<uint32_t>(b, alignment_);
+  }
+  b.insert(b.end(), kv_.begin(), kv_.end());
+  auto pad = [&](uint64_t x) { return (x + alignment_ - 1) / alignment_ * alignment_; };
+  uint64_t off = 0;
+  for (const Tensor& t : tensors_) {
+    put_str(b, t.name);
+    put<uint32_t>(b, uint32_t(t.ne.size()));
+    for (int64_t d : t.ne) put<uint64_t>(b, uint64_t(d));
+    put<uint32_t>(b, t.type);
+    put<uint64_t>(b, off);
+    off = pad(off + t.bytes.size());
+  }
+  b.resize(size_t(pad(b.size())), 0);
+  for (const Tensor& t : tensors_) {
+    b.insert(b.end(), t.bytes.begin(), t.bytes.end());
+    b.resize(size_t(pad(b.size())), 0);
+  }
+  return b;
+}
+
+void GgufWriter::write(const std::string& path) const {
+  const std::vector<uint8_t> b = bytes();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw Error(path + ": cannot open for writing");
+  const size_t w = std::fwrite(b.data(), 1, b.size(), f);
+  const bool ok = std::fclose(f) == 0 && w == b.size();
+  if (!ok) throw Error(path + ": write failed");
+}
+
+}  // namespace lily
