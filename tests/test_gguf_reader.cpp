@@ -166,7 +166,9 @@ TEST(GgufReader, SplitFiles) {
     w.add_u32("split.no", uint32_t(k));
     w.add_u32("split.count", 3);
     if (k == 0) w.add_string("general.architecture", "qwen35moe");
-    w.add_tensor("t" + std::to_string(k), GgmlType::F32, {2}, f32_bytes({float(k), 1.0f}));
+    std::string name = "t";  // appended: GCC 12 -Wrestrict misfires on "t" + std::string
+    name += std::to_string(k);
+    w.add_tensor(name, GgmlType::F32, {2}, f32_bytes({float(k), 1.0f}));
     w.write(d / gguf_split_path("m", k + 1, 3));
   }
   for (int k = 1; k <= 3; ++k) {

@@ -10,16 +10,21 @@ namespace lily {
 
 namespace {
 
+// resize + memcpy (GCC 12's -Wstringop-overflow misfires on vector::insert of a small array at -O2).
+void put_bytes(std::vector<uint8_t>& b, const void* p, size_t n) {
+  const size_t at = b.size();
+  b.resize(at + n);
+  if (n) std::memcpy(b.data() + at, p, n);
+}
+
 template <class T>
 void put(std::vector<uint8_t>& b, T v) {
-  uint8_t tmp[sizeof(T)];
-  std::memcpy(tmp, &v, sizeof(T));
-  b.insert(b.end(), tmp, tmp + sizeof(T));
+  put_bytes(b, &v, sizeof(T));
 }
 
 void put_str(std::vector<uint8_t>& b, const std::string& s) {
   put<uint64_t>(b, s.size());
-  b.insert(b.end(), s.begin(), s.end());
+  put_bytes(b, s.data(), s.size());
 }
 
 }  // namespace
@@ -90,7 +95,7 @@ std::vector<uint8_t> GgufWriter::bytes() const {
     put<uint32_t>(b, uint32_t(GgufType::U32));
     put<uint32_t>(b, alignment_);
   }
-  b.insert(b.end(), kv_.begin(), kv_.end());
+  put_bytes(b, kv_.data(), kv_.size());
   auto pad = [&](uint64_t x) { return (x + alignment_ - 1) / alignment_ * alignment_; };
   uint64_t off = 0;
   for (const Tensor& t : tensors_) {
@@ -103,7 +108,7 @@ std::vector<uint8_t> GgufWriter::bytes() const {
   }
   b.resize(size_t(pad(b.size())), 0);
   for (const Tensor& t : tensors_) {
-    b.insert(b.end(), t.bytes.begin(), t.bytes.end());
+    put_bytes(b, t.bytes.data(), t.bytes.size());
     b.resize(size_t(pad(b.size())), 0);
   }
   return b;
