@@ -3,8 +3,6 @@
 // decoded text as the Hugging Face tokenizer on every fixture case; the chat template comes back verbatim.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
@@ -18,27 +16,6 @@ using namespace lily::test;
 
 namespace {
 
-// tokenizer.json -> tokenizer.ggml.* keys on `w` (as the converter does for a byte-level BPE vocabulary).
-void add_tokenizer_metadata(const std::string& tokenizer_json, GgufWriter& w, const std::string& pre = "qwen35") {
-  const auto j = nlohmann::json::parse(tokenizer_json);
-  std::map<int64_t, std::pair<std::string, int32_t>> by_id;  // id -> (content, token type)
-  for (const auto& [tok, id] : j["model"]["vocab"].items()) by_id[id.get<int64_t>()] = {tok, 1};
-  for (const auto& a : j["added_tokens"]) by_id[a["id"].get<int64_t>()] = {a["content"], a["special"] ? 3 : 4};
-  const int64_t n = by_id.rbegin()->first + 1;
-  std::vector<std::string> tokens(static_cast<size_t>(n));
-  std::vector<int32_t> types(size_t(n), 5);
-  for (int64_t i = 0; i < n; ++i) tokens[size_t(i)] = "[PAD" + std::to_string(i) + "]";
-  for (const auto& [id, tt] : by_id) tokens[size_t(id)] = tt.first, types[size_t(id)] = tt.second;
-  std::vector<std::string> merges;
-  for (const auto& m : j["model"]["merges"])
-    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
-  w.add_string("tokenizer.ggml.model", "gpt2");
-  w.add_string("tokenizer.ggml.pre", pre);
-  w.add_strings("tokenizer.ggml.tokens", tokens);
-  w.add_i32s("tokenizer.ggml.token_type", types);
-  w.add_strings("tokenizer.ggml.merges", merges);
-}
-
 std::shared_ptr<GgufModel> write_and_open(const GgufWriter& w, const lily_test::TempDir& d, const std::string& name) {
   w.write(d / name);
   return std::make_shared<GgufModel>(d / name);
@@ -50,7 +27,7 @@ TEST(GgufTokenizer, SameIdsAsTokenizerJsonOnFixtureCases) {
   const std::string json_text = read_file(tiny_tokenizer_path());
   GgufWriter w;
   w.add_string("general.architecture", "qwen35moe");
-  add_tokenizer_metadata(json_text, w);
+  gguf_add_tokenizer(json_text, w);
   const std::string tmpl = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
   w.add_string("tokenizer.chat_template", tmpl);
   lily_test::TempDir d;
@@ -87,7 +64,7 @@ TEST(GgufTokenizer, ErrorsNameFileAndKey) {
   e = lily_test::error_of([&] { gguf_tokenizer(*m); });
   EXPECT_NE(e.find("only byte-level BPE"), std::string::npos) << e;
   GgufWriter bad;
-  add_tokenizer_metadata(read_file(tiny_tokenizer_path()), bad, "falcon");
+  gguf_add_tokenizer(read_file(tiny_tokenizer_path()), bad, "falcon");
   m = write_and_open(bad, d, "bad.gguf");
   e = lily_test::error_of([&] { gguf_tokenizer(*m); });
   EXPECT_NE(e.find("tokenizer.ggml.pre 'falcon' is not supported"), std::string::npos) << e;

@@ -70,20 +70,34 @@ void GgufWriter::add_bools(const std::string& k, const std::vector<bool>& v) {
   for (bool x : v) put<uint8_t>(kv_, x ? 1 : 0);
 }
 
-void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape,
-                            std::vector<uint8_t> bytes) {
+size_t GgufWriter::tensor_bytes(const std::string& name, GgmlType type, const std::vector<int64_t>& shape) {
   GgmlTypeInfo ti;
   if (!ggml_type_info(uint32_t(type), &ti)) throw Error("gguf writer: tensor '" + name + "': unknown type");
   if (shape.empty() || shape.size() > 4) throw Error("gguf writer: tensor '" + name + "': 1 to 4 dimensions expected");
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  if (shape.back() % ti.block != 0 || size_t(n / ti.block * ti.bytes) != bytes.size())
-    throw Error("gguf writer: tensor '" + name + "': " + std::to_string(bytes.size()) + " bytes do not hold " +
-                shape_str(shape) + " of " + ti.name);
-  tensors_.push_back({name, uint32_t(type), std::vector<int64_t>(shape.rbegin(), shape.rend()), std::move(bytes)});
+  if (shape.back() % ti.block != 0)
+    throw Error("gguf writer: tensor '" + name + "': " + shape_str(shape) + " does not fit " + ti.name + " blocks");
+  return size_t(n / ti.block * ti.bytes);
 }
 
-std::vector<uint8_t> GgufWriter::bytes() const {
+void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape,
+                            std::vector<uint8_t> bytes) {
+  const size_t nb = tensor_bytes(name, type, shape);
+  if (nb != bytes.size())
+    throw Error("gguf writer: tensor '" + name + "': " + std::to_string(bytes.size()) + " bytes do not hold " +
+                shape_str(shape) + " of " + ggml_type_name(uint32_t(type)));
+  tensors_.push_back({name, uint32_t(type), std::vector<int64_t>(shape.rbegin(), shape.rend()), std::move(bytes), nb, {}});
+}
+
+void GgufWriter::add_tensor_stream(const std::string& name, GgmlType type, const std::vector<int64_t>& shape,
+                                   std::function<void(const Emit&)> producer) {
+  const size_t nb = tensor_bytes(name, type, shape);
+  tensors_.push_back({name, uint32_t(type), std::vector<int64_t>(shape.rbegin(), shape.rend()), {}, nb,
+                      std::move(producer)});
+}
+
+std::vector<uint8_t> GgufWriter::header() const {
   std::vector<uint8_t> b;
   put<uint32_t>(b, 0x46554747u);
   put<uint32_t>(b, 3);
@@ -104,23 +118,62 @@ std::vector<uint8_t> GgufWriter::bytes() const {
     for (int64_t d : t.ne) put<uint64_t>(b, uint64_t(d));
     put<uint32_t>(b, t.type);
     put<uint64_t>(b, off);
-    off = pad(off + t.bytes.size());
+    off = pad(off + t.nbytes);
   }
   b.resize(size_t(pad(b.size())), 0);
-  for (const Tensor& t : tensors_) {
-    put_bytes(b, t.bytes.data(), t.bytes.size());
-    b.resize(size_t(pad(b.size())), 0);
+  return b;
+}
+
+namespace {
+
+// Runs one tensor's producer (or copies its bytes) into `out`, then pads; checks the byte count.
+void emit_tensor(const std::string& name, size_t nbytes, const std::vector<uint8_t>& bytes,
+                 const std::function<void(const GgufWriter::Emit&)>& producer, uint32_t align,
+                 const GgufWriter::Emit& out) {
+  size_t n = 0;
+  const GgufWriter::Emit counted = [&](const void* p, size_t k) {
+    n += k;
+    if (n > nbytes) throw Error("gguf writer: tensor '" + name + "': producer wrote more than " + std::to_string(nbytes) + " bytes");
+    out(p, k);
+  };
+  if (producer) producer(counted);
+  else counted(bytes.data(), bytes.size());
+  if (n != nbytes)
+    throw Error("gguf writer: tensor '" + name + "': producer wrote " + std::to_string(n) + " of " + std::to_string(nbytes) + " bytes");
+  static const uint8_t zeros[256] = {};
+  const size_t padn = (align - nbytes % align) % align;
+  for (size_t left = padn; left > 0;) {
+    const size_t k = left < sizeof zeros ? left : sizeof zeros;
+    out(zeros, k);
+    left -= k;
   }
+}
+
+}  // namespace
+
+std::vector<uint8_t> GgufWriter::bytes() const {
+  std::vector<uint8_t> b = header();
+  const Emit out = [&](const void* p, size_t n) { put_bytes(b, p, n); };
+  for (const Tensor& t : tensors_) emit_tensor(t.name, t.nbytes, t.bytes, t.producer, alignment_, out);
   return b;
 }
 
 void GgufWriter::write(const std::string& path) const {
-  const std::vector<uint8_t> b = bytes();
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw Error(path + ": cannot open for writing");
-  const size_t w = std::fwrite(b.data(), 1, b.size(), f);
-  const bool ok = std::fclose(f) == 0 && w == b.size();
-  if (!ok) throw Error(path + ": write failed");
+  bool ok = true;
+  const Emit out = [&](const void* p, size_t n) {
+    if (ok && n && std::fwrite(p, 1, n, f) != n) ok = false;
+  };
+  try {
+    const std::vector<uint8_t> h = header();
+    out(h.data(), h.size());
+    for (const Tensor& t : tensors_) emit_tensor(t.name, t.nbytes, t.bytes, t.producer, alignment_, out);
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+  if (std::fclose(f) != 0 || !ok) throw Error(path + ": write failed");
 }
 
 }  // namespace lily

@@ -2,6 +2,7 @@
 // (fixtures converted to GGUF) and by `lily synth --gguf`.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,15 @@ class GgufWriter {
   void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape,
                   std::vector<uint8_t> bytes);
 
+  // A tensor whose bytes a producer writes at file-writing time through `emit` (in any number of pieces, exactly
+  // the type's size for `shape` in all, checked): large models are written without holding them in memory.
+  using Emit = std::function<void(const void* p, size_t n)>;
+  void add_tensor_stream(const std::string& name, GgmlType type, const std::vector<int64_t>& shape,
+                         std::function<void(const Emit& emit)> producer);
+
   // Writes the file (throws lily::Error naming the path on failure).
   void write(const std::string& path) const;
-  // The file's bytes (tests).
+  // The file's bytes (tests; streamed tensors are produced into memory).
   std::vector<uint8_t> bytes() const;
 
  private:
@@ -40,7 +47,11 @@ class GgufWriter {
     uint32_t type;
     std::vector<int64_t> ne;
     std::vector<uint8_t> bytes;
+    size_t nbytes = 0;
+    std::function<void(const Emit&)> producer;  // set for streamed tensors
   };
+  static size_t tensor_bytes(const std::string& name, GgmlType type, const std::vector<int64_t>& shape);
+  std::vector<uint8_t> header() const;
   void key(const std::string& k, GgufType t);
   uint32_t alignment_;
   uint64_t n_kv_ = 0;

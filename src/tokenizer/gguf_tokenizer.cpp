@@ -1,10 +1,13 @@
 // tokenizer.ggml.* metadata -> tokenizer.json text -> Tokenizer.
 #include "tokenizer/gguf_tokenizer.h"
 
+#include <map>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lily {
@@ -81,6 +84,32 @@ std::string gguf_tokenizer_json(const GgufModel& m) {
                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
                 {"ignore_merges", false}, {"vocab", vocab}, {"merges", ml}};
   return j.dump();
+}
+
+void gguf_add_tokenizer(const std::string& tokenizer_json, GgufWriter& w, const std::string& pre) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(tokenizer_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("tokenizer.json: ") + e.what());
+  }
+  std::map<int64_t, std::pair<std::string, int32_t>> by_id;  // id -> (content, token type)
+  for (const auto& [tok, id] : j.at("model").at("vocab").items()) by_id[id.get<int64_t>()] = {tok, 1};
+  for (const auto& a : j.at("added_tokens")) by_id[a.at("id").get<int64_t>()] = {a.at("content"), a.at("special") ? 3 : 4};
+  if (by_id.empty() || by_id.begin()->first < 0) throw Error("tokenizer.json: no tokens, or a negative id");
+  const int64_t n = by_id.rbegin()->first + 1;
+  std::vector<std::string> tokens(static_cast<size_t>(n));
+  std::vector<int32_t> types(static_cast<size_t>(n), 5);
+  for (int64_t i = 0; i < n; ++i) tokens[size_t(i)] = "[PAD" + std::to_string(i) + "]";
+  for (const auto& [id, tt] : by_id) tokens[size_t(id)] = tt.first, types[size_t(id)] = tt.second;
+  std::vector<std::string> merges;
+  for (const auto& m : j.at("model").at("merges"))
+    merges.push_back(m.is_string() ? m.get<std::string>() : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", pre);
+  w.add_strings("tokenizer.ggml.tokens", tokens);
+  w.add_i32s("tokenizer.ggml.token_type", types);
+  w.add_strings("tokenizer.ggml.merges", merges);
 }
 
 std::shared_ptr<Tokenizer> gguf_tokenizer(const GgufModel& m) {

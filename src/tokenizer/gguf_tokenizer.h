@@ -11,7 +11,13 @@
 namespace lily {
 
 class GgufModel;
+class GgufWriter;
 class Tokenizer;
+
+// The reverse, as llama.cpp's converter writes a byte-level BPE tokenizer.json: tokenizer.ggml.model "gpt2",
+// tokenizer.ggml.pre `pre`, tokens by id (gaps filled with "[PADn]" of type UNUSED), token types (NORMAL,
+// CONTROL for special added tokens, USER_DEFINED for the others) and merges "a b". Throws on bad JSON.
+void gguf_add_tokenizer(const std::string& tokenizer_json, GgufWriter& w, const std::string& pre = "qwen35");
 
 // tokenizer.json text (throws lily::Error naming the file and key when the metadata is missing or unusable).
 std::string gguf_tokenizer_json(const GgufModel& m);
