@@ -3,6 +3,7 @@
 // decoded text as the Hugging Face tokenizer on every fixture case; the chat template comes back verbatim.
 #include <gtest/gtest.h>
 
+#include "cli/model_assets.h"
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
@@ -68,4 +69,30 @@ TEST(GgufTokenizer, ErrorsNameFileAndKey) {
   m = write_and_open(bad, d, "bad.gguf");
   e = lily_test::error_of([&] { gguf_tokenizer(*m); });
   EXPECT_NE(e.find("tokenizer.ggml.pre 'falcon' is not supported"), std::string::npos) << e;
+}
+
+// What `lily serve/run/chat --model FILE.gguf` use: tokenizer and template from the file alone.
+TEST(GgufTokenizer, ModelAssetsFromTheFileAlone) {
+  lily_test::TempDir d;
+  GgufWriter w;
+  w.add_string("general.architecture", "qwen35moe");
+  gguf_add_tokenizer(read_file(tiny_tokenizer_path()), w);
+  w.add_string("tokenizer.chat_template",
+               "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+               "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
+  w.write(d / "m.gguf");
+  auto tok = load_model_tokenizer(d / "m.gguf");
+  const ChatTemplate t = load_model_template(d / "m.gguf");
+  nlohmann::ordered_json ctx = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}}, {"add_generation_prompt", true}};
+  const std::string prompt = t.render(ctx);
+  EXPECT_EQ(prompt, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+  const auto ids = tok->encode(prompt);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), tok->token_to_id("<|im_start|>"));
+  EXPECT_TRUE(tok->is_special(ids.front()));
+  GgufWriter none;
+  gguf_add_tokenizer(read_file(tiny_tokenizer_path()), none);
+  none.write(d / "none.gguf");
+  const std::string e = lily_test::error_of([&] { load_model_template(d / "none.gguf"); });
+  EXPECT_NE(e.find("no chat template"), std::string::npos) << e;
 }
