@@ -32,6 +32,7 @@ inline std::vector<float> st_f32(const lily::TensorView& t) {
 struct TinyGgufOptions {
   lily::GgmlType type = lily::GgmlType::F32;  // matrices
   bool dequantised_twin = false;             // store matrices as F32 of decode(quantise(x))
+  bool fused_gate_up = false;                // experts' gate and up as one ffn_gate_up_exps [E, 2I, H]
 };
 
 inline void convert_tiny_to_gguf(const std::string& dir, const std::string& out, const TinyGgufOptions& o) {
@@ -134,14 +135,17 @@ inline void convert_tiny_to_gguf(const std::string& dir, const std::string& out,
       matrix(b + "ssm_out.weight", {H, VD}, ot);
     }
     f32_tensor(b + "ffn_gate_inp.weight", {E, H}, get(p + "mlp.gate.weight"));
-    const std::vector<float> gu = get(p + "mlp.experts.gate_up_proj");  // [E, 2I, H]
+    const std::vector<float> gu = get(p + "mlp.experts.gate_up_proj");  // [E, 2I, H], gate rows first
+    if (o.fused_gate_up) matrix(b + "ffn_gate_up_exps.weight", {E, 2 * I, H}, gu);
     std::vector<float> g(size_t(E * I * H)), u(size_t(E * I * H));
     for (int64_t e = 0; e < E; ++e) {
       std::memcpy(&g[size_t(e * I * H)], &gu[size_t(e * 2 * I * H)], size_t(I * H) * 4);
       std::memcpy(&u[size_t(e * I * H)], &gu[size_t((e * 2 + 1) * I * H)], size_t(I * H) * 4);
     }
-    matrix(b + "ffn_gate_exps.weight", {E, I, H}, g);
-    matrix(b + "ffn_up_exps.weight", {E, I, H}, u);
+    if (!o.fused_gate_up) {
+      matrix(b + "ffn_gate_exps.weight", {E, I, H}, g);
+      matrix(b + "ffn_up_exps.weight", {E, I, H}, u);
+    }
     matrix(b + "ffn_down_exps.weight", {E, H, I}, get(p + "mlp.experts.down_proj"));
     matrix(b + "ffn_gate_shexp.weight", {Is, H}, get(p + "mlp.shared_expert.gate_proj.weight"));
     matrix(b + "ffn_up_shexp.weight", {Is, H}, get(p + "mlp.shared_expert.up_proj.weight"));

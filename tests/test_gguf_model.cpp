@@ -21,9 +21,9 @@ namespace {
 
 const std::string kTiny = std::string(LILY_TEST_DIR) + "/fixtures/tiny/model-bf16";
 
-std::string convert(const TempDir& d, GgmlType t, bool twin = false) {
-  const std::string out = d / (ggml_type_name(uint32_t(t)) + (twin ? "-twin" : "") + ".gguf");
-  convert_tiny_to_gguf(kTiny, out, {t, twin});
+std::string convert(const TempDir& d, GgmlType t, bool twin = false, bool fused = false) {
+  const std::string out = d / (ggml_type_name(uint32_t(t)) + (twin ? "-twin" : "") + (fused ? "-fused" : "") + ".gguf");
+  convert_tiny_to_gguf(kTiny, out, {t, twin, fused});
   return out;
 }
 
@@ -83,9 +83,11 @@ Diff diff(const std::vector<float>& a, const std::vector<float>& b, int V) {
 
 }  // namespace
 
-TEST(GgufModel, ConfigAndEveryWeightEqualTheSafetensorsLoad) {
+class GgufModelWeights : public ::testing::TestWithParam<bool> {};  // param: experts' gate/up fused
+
+TEST_P(GgufModelWeights, ConfigAndEveryWeightEqualTheSafetensorsLoad) {
   TempDir d;
-  const std::string f = convert(d, GgmlType::F32);
+  const std::string f = convert(d, GgmlType::F32, false, GetParam());
   auto g = load_quiet(f);
   auto s = load_quiet(kTiny);
   EXPECT_EQ(g->layout, "gguf");
@@ -151,6 +153,8 @@ TEST(GgufModel, ConfigAndEveryWeightEqualTheSafetensorsLoad) {
     expect_same_matrix(x.moe.sh_gate_w, y.moe.sh_gate_w, L + "sh_gate_w");
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(GgufModel, GgufModelWeights, ::testing::Bool());
 
 // BF16 GGUF on the reference CPU path against the transformers logits: the safetensors bf16 run's bound.
 TEST(GgufModel, Bf16LogitsMatchTransformersReference) {
