@@ -1,6 +1,7 @@
 // load_model_gguf: a qwen35moe GGUF file -> ModelWeights (see gguf_weights.h for the converter's transforms).
 #include "model/gguf_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -203,12 +204,40 @@ class Builder {
     return mats(name, {rows, cols}, 1, rows, cols, rows_from, col_block, cols_from)[0];
   }
 
+  // One line per conversion, naming every tensor by kind and blocks: "token_embd.weight, attn_qkv.weight[0-2,4-6]".
   void print_log() const {
     for (const auto& [what, names] : log_) {
-      std::string s = "gguf: " + std::to_string(names.size()) + " tensor" + (names.size() == 1 ? "" : "s") + " " +
-                      what + ": ";
-      for (size_t i = 0; i < names.size() && i < 3; ++i) s += (i ? ", " : "") + names[i];
-      if (names.size() > 3) s += ", ...";
+      std::vector<std::pair<std::string, std::vector<int>>> kinds;  // kind -> block ids, in first-seen order
+      for (const std::string& n : names) {
+        int b = -1, len = 0;
+        const bool blk = std::sscanf(n.c_str(), "blk.%d.%n", &b, &len) == 1 && len > 0;
+        const std::string kind = blk ? n.substr(size_t(len)) : n;
+        auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == kind; });
+        if (it == kinds.end()) it = kinds.insert(kinds.end(), {kind, {}});
+        if (blk) it->second.push_back(b);
+      }
+      std::string s = "gguf: ";  // built by appending: GCC 12 -Wrestrict misfires on "x" + std::string
+      s += what;
+      s += ": ";
+      for (size_t i = 0; i < kinds.size(); ++i) {
+        if (i) s += ", ";
+        s += kinds[i].first;
+        const std::vector<int>& ids = kinds[i].second;
+        if (ids.empty()) continue;
+        s += '[';
+        for (size_t a = 0; a < ids.size();) {
+          size_t e = a;
+          while (e + 1 < ids.size() && ids[e + 1] == ids[e] + 1) ++e;
+          if (a) s += ',';
+          s += std::to_string(ids[a]);
+          if (e > a) {
+            s += '-';
+            s += std::to_string(ids[e]);
+          }
+          a = e + 1;
+        }
+        s += ']';
+      }
       std::fprintf(stderr, "%s\n", s.c_str());
     }
   }
