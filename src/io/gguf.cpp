@@ -2,6 +2,7 @@
 #include "io/gguf.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
