@@ -9,6 +9,7 @@
 #include <string>
 
 #include "app/make_backend.h"
+#include "cli/model_assets.h"
 #include "chat/template.h"
 #include "cli/model_source.h"
 #include "cli/registry.h"
@@ -64,8 +65,8 @@ int chat(const Args& a) {
                  "hide-reasoning", "system", "cache-mb"});
   const std::string dir = model_dir_or_demo(a);
   auto w = load_model(dir);
-  auto tok = Tokenizer::load(dir + "/tokenizer.json");
-  const ChatTemplate tmpl = ChatTemplate::load_for_model(dir);
+  auto tok = load_model_tokenizer(dir);
+  const ChatTemplate tmpl = load_model_template(dir);
   auto be = make_backend(a.get("backend", "auto"), w);
   const int ctx = static_cast<int>(a.get_int("ctx", std::min(32768, w->cfg.max_pos > 0 ? w->cfg.max_pos : 32768)));
   const int max_tokens = static_cast<int>(a.get_int("max-tokens", 2048));

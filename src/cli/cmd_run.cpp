@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "app/make_backend.h"
+#include "cli/model_assets.h"
 #include "chat/template.h"
 #include "core/progress.h"
 #include "cli/model_source.h"
@@ -35,7 +36,7 @@ int run(const Args& a) {
   if (!a.has("prompt")) throw Error("--prompt TEXT is required");
   const std::string dir = model_dir_or_demo(a);
   auto w = load_model(dir);
-  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  auto tok = load_model_tokenizer(dir);
   auto be = make_backend(a.get("backend", "auto"), w);
   std::string text = a.get("prompt");
   if (a.has("chat")) {
@@ -43,7 +44,7 @@ int run(const Args& a) {
     ctx["messages"] = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
     ctx["add_generation_prompt"] = true;
     ctx["enable_thinking"] = !a.has("no-think");
-    text = ChatTemplate::load_for_model(dir).render(ctx);
+    text = load_model_template(dir).render(ctx);
   }
   std::vector<int32_t> ids = tok->encode(text);
   if (ids.empty()) throw Error("the prompt encodes to no tokens");

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "app/make_backend.h"
+#include "cli/model_assets.h"
 #include "chat/template.h"
 #include "cli/model_source.h"
 #include "cli/registry.h"
@@ -57,8 +58,8 @@ int serve(const Args& a) {
   auto w = load_model(dir);
   const int max_pos = w->cfg.max_pos > 0 ? w->cfg.max_pos : 32768;
   cfg.ctx = static_cast<int>(positive(a, "ctx", std::min(32768, max_pos), 16, 1 << 24));
-  auto tok = Tokenizer::load(dir + "/tokenizer.json");
-  const ChatTemplate tmpl = ChatTemplate::load_for_model(dir);
+  auto tok = load_model_tokenizer(dir);
+  const ChatTemplate tmpl = load_model_template(dir);
   auto be = make_backend(a.get("backend", "auto"), w);
 
   Metrics metrics;

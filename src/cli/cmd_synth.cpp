@@ -1,5 +1,8 @@
 // `lily synth --out DIR [--layout mlx-4bit|hf-bf16] [--preset NAME] [--seed N] [--shard-gb G]`: writes a
 // random-weight checkpoint with the real shapes (see synth/checkpoint_writer.h).
+// `lily synth --gguf FILE [--preset NAME] [--seed N]`: the same weights as a Q4_K_M-like llama.cpp GGUF file
+// (see synth/gguf_checkpoint.h).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -7,6 +10,8 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "synth/checkpoint_writer.h"
+#include "synth/gguf_checkpoint.h"
+#include "synth/synth_tokenizer.h"
 #include "synth/presets.h"
 #include "synth/synthetic_model.h"
 
@@ -14,8 +19,8 @@ namespace lily {
 namespace {
 
 int run_synth(const Args& a) {
-  a.check_known({"out", "layout", "preset", "seed", "shard-gb"});
-  if (!a.has("out")) throw Error("--out DIR is required");
+  a.check_known({"out", "layout", "preset", "seed", "shard-gb", "gguf"});
+  if (!a.has("out") && !a.has("gguf")) throw Error("--out DIR or --gguf FILE is required");
   const std::string preset = a.get("preset", "qwen3.6-35b-a3b");
   CheckpointOptions opt;
   opt.layout = a.get("layout", "mlx-4bit");
@@ -32,6 +37,19 @@ int run_synth(const Args& a) {
     bar.finish();
   }
   auto t1 = std::chrono::steady_clock::now();
+  if (a.has("gguf")) {
+    const int bpe = std::max(256, opt.bpe_vocab > 0 ? opt.bpe_vocab : w->cfg.vocab / 4096 * 4096);
+    if (bpe > w->cfg.vocab) throw Error("tokenizer BPE size " + std::to_string(bpe) + " exceeds vocab_size");
+    const std::string tok = make_synthetic_tokenizer(bpe, std::min(33, w->cfg.vocab - bpe)).dump();
+    Progress bar("writing", 1);
+    write_gguf_checkpoint(*w, a.get("gguf"), tok, [&](uint64_t d, uint64_t t) { bar.update(d, t); });
+    bar.finish();
+    std::printf("wrote %s (Q4_K_M-like GGUF, preset %s, seed %llu): generated in %.1f s, written in %.1f s\n",
+                a.get("gguf").c_str(), preset.c_str(), (unsigned long long)seed,
+                std::chrono::duration<double>(t1 - t0).count(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    return 0;
+  }
   {
     Progress bar("writing", 1);
     write_checkpoint(*w, a.get("out"), opt, [&](uint64_t d, uint64_t t) { bar.update(d, t); });
@@ -44,7 +62,7 @@ int run_synth(const Args& a) {
   return 0;
 }
 
-LILY_COMMAND("synth", "write a random-weight checkpoint with the real shapes (--out DIR [--layout] [--preset])",
+LILY_COMMAND("synth", "write a random-weight checkpoint with the real shapes (--out DIR [--layout] [--preset], or --gguf FILE)",
              run_synth, {});
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "io/text_file.h"
+#include "model/gguf_weights.h"
 #include "model/quant_config.h"
 #include "model/weight_reader.h"
 #include "model/weights.h"
@@ -143,6 +144,7 @@ void load_layer(WeightReader& rd, const CheckpointFiles& files, const ModelConfi
 }  // namespace
 
 std::shared_ptr<ModelWeights> load_model(const std::string& dir) {
+  if (is_gguf_path(dir)) return load_model_gguf(dir);
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   const std::string cfg_text = read_text_file(cfg_path);
   auto w = std::make_shared<ModelWeights>();
