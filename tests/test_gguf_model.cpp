@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "app/make_backend.h"
 #include "engine/backend.h"
 #include "gguf_convert_util.h"
 #include "loader_test_util.h"
