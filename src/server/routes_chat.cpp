@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "server/http_server.h"
 #include "server/http_util.h"
+#include "server/literal_text.h"
 #include "server/response_json.h"
 #include "server/sse.h"
 
@@ -27,7 +28,11 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 // The prompt as the template renders it, and the generation job around it.
 GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   ojson ctx = r.template_kwargs;
+  // Special-token spellings inside the request are text (server/literal_text.h).
+  std::vector<std::string> literals;
+  const std::vector<std::string> specials = c.cfg.allow_special_tokens ? std::vector<std::string>() : c.tok->special_tokens();
   ctx["messages"] = r.messages;
+  if (!specials.empty()) mask_special_text(ctx["messages"], specials, literals);
   ojson tools = r.tools;
   if (r.tool_choice == "none") tools = nullptr;
   if (r.tool_choice == "function") {
@@ -36,7 +41,10 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
       if (t["function"]["name"] == r.tool_choice_name) only.push_back(t);
     tools = only;
   }
-  if (!tools.is_null()) ctx["tools"] = tools;
+  if (!tools.is_null()) {
+    ctx["tools"] = tools;
+    if (!specials.empty()) mask_special_text(ctx["tools"], specials, literals);
+  }
   ctx["add_generation_prompt"] = true;
   // json_object: thinking is off unless the request turns it on (then the JSON starts after </think>).
   const bool json_object = r.response_format == "json_object";
@@ -48,13 +56,16 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   } catch (const Error& e) {
     throw bad_request(std::string("the chat template rejected the messages: ") + e.what(), "messages");
   }
+  std::vector<size_t> literal_at;
+  text = unmask_special_text(text, literals, literal_at);
   std::string trimmed = text;
   while (!trimmed.empty() && (trimmed.back() == '\n' || trimmed.back() == ' ')) trimmed.pop_back();
   const bool thinking_open = ends_with(trimmed, "<think>");
 
   GenJob job;
   job.forced_text = forced_tool_prefix(r, thinking_open);
-  job.prompt = c.tok->encode(text + job.forced_text);
+  check_prompt_bytes(c, text.size() + job.forced_text.size(), "messages");
+  job.prompt = literal_at.empty() ? c.tok->encode(text + job.forced_text) : c.tok->encode(text + job.forced_text, literal_at);
   check_context(c, job.prompt.size(), "messages");
   job.max_tokens = r.opt.max_tokens > 0 ? r.opt.max_tokens : c.cfg.ctx - static_cast<int>(job.prompt.size());
   job.sampling = r.opt.sampling;
@@ -105,7 +116,7 @@ void handle_chat(ServerContext& c, const httplib::Request& req, httplib::Respons
       }
       w(wire_json(chat_completion_json(meta, tk.result, want_lp ? logprobs.get() : nullptr, tok)));
     };
-    relay_ticket(res, "application/json", t, std::move(relay));
+    answer_ticket(res, t, std::move(relay));
     return;
   }
 

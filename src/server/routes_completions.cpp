@@ -17,6 +17,7 @@ void handle_completion(ServerContext& c, const httplib::Request& req, httplib::R
   std::string prompt_text;
   if (r.prompt) {
     prompt_text = *r.prompt;
+    check_prompt_bytes(c, prompt_text.size(), "prompt");
     job.prompt = c.tok->encode(prompt_text);
   } else {
     for (int32_t id : r.prompt_ids)
@@ -54,7 +55,7 @@ void handle_completion(ServerContext& c, const httplib::Request& req, httplib::R
       ojson lp = want_lp ? completion_logprobs_json(*acc, tok, echo.size()) : ojson(nullptr);
       w(wire_json(completion_json(meta, echo + tk.result.content, tk.result, std::move(lp))));
     };
-    relay_ticket(res, "application/json", t, std::move(relay));
+    answer_ticket(res, t, std::move(relay));
     return;
   }
 
