@@ -95,7 +95,7 @@ std::string origin_refusal(const OriginPolicy& p, const std::string& origin, con
   allow_origin->clear();
   if (origin.empty()) return "";
   if (p.any_origin) {
-    *allow_origin = "*";
+    allow_origin->assign(1, '*');
     return "";
   }
   std::string o = lower(trim(origin));
