@@ -86,6 +86,22 @@ bool ConnStream::wait_readable() {
   }
 }
 
+void ConnStream::linger() {
+  ::shutdown(sock_, SHUT_WR);
+  const auto end = Clock::now() + std::chrono::seconds(2);
+  size_t dropped = 0;
+  while (dropped < (64u << 20) && !stopping()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+    if (left <= 0) break;
+    int r = poll_one(sock_, POLLIN, static_cast<int>(std::min<long long>(left, kSliceMs)));
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;
+    ssize_t n = ::recv(sock_, buf_.data(), buf_.size(), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+    if (n > 0) dropped += static_cast<size_t>(n);
+  }
+}
+
 bool ConnStream::is_readable() const {
   if (off_ < len_) return true;
   return poll_one(sock_, POLLIN, 0) > 0;

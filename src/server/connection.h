@@ -46,6 +46,9 @@ class ConnStream final : public httplib::Stream {
   // Close the connection after this response (its request's body may not have been read).
   void close_after_response() { close_after_ = true; }
   bool closing() const { return close_after_; }
+  // Before closing a connection whose request was not read to the end: sends FIN, then reads and drops
+  // what the client still sends (at most 64 MiB, 2 s), so it sees the response rather than a reset.
+  void linger();
 
   bool is_readable() const override;
   bool is_writable() const override;

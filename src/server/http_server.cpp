@@ -57,6 +57,7 @@ class GuardedServer final : public httplib::Server {
         ret = process_request(strm, n + 1 == lim_.max_requests, closed, nullptr);
         // A large request leaves its pages in this thread's malloc arena: give them back.
         if (strm.request_bytes() > (1u << 20)) malloc_trim(0);
+        if (strm.closing()) strm.linger();
         if (!ret || closed || strm.closing()) break;
       }
     }

@@ -87,10 +87,12 @@ test('memory: 100 rejected 7 MB prompts leave the resident size where it was', a
       assert.equal(r.status, 400);
       assert.equal((await r.json()).error.code, 'context_length_exceeded');
     };
+    // The server frees a request's memory after its response went out: measure once it settled.
+    const settled = async () => { await new Promise((r) => setTimeout(r, 500)); return rssBytes(s.proc.pid); };
     for (let i = 0; i < 8; ++i) await Promise.all(Array.from({ length: 8 }, send));  // warm-up: every thread once
-    const before = rssBytes(s.proc.pid);
+    const before = await settled();
     for (let i = 0; i < 25; ++i) await Promise.all(Array.from({ length: 4 }, send));
-    const grown = rssBytes(s.proc.pid) - before;
+    const grown = await settled() - before;
     assert.ok(grown < (8 << 20), `RSS grew by ${(grown / 1048576).toFixed(1)} MB over 100 rejected prompts`);
     await alive(s);
   } finally {
