@@ -63,7 +63,7 @@ void ConnStream::begin_head() {
   deadline_ = Clock::now() + std::chrono::milliseconds(lim_.head_ms);
   budget_ = lim_.head_bytes;
   request_bytes_ = 0;
-  over_budget_ = timed_out_ = close_after_ = in_body_ = false;
+  over_budget_ = timed_out_ = close_after_ = in_body_ = large_ = false;
 }
 
 void ConnStream::begin_body() {

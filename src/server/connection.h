@@ -42,6 +42,9 @@ class ConnStream final : public httplib::Stream {
   bool timed_out() const { return timed_out_; }       // ... or on the deadline
   bool in_body() const { return in_body_; }           // begin_body() was called for this request
   size_t request_bytes() const { return request_bytes_; }
+  // The request grew large in memory beyond its raw bytes (a decoded body): worth a malloc_trim after it.
+  void note_large() { large_ = true; }
+  bool large() const { return large_ || request_bytes_ > (1u << 20); }
   bool peer_closed() const;  // the client closed its side (nothing buffered from it can follow)
   // Close the connection after this response (its request's body may not have been read).
   void close_after_response() { close_after_ = true; }
@@ -71,7 +74,7 @@ class ConnStream final : public httplib::Stream {
   std::chrono::steady_clock::time_point deadline_;
   size_t budget_ = 0;         // bytes the current phase may still read
   size_t request_bytes_ = 0;  // bytes read for the current request
-  bool over_budget_ = false, timed_out_ = false, close_after_ = false, in_body_ = false;
+  bool over_budget_ = false, timed_out_ = false, close_after_ = false, in_body_ = false, large_ = false;
 };
 
 // The connection the calling thread is serving (null outside one).

@@ -38,6 +38,13 @@ class GuardedServer final : public httplib::Server {
  public:
   explicit GuardedServer(const ConnLimits& lim) : lim_(lim) {}
 
+  // httplib listens with a backlog of 5: a burst of connections would wait for SYN retries (a second or
+  // more) before the cap could even answer them. Listening again on the bound socket widens it.
+  void widen_backlog() {
+    const socket_t s = svr_sock_;
+    if (s != INVALID_SOCKET) ::listen(s, SOMAXCONN);
+  }
+
  private:
   bool process_and_close_socket(socket_t sock) override {
     if (rejecting_connection()) {
@@ -56,7 +63,7 @@ class GuardedServer final : public httplib::Server {
         bool closed = false;
         ret = process_request(strm, n + 1 == lim_.max_requests, closed, nullptr);
         // A large request leaves its pages in this thread's malloc arena: give them back.
-        if (strm.request_bytes() > (1u << 20)) malloc_trim(0);
+        if (strm.large()) malloc_trim(0);
         if (strm.closing()) strm.linger();
         if (!ret || closed || strm.closing()) break;
       }
@@ -240,6 +247,7 @@ int HttpServer::bind() {
   } else if (!svr_->bind_to_port(c_.cfg.host, port)) {
     throw Error("cannot bind " + c_.cfg.host + ":" + std::to_string(port) + " (in use, or not a local address?)");
   }
+  static_cast<GuardedServer&>(*svr_).widen_backlog();
   return port;
 }
 

@@ -40,6 +40,7 @@ std::string decode_body(const std::string& data, const std::string& encoding, si
   if (!d->is_valid()) throw ApiError(500, "cannot start the " + encoding + " decoder");
   std::string out;
   bool too_big = false;
+  if (ConnStream* conn = current_connection()) conn->note_large();  // freed pages go back after the request
   bool ok = d->decompress(data.data(), data.size(), [&](const char* p, size_t n) {
     if (out.size() + n > limit) {
       too_big = true;
