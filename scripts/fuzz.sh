@@ -26,7 +26,7 @@ for s in "${srcs[@]}" tests/fuzz/fuzz_request.cpp; do
   while [ "$(jobs -rp | wc -l)" -ge "${FUZZ_BUILD_JOBS:-2}" ]; do wait -n; done
 done
 wait
-"$cxx" -fsanitize=fuzzer,address,undefined "${objs[@]}" -o "$out/fuzz_request"
+"$cxx" -fsanitize=fuzzer,address,undefined "${objs[@]}" -o "$out/fuzz_request" -licuuc -licui18n
 echo "fuzz.sh: running $out/fuzz_request for ${secs}s"
 par=()
 if [ "${FUZZ_JOBS:-1}" -gt 1 ]; then par=(-fork="$FUZZ_JOBS"); fi
