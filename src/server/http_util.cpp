@@ -91,6 +91,12 @@ void check_prompt_bytes(const ServerContext& c, size_t bytes, const std::string&
                    param, "context_length_exceeded");
 }
 
+std::unique_lock<std::mutex> large_prompt_turn(const httplib::Request& req) {
+  static std::mutex m;
+  if (req.body.size() <= (1u << 20) && !req.has_header(kBodyEncodingHeader)) return {};
+  return std::unique_lock<std::mutex>(m);
+}
+
 std::shared_ptr<Ticket> submit_job(ServerContext& c, GenJob job) {
   auto t = c.sched->submit(std::move(job));
   if (!t) {

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -38,6 +39,10 @@ void check_context(const ServerContext& c, size_t prompt_tokens, const std::stri
 // context whatever its tokens (each token spells at most max_token_bytes bytes; a factor of 2 covers
 // Unicode normalisation), so a huge prompt is refused without building its token vector.
 void check_prompt_bytes(const ServerContext& c, size_t bytes, const std::string& param);
+// Preparing a request (parse, template, tokenize) costs many times its body's size while it runs (the
+// template works on code points, the tokenizer on pieces): requests whose body is over 1 MiB (or
+// compressed) are prepared one at a time. Hold the returned lock from parse_body to the built job.
+std::unique_lock<std::mutex> large_prompt_turn(const httplib::Request& req);
 // Queues the job; ApiError 429 when the queue is full.
 std::shared_ptr<Ticket> submit_job(ServerContext& c, GenJob job);
 

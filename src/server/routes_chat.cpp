@@ -94,9 +94,14 @@ ojson error_event(const Ticket& t) {
 }
 
 void handle_chat(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-  ChatRequest r = parse_chat_request(parse_body(req));
-  check_model(c, r.opt.model);
-  GenJob job = build_chat_job(c, r);
+  ChatRequest r;
+  GenJob job;
+  {
+    auto turn = large_prompt_turn(req);
+    r = parse_chat_request(parse_body(req));
+    check_model(c, r.opt.model);
+    job = build_chat_job(c, r);
+  }
   auto t = submit_job(c, std::move(job));
   ResponseMeta meta{new_response_id("chatcmpl-"), unix_now(), c.cfg.model_id};
   const Tokenizer& tok = *c.tok;

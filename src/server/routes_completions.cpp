@@ -11,6 +11,7 @@ namespace lily {
 namespace {
 
 void handle_completion(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+  auto turn = large_prompt_turn(req);
   CompletionRequest r = parse_completion_request(parse_body(req));
   check_model(c, r.opt.model);
   GenJob job;
@@ -31,6 +32,7 @@ void handle_completion(ServerContext& c, const httplib::Request& req, httplib::R
   job.stop = r.opt.stop;
   job.logprobs = r.opt.logprobs;
   job.cache_key = r.opt.cache_key;
+  if (turn.owns_lock()) turn.unlock();
   auto t = submit_job(c, std::move(job));
   ResponseMeta meta{new_response_id("cmpl-"), unix_now(), c.cfg.model_id};
   const Tokenizer& tok = *c.tok;
