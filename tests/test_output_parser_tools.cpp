@@ -293,3 +293,16 @@ TEST(OutputParserTools, LongValuesStreamInLinearTime) {
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
+
+TEST(OutputParserTools, DeeplyNestedValueStaysAString) {
+  // A reply can nest brackets far deeper than anything serialises recursively without blowing the stack:
+  // past 64 levels the value is kept as the text it is.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::string text = xml_call("other", {{"x", deep}, {"y", "[[1]]"}});
+  ParseRun r = parse_pieces(with_tools(false), text, {});
+  ASSERT_EQ(r.calls.size(), 1u);
+  json args = json::parse(r.calls[0].arguments_json);
+  ASSERT_TRUE(args["x"].is_string());
+  EXPECT_EQ(args["x"].get<std::string>().size(), deep.size());
+  EXPECT_TRUE(args["y"].is_array());
+}

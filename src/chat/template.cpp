@@ -8,17 +8,14 @@
 #include "chat/jinja/ast.h"
 #include "chat/jinja/eval.h"
 #include "core/error.h"
+#include "io/text_file.h"
 
 namespace lily {
 
 namespace {
 
 std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw Error("cannot read " + p.string());
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return read_text_file(p.string());
 }
 
 nlohmann::ordered_json read_json(const std::filesystem::path& p) {

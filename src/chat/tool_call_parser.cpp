@@ -27,8 +27,32 @@ std::size_t resume_point(std::size_t current, std::size_t size, std::size_t tag_
   return std::max(current, size - back);
 }
 
+// Model output nested deeper than this is not taken as JSON: the value would later be serialised (and
+// compared, copied) recursively, and a reply can nest brackets thousands deep.
+constexpr int kMaxJsonDepth = 64;
+
+bool nests_deeper_than(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
 // Parses without throwing; a discarded value means "not JSON".
 nlohmann::json parse_quiet(std::string_view text) {
+  if (nests_deeper_than(text, kMaxJsonDepth)) return nlohmann::json(nlohmann::json::value_t::discarded);
   return nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
 }
 

@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +18,8 @@
 #include "cli/registry.h"
 #include "core/error.h"
 #include "engine/backend.h"
+#include "io/text_file.h"
+#include "server/http_guard.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,9 +33,33 @@ long positive(const Args& a, const char* k, long def, long lo, long hi) {
   return v;
 }
 
+// The key from --api-key-file FILE (its first line), LILY_API_KEY, or --api-key KEY (visible to every
+// local user in the process list, so the other two are preferred); "" when none is set.
+std::string api_key(const Args& a) {
+  if (a.has("api-key") + a.has("api-key-file") > 1) throw Error("give either --api-key or --api-key-file, not both");
+  std::string key, from;
+  if (a.has("api-key-file")) {
+    from = "--api-key-file " + a.get("api-key-file");
+    key = read_text_file(a.get("api-key-file"), 64 << 10);
+    key = key.substr(0, key.find('\n'));
+  } else if (a.has("api-key")) {
+    from = "--api-key";
+    key = a.get("api-key");
+  } else if (const char* env = std::getenv("LILY_API_KEY")) {
+    from = "LILY_API_KEY";
+    key = env;
+  } else {
+    return "";
+  }
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.front()))) key.erase(key.begin());
+  if (key.empty()) throw Error(from + " gives an empty key");
+  return key;
+}
+
 int serve(const Args& a) {
-  a.check_known({"model", "host", "port", "ctx", "api-key", "cors", "queue", "cache-mb", "backend", "max-body-mb",
-                 "model-id", "prefill-chunk"});
+  a.check_known({"model", "host", "port", "ctx", "api-key", "api-key-file", "cors", "queue", "cache-mb", "backend",
+                 "max-body-mb", "model-id", "prefill-chunk", "max-connections", "allow-special-tokens"});
   // Signals go to the watcher thread only: block them before any other thread exists (the backend's
   // worker threads inherit the mask). A signal during loading waits for the watcher.
   sigset_t sigs;
@@ -45,9 +73,10 @@ int serve(const Args& a) {
   ServerConfig cfg;
   cfg.host = a.get("host", "127.0.0.1");
   cfg.port = static_cast<int>(positive(a, "port", 8080, 0, 65535));
-  cfg.api_key = a.get("api-key");
-  if (a.has("api-key") && cfg.api_key.empty()) throw Error("--api-key needs a non-empty key");
-  cfg.cors = a.has("cors");
+  cfg.api_key = api_key(a);
+  cfg.cors = a.get("cors");
+  cfg.allow_special_tokens = a.has("allow-special-tokens");
+  cfg.max_connections = static_cast<size_t>(positive(a, "max-connections", 128, 1, 4096));
   cfg.queue = static_cast<size_t>(positive(a, "queue", 16, 1, 4096));
   cfg.cache_mb = static_cast<size_t>(positive(a, "cache-mb", 2048, 0, 1 << 22));
   cfg.max_body = static_cast<size_t>(positive(a, "max-body-mb", 8, 1, 1024)) << 20;
@@ -65,11 +94,16 @@ int serve(const Args& a) {
   Metrics metrics;
   Scheduler sched(*be, *tok, cfg.ctx, cfg.cache_mb << 20, cfg.queue, metrics,
                   static_cast<int>(positive(a, "prefill-chunk", 0, 0, 1 << 20)));  // 0: the backend's default
-  ServerContext c{cfg, tok, &tmpl, &sched, &metrics, w->cfg.vocab};
+  ServerContext c{cfg, tok, &tmpl, &sched, &metrics, w->cfg.vocab, tok->max_token_bytes()};
   HttpServer http(c);
   const int port = http.bind();
-  std::printf("lily serve: listening on http://%s:%d (model '%s', backend %s, ctx %d)\n", cfg.host.c_str(), port,
-              cfg.model_id.c_str(), be->name().c_str(), cfg.ctx);
+  if (!is_loopback_host(cfg.host))
+    std::fprintf(stderr,
+                 "lily serve: warning: --host %s listens beyond this machine: other hosts can reach it%s; the "
+                 "Host header is not checked\n",
+                 cfg.host.c_str(), cfg.api_key.empty() ? " and no API key is set (--api-key-file)" : "");
+  std::printf("lily serve: listening on http://%s:%d (model '%s', backend %s, ctx %d)\n", url_host(cfg.host).c_str(),
+              port, cfg.model_id.c_str(), be->name().c_str(), cfg.ctx);
   std::fflush(stdout);
 
   std::atomic<bool> served{false};
@@ -93,7 +127,9 @@ int serve(const Args& a) {
 
 LILY_COMMAND("serve",
              "OpenAI-compatible HTTP server: [--model DIR] [--host 127.0.0.1] [--port 8080] [--ctx N] "
-             "[--api-key KEY] [--cors] [--queue N] [--cache-mb N] [--backend auto|cpu|cuda]",
-             serve, {"cors"});
+             "[--api-key-file FILE | LILY_API_KEY=KEY | --api-key KEY] [--cors | --cors=ORIGIN,...] [--queue N] "
+             "[--cache-mb N] [--backend auto|cpu|cuda] [--max-body-mb 8] [--max-connections 128] "
+             "[--allow-special-tokens]",
+             serve, {"cors", "allow-special-tokens"});
 
 }  // namespace lily

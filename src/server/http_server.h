@@ -1,10 +1,13 @@
-// The HTTP front end of `lily serve`: OpenAI-compatible routes over cpp-httplib, bearer auth, CORS,
-// request metrics, and JSON errors for every failure (unknown route, oversize body, handler exception).
+// The HTTP front end of `lily serve`: OpenAI-compatible routes over cpp-httplib, with every request
+// checked before its body is read (Host / Origin, bearer key, JSON content type, body size and encoding),
+// connections held to deadlines and a cap (server/connection.h), request metrics, and JSON errors for
+// every failure (unknown route, oversize body, handler exception).
 #pragma once
 #include <memory>
 #include <string>
 
 #include "server/request_parse.h"
+#include "server/http_guard.h"
 #include "server/server_context.h"
 
 namespace httplib {
@@ -28,6 +31,7 @@ class HttpServer {
  private:
   ServerContext& c_;
   std::unique_ptr<httplib::Server> svr_;
+  OriginPolicy policy_;
 };
 
 // Route registration (routes_*.cpp).

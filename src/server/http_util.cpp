@@ -1,6 +1,10 @@
 #include "server/http_util.h"
 
+#include <atomic>
+
 #include "core/error.h"
+#include "server/connection.h"
+#include "server/json_limits.h"
 
 #include "server/response_json.h"
 #include "server/sse.h"
@@ -17,12 +21,47 @@ void send_error(httplib::Response& res, const ApiError& e) {
   send_json(res, e.status, error_json(e));
 }
 
+namespace {
+std::atomic<size_t> g_body_limit{8u << 20};
+}  // namespace
+
+void set_body_limit(size_t bytes) { g_body_limit = bytes; }
+size_t body_limit() { return g_body_limit; }
+
+std::string decode_body(const std::string& data, const std::string& encoding, size_t limit) {
+  std::unique_ptr<httplib::detail::decompressor> d;
+  if (encoding == "gzip" || encoding == "x-gzip" || encoding == "deflate")
+    d = std::make_unique<httplib::detail::gzip_decompressor>();
+  else if (encoding == "br")
+    d = std::make_unique<httplib::detail::brotli_decompressor>();
+  else
+    throw ApiError(415, "Content-Encoding '" + encoding + "' is not supported (gzip, deflate, br)", "",
+                   "unsupported_encoding");
+  if (!d->is_valid()) throw ApiError(500, "cannot start the " + encoding + " decoder");
+  std::string out;
+  bool too_big = false;
+  if (ConnStream* conn = current_connection()) conn->note_large();  // freed pages go back after the request
+  bool ok = d->decompress(data.data(), data.size(), [&](const char* p, size_t n) {
+    if (out.size() + n > limit) {
+      too_big = true;
+      return false;
+    }
+    out.append(p, n);
+    return true;
+  });
+  if (too_big)
+    throw ApiError(413,
+                   "Request body too large once decoded (" + encoding + "): the limit is " + std::to_string(limit) +
+                       " bytes (--max-body-mb), counted after decompression",
+                   "", "body_too_large");
+  if (!ok) throw ApiError(400, "the request body is not valid " + encoding + " data", "", "invalid_encoding");
+  return out;
+}
+
 nlohmann::json parse_body(const httplib::Request& req) {
-  try {
-    return nlohmann::json::parse(req.body);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
-  }
+  const std::string enc = req.get_header_value(kBodyEncodingHeader);
+  if (enc.empty()) return parse_client_json(req.body, "the request body");
+  return parse_client_json(decode_body(req.body, enc, body_limit()), "the request body");
 }
 
 void check_model(const ServerContext& c, const std::string& model) {
@@ -41,6 +80,23 @@ void check_context(const ServerContext& c, size_t prompt_tokens, const std::stri
                    param, "context_length_exceeded");
 }
 
+void check_prompt_bytes(const ServerContext& c, size_t bytes, const std::string& param) {
+  if (c.max_token_bytes == 0) return;
+  const size_t at_least = bytes / (2 * c.max_token_bytes);
+  if (at_least >= static_cast<size_t>(c.cfg.ctx))
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(c.cfg.ctx) +
+                       " tokens (--ctx). However, your prompt of " + std::to_string(bytes) + " bytes has at least " +
+                       std::to_string(at_least) + " tokens, which leaves no room for the completion.",
+                   param, "context_length_exceeded");
+}
+
+std::unique_lock<std::mutex> large_prompt_turn(const httplib::Request& req) {
+  static std::mutex m;
+  if (req.body.size() <= (1u << 20) && !req.has_header(kBodyEncodingHeader)) return {};
+  return std::unique_lock<std::mutex>(m);
+}
+
 std::shared_ptr<Ticket> submit_job(ServerContext& c, GenJob job) {
   auto t = c.sched->submit(std::move(job));
   if (!t) {
@@ -50,6 +106,29 @@ std::shared_ptr<Ticket> submit_job(ServerContext& c, GenJob job) {
                    "", "queue_full");
   }
   return t;
+}
+
+void answer_ticket(httplib::Response& res, std::shared_ptr<Ticket> t, Relay relay) {
+  std::string body;
+  Writer collect = [&body](const std::string& s) {
+    body += s;
+    return true;
+  };
+  for (;;) {
+    std::vector<GenChunk> chunks;
+    const bool done = t->wait(chunks, std::chrono::milliseconds(50));
+    for (auto& c : chunks) relay.on_chunk(std::move(c), collect);
+    if (done) break;
+    if (client_gone()) {  // nobody to answer: free the queue slot / stop the job now
+      t->cancel = true;
+      if (ConnStream* conn = current_connection()) conn->close_after_response();
+      send_error(res, ApiError(503, "the client disconnected"));
+      return;
+    }
+  }
+  relay.on_done(*t, collect);
+  res.status = t->cancelled ? 503 : !t->error.empty() ? 500 : 200;
+  res.set_content(body, "application/json");
 }
 
 void relay_ticket(httplib::Response& res, const char* content_type, std::shared_ptr<Ticket> t, Relay relay) {

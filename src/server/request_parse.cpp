@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "server/json_limits.h"
+
 namespace lily {
 
 using json = nlohmann::json;
@@ -157,8 +159,8 @@ ojson normalize_tool_calls(const json& tc, const std::string& where) {
     ojson args = ojson::object();
     if (const json* a = field(*f, "arguments")) {
       if (a->is_string()) {
-        ojson parsed = ojson::parse(a->get<std::string>(), nullptr, false);
-        if (parsed.is_discarded() || !parsed.is_object())
+        ojson parsed = parse_client_ojson(a->get<std::string>(), w + ".function.arguments", w + ".function.arguments");
+        if (!parsed.is_object())
           throw bad_request(w + ".function.arguments must be a JSON object encoded as a string", w + ".function.arguments");
         args = std::move(parsed);
       } else if (a->is_object()) {

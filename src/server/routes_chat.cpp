@@ -6,6 +6,7 @@
 #include "server/chat_job.h"
 #include "server/forced_tool.h"
 #include "server/http_util.h"
+#include "server/literal_text.h"
 #include "server/response_json.h"
 #include "server/sse.h"
 
@@ -20,7 +21,11 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   ojson ctx = r.template_kwargs;
+  // Special-token spellings inside the request are text (server/literal_text.h).
+  std::vector<std::string> literals;
+  const std::vector<std::string> specials = c.cfg.allow_special_tokens ? std::vector<std::string>() : c.tok->special_tokens();
   ctx["messages"] = r.messages;
+  if (!specials.empty()) mask_special_text(ctx["messages"], specials, literals);
   ojson tools = r.tools;
   if (r.tool_choice == "none") tools = nullptr;
   if (r.tool_choice == "function") {
@@ -29,7 +34,10 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
       if (t["function"]["name"] == r.tool_choice_name) only.push_back(t);
     tools = only;
   }
-  if (!tools.is_null()) ctx["tools"] = tools;
+  if (!tools.is_null()) {
+    ctx["tools"] = tools;
+    if (!specials.empty()) mask_special_text(ctx["tools"], specials, literals);
+  }
   ctx["add_generation_prompt"] = true;
   // json_object: thinking is off unless the request turns it on (then the JSON starts after </think>).
   const bool json_object = r.response_format == "json_object" || r.response_format == "json_schema";
@@ -41,6 +49,8 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   } catch (const Error& e) {
     throw bad_request(std::string("the chat template rejected the messages: ") + e.what(), "messages");
   }
+  std::vector<size_t> literal_at;
+  text = unmask_special_text(text, literals, literal_at);
   std::string trimmed = text;
   while (!trimmed.empty() && (trimmed.back() == '\n' || trimmed.back() == ' ')) trimmed.pop_back();
   const bool thinking_open = ends_with(trimmed, "<think>");
@@ -49,7 +59,9 @@ GenJob build_chat_job(ServerContext& c, const ChatRequest& r) {
   // A forced call (tool_choice required / named): the reply opens "<tool_call>\n" and the call is decoded
   // in the JSON form under the tools' parameter schemas.
   constrain_forced_tool(job, r, tools, thinking_open);
-  job.prompt = c.tok->encode(text + job.forced_text);
+  check_prompt_bytes(c, text.size() + job.forced_text.size(), "messages");
+  job.prompt = literal_at.empty() ? c.tok->encode(text + job.forced_text)
+                                  : c.tok->encode(text + job.forced_text, literal_at);
   check_context(c, job.prompt.size(), "messages");
   job.max_tokens = r.opt.max_tokens > 0 ? r.opt.max_tokens : c.cfg.ctx - static_cast<int>(job.prompt.size());
   job.sampling = r.opt.sampling;
@@ -83,9 +95,14 @@ ojson error_event(const Ticket& t) {
 }
 
 void handle_chat(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-  ChatRequest r = parse_chat_request(parse_body(req));
-  check_model(c, r.opt.model);
-  GenJob job = build_chat_job(c, r);
+  ChatRequest r;
+  GenJob job;
+  {
+    auto turn = large_prompt_turn(req);
+    r = parse_chat_request(parse_body(req));
+    check_model(c, r.opt.model);
+    job = build_chat_job(c, r);
+  }
   auto t = submit_job(c, std::move(job));
   ResponseMeta meta{new_response_id("chatcmpl-"), unix_now(), c.cfg.model_id};
   const Tokenizer& tok = *c.tok;
@@ -105,7 +122,7 @@ void handle_chat(ServerContext& c, const httplib::Request& req, httplib::Respons
       }
       w(wire_json(chat_completion_json(meta, tk.result, want_lp ? logprobs.get() : nullptr, tok)));
     };
-    relay_ticket(res, "application/json", t, std::move(relay));
+    answer_ticket(res, t, std::move(relay));
     return;
   }
 

@@ -11,12 +11,14 @@ namespace lily {
 namespace {
 
 void handle_completion(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+  auto turn = large_prompt_turn(req);
   CompletionRequest r = parse_completion_request(parse_body(req));
   check_model(c, r.opt.model);
   GenJob job;
   std::string prompt_text;
   if (r.prompt) {
     prompt_text = *r.prompt;
+    check_prompt_bytes(c, prompt_text.size(), "prompt");
     job.prompt = c.tok->encode(prompt_text);
   } else {
     for (int32_t id : r.prompt_ids)
@@ -30,6 +32,7 @@ void handle_completion(ServerContext& c, const httplib::Request& req, httplib::R
   job.stop = r.opt.stop;
   job.logprobs = r.opt.logprobs;
   job.cache_key = r.opt.cache_key;
+  if (turn.owns_lock()) turn.unlock();
   auto t = submit_job(c, std::move(job));
   ResponseMeta meta{new_response_id("cmpl-"), unix_now(), c.cfg.model_id};
   const Tokenizer& tok = *c.tok;
@@ -54,7 +57,7 @@ void handle_completion(ServerContext& c, const httplib::Request& req, httplib::R
       ojson lp = want_lp ? completion_logprobs_json(*acc, tok, echo.size()) : ojson(nullptr);
       w(wire_json(completion_json(meta, echo + tk.result.content, tk.result, std::move(lp))));
     };
-    relay_ticket(res, "application/json", t, std::move(relay));
+    answer_ticket(res, t, std::move(relay));
     return;
   }
 

@@ -26,20 +26,57 @@ Scheduler::Scheduler(Backend& be, const Tokenizer& tok, int ctx, size_t cache_by
 
 Scheduler::~Scheduler() { shutdown(); }
 
+std::vector<std::shared_ptr<Ticket>> Scheduler::take_cancelled_locked() {
+  std::vector<std::shared_ptr<Ticket>> gone;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if ((*it)->cancel) {
+      gone.push_back(std::move(*it));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!gone.empty()) metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+  return gone;
+}
+
+void Scheduler::finish_cancelled(std::vector<std::shared_ptr<Ticket>>& gone) {
+  for (auto& t : gone) {
+    metrics_.count_cancelled();
+    std::lock_guard<std::mutex> g(t->m);
+    t->cancelled = t->done = true;
+    t->cv.notify_all();
+  }
+}
+
 std::shared_ptr<Ticket> Scheduler::submit(GenJob job) {
   auto t = std::make_shared<Ticket>();
   t->job = std::move(job);
-  std::lock_guard<std::mutex> g(m_);
-  if (stop_ || queue_.size() >= queue_cap_) return nullptr;
-  queue_.push_back(t);
-  metrics_.queue_depth = static_cast<int64_t>(queue_.size());
-  cv_.notify_one();
+  std::vector<std::shared_ptr<Ticket>> gone;
+  {
+    std::lock_guard<std::mutex> g(m_);
+    gone = take_cancelled_locked();
+    if (stop_ || queue_.size() >= queue_cap_) t = nullptr;
+    else {
+      queue_.push_back(t);
+      metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+      cv_.notify_one();
+    }
+  }
+  finish_cancelled(gone);
   return t;
 }
 
 size_t Scheduler::queue_depth() {
-  std::lock_guard<std::mutex> g(m_);
-  return queue_.size();
+  std::vector<std::shared_ptr<Ticket>> gone;
+  size_t n;
+  {
+    std::lock_guard<std::mutex> g(m_);
+    gone = take_cancelled_locked();
+    n = queue_.size();
+  }
+  finish_cancelled(gone);
+  return n;
 }
 
 void Scheduler::shutdown() {

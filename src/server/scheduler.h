@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "engine/generate.h"
 #include "server/metrics.h"
@@ -40,7 +41,8 @@ class Scheduler {
             int prefill_chunk = 0);
   ~Scheduler();
 
-  // Queues a job; null when the queue is full or the scheduler is shutting down.
+  // Queues a job; null when the queue is full or the scheduler is shutting down. Queued jobs whose client
+  // left (cancel set) are dropped first, so they never hold a slot.
   std::shared_ptr<Ticket> submit(GenJob job);
   // Cancels everything queued or running and stops the inference thread.
   void shutdown();
@@ -51,6 +53,9 @@ class Scheduler {
 
  private:
   void loop();
+  // Removes cancelled tickets from queue_ (m_ held) and returns them to be finished without m_.
+  std::vector<std::shared_ptr<Ticket>> take_cancelled_locked();
+  void finish_cancelled(std::vector<std::shared_ptr<Ticket>>& gone);
   void run_one(const std::shared_ptr<Ticket>& t);
 
   int ctx_;

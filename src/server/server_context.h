@@ -15,7 +15,9 @@ struct ServerConfig {
   int port = 8080;                  // 0: any free port (printed at start)
   int ctx = 8192;                   // context per request, in tokens
   std::string api_key;              // non-empty: "Authorization: Bearer <key>" required
-  bool cors = false;                // answer CORS preflights and add Access-Control-Allow-Origin: *
+  std::string cors;                 // "" off; "1" / "*": any origin; else allowed origins, comma-separated
+  size_t max_connections = 128;     // connections served at once (more: 503)
+  bool allow_special_tokens = false;  // special-token spellings in chat messages are control tokens
   size_t queue = 16;                // requests waiting at most (beyond the running one)
   size_t cache_mb = 2048;           // session cache budget
   size_t max_body = 8u << 20;       // request body limit in bytes
@@ -29,6 +31,7 @@ struct ServerContext {
   Scheduler* sched = nullptr;
   Metrics* metrics = nullptr;
   int vocab = 0;
+  size_t max_token_bytes = 0;       // Tokenizer::max_token_bytes() (0: unknown, no early length check)
 };
 
 }  // namespace lily

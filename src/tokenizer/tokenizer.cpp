@@ -1,5 +1,8 @@
 #include "tokenizer/tokenizer.h"
 
+#include "io/text_file.h"
+
+#include <algorithm>
 #include <climits>
 #include <fstream>
 #include <sstream>
@@ -108,7 +111,7 @@ void TokenizerImpl::encode_plain(std::string_view text, std::vector<int32_t>& ou
   }
 }
 
-std::vector<int32_t> TokenizerImpl::encode(std::string_view text) const {
+std::vector<int32_t> TokenizerImpl::encode(std::string_view text, const std::vector<size_t>* literal_at) const {
   if (text.size() > static_cast<size_t>(INT32_MAX) / 4) throw Error("encode: text of " + std::to_string(text.size()) + " bytes is too long");
   size_t bad = utf8::first_invalid(text);
   if (bad != std::string_view::npos) throw Error("encode: text is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
@@ -120,6 +123,22 @@ std::vector<int32_t> TokenizerImpl::encode(std::string_view text) const {
     segs.push_back({0, text.size(), -1});
   } else {
     raw_matcher.split(text, segs);
+  }
+  if (literal_at && !literal_at->empty()) {
+    // Special tokens at the given offsets become text: merged with the text around them, then encoded.
+    std::vector<Segment> merged;
+    for (const auto& s : segs) {
+      auto at = std::lower_bound(literal_at->begin(), literal_at->end(), s.begin);
+      const bool literal = s.id >= 0 && added[added_by_id.at(s.id)].special && at != literal_at->end() && *at < s.end;
+      if (s.id >= 0 && !literal) {
+        merged.push_back(s);
+      } else if (!merged.empty() && merged.back().id < 0) {
+        merged.back().end = s.end;
+      } else {
+        merged.push_back({s.begin, s.end, -1});
+      }
+    }
+    segs.swap(merged);
   }
   for (const auto& s : segs) {
     if (s.id >= 0)
@@ -156,15 +175,14 @@ std::shared_ptr<Tokenizer> Tokenizer::from_json_text(std::string_view json_text,
 }
 
 std::shared_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot open tokenizer file " + path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error("cannot read tokenizer file " + path);
-  return from_json_text(ss.str(), path);
+  return from_json_text(read_text_file(path, kMaxTokenizerFileBytes), path);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const { return impl_->encode(text); }
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, const std::vector<size_t>& literal_at) const {
+  return impl_->encode(text, &literal_at);
+}
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string bytes;
@@ -191,6 +209,20 @@ size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 bool Tokenizer::is_special(int32_t id) const {
   auto it = impl_->added_by_id.find(id);
   return it != impl_->added_by_id.end() && impl_->added[it->second].special;
+}
+
+size_t Tokenizer::max_token_bytes() const {
+  size_t m = 1;
+  for (size_t id = 0; id < impl_->vocab_size; ++id)
+    if (const std::string* b = impl_->bytes_of(static_cast<int32_t>(id))) m = std::max(m, b->size());
+  return m;
+}
+
+std::vector<std::string> Tokenizer::special_tokens() const {
+  std::vector<std::string> out;
+  for (const auto& t : impl_->added)
+    if (t.special) out.push_back(t.content);
+  return out;
 }
 
 const std::string& Tokenizer::split_regex() const { return impl_->pre.split_regex(); }

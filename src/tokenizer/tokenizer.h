@@ -19,11 +19,16 @@ class Tokenizer {
   static std::shared_ptr<Tokenizer> from_json_text(std::string_view json_text, const std::string& source);
 
   std::vector<int32_t> encode(std::string_view text) const;   // added tokens recognised, no BOS
+  // The same, except that a special token (special=true) starting at one of the byte offsets in
+  // `literal_at` (sorted) is encoded as ordinary text, the way it is spelled: text a user typed.
+  std::vector<int32_t> encode(std::string_view text, const std::vector<size_t>& literal_at) const;
   std::string decode(const std::vector<int32_t>& ids) const;  // lossy UTF-8 like HF decode()
   std::string token_bytes(int32_t id) const;                  // raw bytes of one token ("" if out of range)
   int32_t token_to_id(std::string_view token_content) const;  // vocab or added token; -1 if none
   size_t vocab_size() const;                                  // max id + 1
   bool is_special(int32_t id) const;                          // added token with special=true
+  std::vector<std::string> special_tokens() const;            // spellings of the special=true added tokens
+  size_t max_token_bytes() const;  // longest token in bytes: a text of N bytes has at least N / this tokens
   const std::string& split_regex() const;
 
   // Which split engine runs the regex: "qwen2", "qwen35" (hand-written) or "icu".

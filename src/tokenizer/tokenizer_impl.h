@@ -20,7 +20,9 @@ class TokenizerImpl {
  public:
   static std::unique_ptr<TokenizerImpl> from_json(const nlohmann::json& j, SplitEngine engine);
 
-  std::vector<int32_t> encode(std::string_view text) const;
+  // `literal_at` (sorted byte offsets, may be null): a special token matched at one of these offsets is
+  // encoded as the plain text it is spelled with.
+  std::vector<int32_t> encode(std::string_view text, const std::vector<size_t>* literal_at = nullptr) const;
   const std::string* bytes_of(int32_t id) const;  // raw bytes; nullptr for an unknown id
 
   BpeModel model;

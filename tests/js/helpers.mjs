@@ -11,10 +11,12 @@ export const LILY = process.env.LILY_BIN || path.join(here, '../../build/lily');
 export const CTX = 512;
 
 // Resolves to { proc, url, stderr() } once the server prints its listening line.
-export function startServer(extra = [], ctx = CTX) {
+// `ctx`: the server's --ctx; `env`: extra environment variables for the server.
+export function startServer(extra = [], ctx = CTX, env = {}) {
   return new Promise((resolve, reject) => {
     const proc = spawn(LILY, ['serve', '--port', '0', '--ctx', String(ctx), ...extra], {
       stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...env },
     });
     let out = '', err = '';
     const timer = setTimeout(() => reject(new Error('lily serve did not start:\n' + err)), 120000);

@@ -47,31 +47,47 @@ Value Value::callable(std::string name, std::function<Value(CallArgs&)> f) {
   Value v; v.type = Type::Callable; v.fn = std::make_shared<Callable>(Callable{std::move(name), std::move(f)}); return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+// Deepest JSON nesting converted; deeper input is refused rather than recursed into (the server bounds
+// client JSON far below this, so only a caller passing unchecked JSON can reach it).
+constexpr int kMaxFromJsonDepth = 256;
+
+Value from_json_at(const nlohmann::ordered_json& j, int depth) {
+  using T = nlohmann::ordered_json::value_t;
+  if ((j.type() == T::array || j.type() == T::object) && depth >= kMaxFromJsonDepth)
+    throw Error("template variables nest arrays/objects deeper than " + std::to_string(kMaxFromJsonDepth) +
+                " levels");
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return boolean(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return integer(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: {
+    case T::null: return Value::none();
+    case T::boolean: return Value::boolean(j.get<bool>());
+    case T::number_integer: return Value::integer(j.get<int64_t>());
+    case T::number_unsigned: {
       uint64_t u = j.get<uint64_t>();
-      if (u > static_cast<uint64_t>(INT64_MAX)) return number(static_cast<double>(u));
-      return integer(static_cast<int64_t>(u));
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value::number(static_cast<double>(u));
+      return Value::integer(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return number(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return string(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
+    case T::number_float: return Value::number(j.get<double>());
+    case T::string: return Value::string(j.get<std::string>());
+    case T::array: {
       List l;
-      for (const auto& e : j) l.push_back(from_json(e));
-      return make_list(std::move(l));
+      l.reserve(j.size());
+      for (const auto& e : j) l.push_back(from_json_at(e, depth + 1));
+      return Value::make_list(std::move(l));
     }
-    case nlohmann::ordered_json::value_t::object: {
+    case T::object: {
       Dict d;
-      for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(it.key(), from_json(it.value()));
-      return make_dict(std::move(d));
+      d.items.reserve(j.size());
+      for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(it.key(), from_json_at(it.value(), depth + 1));
+      return Value::make_dict(std::move(d));
     }
-    default: return none();
+    default: return Value::none();
   }
 }
+
+}  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 bool Value::truthy() const {
   switch (type) {
