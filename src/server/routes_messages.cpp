@@ -75,9 +75,14 @@ bool write_events(const std::vector<BlockEvent>& evs, const Writer& w) {
 }
 
 void handle_messages(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-  MessagesRequest r = parse_messages_request(parse_body(req), false);
-  check_model(c, r.chat.opt.model);
-  GenJob job = build_chat_job(c, r.chat);
+  MessagesRequest r;
+  GenJob job;
+  {
+    auto turn = large_prompt_turn(req);
+    r = parse_messages_request(parse_body(req), false);
+    check_model(c, r.chat.opt.model);
+    job = build_chat_job(c, r.chat);
+  }
   // thinking.budget_tokens: close the reasoning block when it runs out (not when a forced tool call closed it).
   if (r.thinking && r.budget_tokens > 0 && !job.json_after_forced) job.thinking_budget = r.budget_tokens;
   const int prompt_tokens = static_cast<int>(job.prompt.size());
@@ -95,7 +100,7 @@ void handle_messages(ServerContext& c, const httplib::Request& req, httplib::Res
       }
       w(wire_json(anthropic_message_json(id, model, tk.result)));
     };
-    relay_ticket(res, "application/json", t, std::move(relay));
+    answer_ticket(res, t, std::move(relay));
     return;
   }
 
@@ -138,6 +143,7 @@ void handle_messages(ServerContext& c, const httplib::Request& req, httplib::Res
 }
 
 void handle_count_tokens(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+  auto turn = large_prompt_turn(req);
   MessagesRequest r = parse_messages_request(parse_body(req), true);
   check_model(c, r.chat.opt.model);
   r.chat.opt.max_tokens = 1;

@@ -109,6 +109,7 @@ class ItemStream {
 };
 
 void handle_create(ServerContext& c, ResponseStore& store, const httplib::Request& req, httplib::Response& res) {
+  auto prepare = large_prompt_turn(req);  // held until the job is built
   const nlohmann::json body = parse_body(req);
   ojson previous;
   if (const std::string prev = previous_response_id(body); !prev.empty()) {
@@ -121,6 +122,7 @@ void handle_create(ServerContext& c, ResponseStore& store, const httplib::Reques
   turn->req = parse_responses_request(body, previous);
   check_model(c, turn->req.chat.opt.model);
   GenJob job = build_chat_job(c, turn->req.chat);
+  prepare.unlock();
   auto t = submit_job(c, std::move(job));
   turn->id = new_response_id("resp_");
   turn->created = unix_now();
@@ -142,7 +144,7 @@ void handle_create(ServerContext& c, ResponseStore& store, const httplib::Reques
       store_turn(store, *turn, tk.result, resp);
       w(wire_json(resp));
     };
-    relay_ticket(res, "application/json", t, std::move(relay));
+    answer_ticket(res, t, std::move(relay));
     return;
   }
 
