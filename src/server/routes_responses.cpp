@@ -122,7 +122,7 @@ void handle_create(ServerContext& c, ResponseStore& store, const httplib::Reques
   turn->req = parse_responses_request(body, previous);
   check_model(c, turn->req.chat.opt.model);
   GenJob job = build_chat_job(c, turn->req.chat);
-  prepare.unlock();
+  if (prepare.owns_lock()) prepare.unlock();
   auto t = submit_job(c, std::move(job));
   turn->id = new_response_id("resp_");
   turn->created = unix_now();

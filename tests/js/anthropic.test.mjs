@@ -231,7 +231,14 @@ test('errors come in the Anthropic shape, through the SDK\'s error classes', asy
   const bad = new Anthropic({ baseURL: srv.url, apiKey: 'wrong', maxRetries: 0 });
   await assert.rejects(bad.messages.create(ask()),
     (e) => e instanceof Anthropic.AuthenticationError && e.error.error.type === 'authentication_error');
-  const raw = await fetch(srv.url + '/v1/messages', { method: 'POST', headers: { 'x-api-key': KEY }, body: '{"model":' });
+  const raw = await fetch(srv.url + '/v1/messages',
+    { method: 'POST', headers: { 'x-api-key': KEY, 'content-type': 'application/json' }, body: '{"model":' });
   assert.equal(raw.status, 400);
   assert.equal((await raw.json()).type, 'error');
+  // a body that is not declared JSON (a web page's cross-site "simple request") is refused in the same shape
+  const plain = await fetch(srv.url + '/v1/messages', { method: 'POST', headers: { 'x-api-key': KEY }, body: '{}' });
+  assert.equal(plain.status, 415);
+  const pj = await plain.json();
+  assert.equal(pj.type, 'error');
+  assert.match(pj.error.message, /Content-Type/);
 });
