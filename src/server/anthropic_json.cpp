@@ -7,22 +7,6 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-const json* field(const json& b, const char* k) {
-  auto it = b.find(k);
-  if (it == b.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::string str_field(const json& b, const char* k, const std::string& where, bool required) {
-  const json* v = field(b, k);
-  if (!v) {
-    if (required) throw bad_request(where + "." + k + " is required", where + "." + k);
-    return "";
-  }
-  if (!v->is_string()) throw bad_request(where + "." + k + " must be a string", where + "." + k);
-  return v->get<std::string>();
-}
-
 // Text of a string or an array of text blocks (system prompts, tool_result content).
 std::string block_text(const json& c, const std::string& where) {
   if (c.is_string()) return c.get<std::string>();

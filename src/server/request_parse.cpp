@@ -22,13 +22,23 @@ ApiError::ApiError(int s, std::string message, std::string p, std::string c, std
 
 ApiError bad_request(const std::string& message, const std::string& param) { return ApiError(400, message, param); }
 
-namespace {
-
 const json* field(const json& b, const char* k) {
   auto it = b.find(k);
   if (it == b.end() || it->is_null()) return nullptr;
   return &*it;
 }
+
+std::string str_field(const json& b, const char* k, const std::string& where, bool required) {
+  const json* v = field(b, k);
+  if (!v) {
+    if (required) throw bad_request(where + "." + k + " is required", where + "." + k);
+    return "";
+  }
+  if (!v->is_string()) throw bad_request(where + "." + k + " must be a string", where + "." + k);
+  return v->get<std::string>();
+}
+
+namespace {
 
 double get_number(const json& b, const char* k, double def, double lo, double hi) {
   const json* v = field(b, k);

@@ -21,6 +21,11 @@ struct ApiError : std::runtime_error {
 };
 
 ApiError bad_request(const std::string& message, const std::string& param = "");
+// b[k], or nullptr when it is absent or null.
+const nlohmann::json* field(const nlohmann::json& b, const char* k);
+// b[k] as a string ("" when absent and not required); a 400 naming `where.k` when required and absent, or not
+// a string.
+std::string str_field(const nlohmann::json& b, const char* k, const std::string& where, bool required);
 
 // Options shared by chat and text completions.
 struct GenOptions {
