@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "io/text_file.h"
 #include "model/config.h"
+#include "synth/gguf_checkpoint.h"
 
 namespace lily_test {
 
@@ -41,31 +42,8 @@ inline void convert_tiny_to_gguf(const std::string& dir, const std::string& out,
   const ModelConfig c = parse_config(read_text_file(cfg_path), cfg_path);
   CheckpointFiles files(dir);
   GgufWriter w;
+  gguf_add_model_metadata(c, w);  // the same keys lily synth --gguf writes
   const std::string a = "qwen35moe.";
-  w.add_string("general.architecture", "qwen35moe");
-  w.add_u32(a + "block_count", uint32_t(c.n_layers));
-  w.add_u32(a + "context_length", uint32_t(c.max_pos));
-  w.add_u32(a + "embedding_length", uint32_t(c.hidden));
-  w.add_u32(a + "attention.head_count", uint32_t(c.n_q_heads));
-  w.add_u32(a + "attention.head_count_kv", uint32_t(c.n_kv_heads));
-  w.add_u32(a + "attention.key_length", uint32_t(c.head_dim));
-  w.add_u32(a + "attention.value_length", uint32_t(c.head_dim));
-  w.add_f32(a + "rope.freq_base", float(c.rope_theta));
-  w.add_u32(a + "rope.dimension_count", uint32_t(c.rope_dim));
-  w.add_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
-  w.add_u32(a + "expert_count", uint32_t(c.n_experts));
-  w.add_u32(a + "expert_used_count", uint32_t(c.top_k));
-  w.add_u32(a + "expert_feed_forward_length", uint32_t(c.expert_inter));
-  w.add_u32(a + "expert_shared_feed_forward_length", uint32_t(c.shared_inter));
-  w.add_u32(a + "ssm.conv_kernel", uint32_t(c.conv_kernel));
-  w.add_u32(a + "ssm.state_size", uint32_t(c.lin_k_dim));
-  w.add_u32(a + "ssm.group_count", uint32_t(c.lin_k_heads));
-  w.add_u32(a + "ssm.time_step_rank", uint32_t(c.lin_v_heads));
-  w.add_u32(a + "ssm.inner_size", uint32_t(c.value_dim()));
-  int interval = 0;
-  for (int i = 0; i < c.n_layers && !interval; ++i) if (c.is_full[size_t(i)]) interval = i + 1;
-  w.add_u32(a + "full_attention_interval", uint32_t(interval));
-  if (!c.eos_ids.empty()) w.add_u32("tokenizer.ggml.eos_token_id", uint32_t(c.eos_ids[0]));
 
   auto f32_tensor = [&](const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& v) {
     std::vector<uint8_t> b(v.size() * 4);
