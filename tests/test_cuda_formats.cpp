@@ -1,5 +1,5 @@
-// The CUDA backend on the formats repacked at load (MLX 3/5/6-bit -> 8-bit codes, group 32 and 128, GPTQ int4 ->
-// affine 4-bit with f32 scales) against the reference CPU path on the same weights, and its clear refusal of FP8.
+// The CUDA backend on the formats repacked at load (MLX 3/5/6-bit -> 8-bit codes, group 32 and 128) against the
+// reference CPU path on the same weights, and its clear refusal of FP8 and of GPTQ / AWQ int4 (f32 scales).
 // Skipped without a device.
 #include <gtest/gtest.h>
 
@@ -56,12 +56,16 @@ TEST(CudaFormats, RepackedMlxWidthsMatchTheReferencePath) {
   }
 }
 
-TEST(CudaFormats, Int4RepackedMatchesTheReferencePath) {
+// GPTQ / AWQ repacked to affine 4-bit with f32 scales gave wrong logits on this backend (top-1 differed at 3 of
+// 10 positions, max |dlogit| 2.18 against cpu-ref): until that is found, the backend refuses them.
+TEST(CudaFormats, Int4RepackedIsAClearError) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   for (Fmt f : {Fmt::Gptq, Fmt::Awq}) {
     TempDir d;
     write_int4(d.path, f);
-    expect_close_to_reference(load_model(d.path), f == Fmt::Gptq ? "gptq" : "awq");
+    const std::string err = error_of([&] { make_cuda_backend(load_model(d.path)); });
+    EXPECT_TRUE(contains(err, "weights with f32 scales (GPTQ, AWQ or compressed-tensors int4, or GGUF, repacked at "
+                              "load) are not supported by the CUDA backend")) << err;
   }
 }
 

@@ -118,6 +118,12 @@ DMat describe(const QMatrix& q, const char* what) {
   if (q.kind == QMatrix::Kind::Affine) {
     if (q.bits != 4 && q.bits != 8) throw Error(std::string("cuda: ") + what + ": only 4/8-bit affine");
     if (q.group % 32 || q.cols % q.group) throw Error(std::string("cuda: ") + what + ": bad group size");
+    // Scales kept in f32 come from formats repacked at load (GPTQ / AWQ / compressed-tensors int4, GGUF): on
+    // this backend they gave wrong logits against the CPU reference (test_cuda_formats.cpp), so they are refused.
+    if (q.sdtype == DType::F32)
+      throw Error(std::string("cuda: ") + what + ": " + q.format_name() +
+                  " weights with f32 scales (GPTQ, AWQ or compressed-tensors int4, or GGUF, repacked at load) are not "
+                  "supported by the CUDA backend (use --backend cpu, or `lily quantize` to an MLX 4-bit checkpoint)");
     m.fmt = q.bits == 4 ? kQ4 : kQ8;
     m.group = q.group;
     m.row_bytes = q.cols * q.bits / 8;
