@@ -9,17 +9,8 @@ namespace {
 
 // Text of a string or an array of text blocks (system prompts, tool_result content).
 std::string block_text(const json& c, const std::string& where) {
-  if (c.is_string()) return c.get<std::string>();
-  if (!c.is_array()) throw bad_request(where + " must be a string or an array of text blocks", where);
-  std::string s;
-  for (size_t i = 0; i < c.size(); ++i) {
-    const std::string w = where + "[" + std::to_string(i) + "]";
-    if (!c[i].is_object()) throw bad_request(w + " must be an object", w);
-    const std::string type = str_field(c[i], "type", w, true);
-    if (type != "text") throw bad_request(w + ": block type '" + type + "' is not supported here (text only)", w + ".type");
-    s += str_field(c[i], "text", w, true);
-  }
-  return s;
+  static const std::vector<std::string> kText = {"text"};
+  return joined_text(c, where, kText, "text blocks", "block type", " here");
 }
 
 // One Anthropic message -> one or more chat-template messages (a user turn's tool_result blocks become

@@ -1,5 +1,6 @@
 #include "server/request_parse.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "server/json_limits.h"
@@ -36,6 +37,22 @@ std::string str_field(const json& b, const char* k, const std::string& where, bo
   }
   if (!v->is_string()) throw bad_request(where + "." + k + " must be a string", where + "." + k);
   return v->get<std::string>();
+}
+
+std::string joined_text(const json& c, const std::string& where, const std::vector<std::string>& types,
+                        const char* items, const char* type_word, const char* here) {
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) throw bad_request(where + " must be a string or an array of " + items, where);
+  std::string s;
+  for (size_t i = 0; i < c.size(); ++i) {
+    const std::string w = where + "[" + std::to_string(i) + "]";
+    if (!c[i].is_object()) throw bad_request(w + " must be an object", w);
+    const std::string type = str_field(c[i], "type", w, true);
+    if (std::find(types.begin(), types.end(), type) == types.end())
+      throw bad_request(w + ": " + type_word + " '" + type + "' is not supported" + here + " (text only)", w + ".type");
+    s += str_field(c[i], "text", w, true);
+  }
+  return s;
 }
 
 namespace {

@@ -26,6 +26,10 @@ const nlohmann::json* field(const nlohmann::json& b, const char* k);
 // b[k] as a string ("" when absent and not required); a 400 naming `where.k` when required and absent, or not
 // a string.
 std::string str_field(const nlohmann::json& b, const char* k, const std::string& where, bool required);
+// A string, or the concatenated "text" of an array of objects whose "type" is one of `types`; other types are a 400
+// ("<where>[i]: <type_word> 'T' is not supported<here> (text only)"), as is anything else ("... an array of <items>").
+std::string joined_text(const nlohmann::json& c, const std::string& where, const std::vector<std::string>& types,
+                        const char* items, const char* type_word, const char* here);
 
 // Options shared by chat and text completions.
 struct GenOptions {

@@ -9,19 +9,8 @@ namespace {
 
 // A string, or an array of text parts (input_text / output_text / text / summary_text / reasoning_text).
 std::string parts_text(const json& c, const std::string& where) {
-  if (c.is_string()) return c.get<std::string>();
-  if (!c.is_array()) throw bad_request(where + " must be a string or an array of content parts", where);
-  std::string s;
-  for (size_t i = 0; i < c.size(); ++i) {
-    const std::string w = where + "[" + std::to_string(i) + "]";
-    if (!c[i].is_object()) throw bad_request(w + " must be an object", w);
-    const std::string type = str_field(c[i], "type", w, true);
-    if (type != "input_text" && type != "output_text" && type != "text" && type != "summary_text" &&
-        type != "reasoning_text")
-      throw bad_request(w + ": content part type '" + type + "' is not supported (text only)", w + ".type");
-    s += str_field(c[i], "text", w, true);
-  }
-  return s;
+  static const std::vector<std::string> kText = {"input_text", "output_text", "text", "summary_text", "reasoning_text"};
+  return joined_text(c, where, kText, "content parts", "content part type", "");
 }
 
 // Input items -> chat messages. Consecutive assistant-side items (reasoning, assistant message,
