@@ -1,12 +1,15 @@
 // ModelWeights -> qwen35moe GGUF (layout and type mix in gguf_checkpoint.h).
 #include "synth/gguf_checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
 #include "io/gguf_quants.h"
 #include "io/gguf_writer.h"
+#include "synth/presets.h"
+#include "synth/synth_tokenizer.h"
 #include "tokenizer/gguf_tokenizer.h"
 
 namespace lily {
@@ -155,6 +158,13 @@ void write_gguf_checkpoint(const ModelWeights& mw, const std::string& path, cons
   };
   // The producers run inside write() and read s.tick then.
   w.write(path);
+}
+
+std::string synthetic_gguf_tokenizer(const std::string& preset, int vocab) {
+  const int preset_bpe = synthetic_bpe_vocab(preset);
+  const int bpe = std::max(256, preset_bpe > 0 ? preset_bpe : vocab / 4096 * 4096);
+  if (bpe > vocab) throw Error("tokenizer BPE size " + std::to_string(bpe) + " exceeds vocab_size");
+  return make_synthetic_tokenizer(bpe, std::min(33, vocab - bpe)).dump();
 }
 
 }  // namespace lily

@@ -9,6 +9,10 @@
 //     The KV cache is f32 and flash attention is off, so the only rounding llama.cpp adds beyond its
 //     weights is in its CPU matrix products (activations converted to the weight type's dot type).
 //
+//   llama_ref quantize IN.gguf OUT.gguf TYPE
+//     llama_model_quantize with llama-quantize's defaults and 2 threads, i.e. `llama-quantize IN OUT TYPE 2`
+//     (TYPE: Q4_0, Q4_K_M, Q5_K_M, Q6_K or Q8_0), without building llama-quantize's command-line library.
+//
 //   llama_ref tokenize MODEL.gguf CASES.jsonl OUT.jsonl
 //     Each CASES line is a JSON object with "text"; OUT gets {"ids": [...]} per line: llama_tokenize with
 //     no BOS/EOS added and special tokens in the text recognised (as Hugging Face's encode does).
@@ -137,6 +141,21 @@ int cmd_logits(int argc, char** argv) {
   return 0;
 }
 
+int cmd_quantize(int argc, char** argv) {
+  if (argc != 5) throw std::runtime_error("usage: llama_ref quantize IN.gguf OUT.gguf TYPE");
+  const std::string t = argv[4];
+  llama_model_quantize_params p = llama_model_quantize_default_params();
+  if (t == "Q4_0") p.ftype = LLAMA_FTYPE_MOSTLY_Q4_0;
+  else if (t == "Q4_K_M") p.ftype = LLAMA_FTYPE_MOSTLY_Q4_K_M;
+  else if (t == "Q5_K_M") p.ftype = LLAMA_FTYPE_MOSTLY_Q5_K_M;
+  else if (t == "Q6_K") p.ftype = LLAMA_FTYPE_MOSTLY_Q6_K;
+  else if (t == "Q8_0") p.ftype = LLAMA_FTYPE_MOSTLY_Q8_0;
+  else throw std::runtime_error("unknown type " + t + " (Q4_0, Q4_K_M, Q5_K_M, Q6_K, Q8_0)");
+  p.nthread = 2;
+  if (llama_model_quantize(argv[2], argv[3], &p) != 0) throw std::runtime_error("llama_model_quantize failed");
+  return 0;
+}
+
 int cmd_tokenize(int argc, char** argv) {
   if (argc != 5) throw std::runtime_error("usage: llama_ref tokenize MODEL CASES.jsonl OUT.jsonl");
   llama_model* m = load(argv[2], true);
@@ -172,8 +191,9 @@ int main(int argc, char** argv) {
     llama_backend_init();
     const std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "logits") return cmd_logits(argc, argv);
+    if (cmd == "quantize") return cmd_quantize(argc, argv);
     if (cmd == "tokenize") return cmd_tokenize(argc, argv);
-    std::fprintf(stderr, "usage: llama_ref logits MODEL IDS OUT [STEP_IDS] | tokenize MODEL CASES OUT\n");
+    std::fprintf(stderr, "usage: llama_ref logits MODEL IDS OUT [STEP_IDS] | quantize IN OUT TYPE | tokenize MODEL CASES OUT\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "llama_ref: %s\n", e.what());
