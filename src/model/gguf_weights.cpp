@@ -89,9 +89,16 @@ class Builder {
  public:
   Builder(const GgufModel& m, ModelWeights& w) : m_(m), w_(w) {}
 
+  // Shapes compare as ggml compares them: leading size-1 dimensions do not count (llama.cpp's converter writes
+  // the shared-expert gate as [1, H], llama-quantize as [H]).
+  static std::vector<int64_t> squeezed(std::vector<int64_t> s) {
+    while (s.size() > 1 && s.front() == 1) s.erase(s.begin());
+    return s;
+  }
+
   const GgufTensor& tensor(const std::string& name, const std::vector<int64_t>& shape) {
     const GgufTensor& t = m_.get(name);
-    if (t.shape() != shape)
+    if (squeezed(t.shape()) != squeezed(shape))
       throw Error(t.file + ": tensor '" + name + "': expected shape " + shape_str(shape) + ", found " +
                   shape_str(t.shape()));
     used_.insert(name);

@@ -26,6 +26,8 @@ void gguf_add_model_metadata(const ModelConfig& c, GgufWriter& w) {
   w.add_u32(a + "attention.value_length", uint32_t(c.head_dim));
   w.add_f32(a + "rope.freq_base", float(c.rope_theta));
   w.add_u32(a + "rope.dimension_count", uint32_t(c.rope_dim));
+  const auto sec = default_mrope_sections(c.rope_dim);  // llama.cpp's qwen35moe loader requires the key
+  w.add_i32s(a + "rope.dimension_sections", {sec[0], sec[1], sec[2], 0});
   w.add_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   w.add_u32(a + "expert_count", uint32_t(c.n_experts));
   w.add_u32(a + "expert_used_count", uint32_t(c.top_k));
@@ -102,7 +104,7 @@ void write_gguf_checkpoint(const ModelWeights& mw, const std::string& path, cons
   const ModelConfig& c = mw.cfg;
   GgufWriter w;
   gguf_add_model_metadata(c, w);
-  gguf_add_tokenizer(tokenizer_json, w);
+  gguf_add_tokenizer(tokenizer_json, w, "qwen35", mw.cfg.vocab);
   Streamer s{w, 0, nullptr};
   const int64_t H = c.hidden, Hk = c.lin_k_heads, Hv = c.lin_v_heads, r = Hv / Hk, Dv = c.lin_v_dim;
   const int64_t qk = 2 * int64_t(c.key_dim()), K = c.conv_kernel;

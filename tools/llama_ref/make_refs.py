@@ -32,8 +32,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 MIXES = ["Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0"]
-STEPS = 4  # greedy ids fed one at a time after the prompt
-KEEP = 8   # prompt positions whose logits are kept (the last KEEP)
+STEPS = 3  # greedy ids fed one at a time after the prompt
+KEEP = 4   # prompt positions whose logits are kept (the last KEEP)
 LOGITS = ["tiny-bf16", "tiny-f16", "tiny-Q4_0", "tiny-Q4_K_M", "tiny-Q5_K_M", "synth-small"]
 
 
