@@ -225,7 +225,8 @@ TEST_P(GgufLlamaLogits, MatchLlamaCpp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GgufLlama, GgufLlamaLogits,
-                         ::testing::Values("tiny-bf16", "tiny-f16", "tiny-Q4_0", "tiny-Q4_K_M", "tiny-Q5_K_M"),
+                         ::testing::Values("tiny-bf16", "tiny-f16", "tiny-Q4_0", "tiny-Q4_K_M", "tiny-Q5_K_M",
+                                           "synth-small"),
                          [](const auto& i) {
                            std::string s = i.param;
                            std::replace(s.begin(), s.end(), '-', '_');
