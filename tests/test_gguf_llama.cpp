@@ -69,7 +69,9 @@ void expect_manifest_tensors(const std::string& path, const std::string& name) {
     EXPECT_EQ(g->shape(), t.at("shape").get<std::vector<int64_t>>()) << name << ": " << tn;
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(g->data, g->nbytes));
-    EXPECT_EQ(std::string(hex), t.at("fnv1a64").get<std::string>()) << name << ": data of " << tn;
+    EXPECT_EQ(std::string(hex), t.at("fnv1a64").get<std::string>())
+        << name << ": data of " << tn << " differs from llama.cpp's file (if the writer changed on purpose, remake "
+        << "the fixture: docs/gguf.md)";
   }
 }
 
