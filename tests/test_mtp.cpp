@@ -9,11 +9,15 @@
 #include <filesystem>
 
 #include "app/make_backend.h"
+#include "cli/args.h"
+#include "cli/mtp_args.h"
 #include "core/error.h"
 #include "cpu/cpu_state.h"
 #include "engine/backend.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
+#include "quant/quantize_checkpoint.h"
+#include "server/metrics.h"
 
 using namespace lily;
 
@@ -227,3 +231,71 @@ TEST_P(MtpVerify, AcceptRewindsToPlainState) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, MtpVerify, ::testing::Values("cpu-ref", "cpu"));
+
+TEST(MtpArgs, DefaultOnWithWeightsAndClearErrors) {
+  auto with = load_model(kTiny + "model-bf16");
+  Args a;
+  MtpChoice c = load_mtp_for(a, *with);
+  EXPECT_EQ(c.k, kDefaultMtpDrafts);
+  EXPECT_FALSE(c.asked);
+  EXPECT_NE(with->mtp, nullptr);
+  auto without = load_model(kTiny + "model-mlx-4bit");
+  c = load_mtp_for(a, *without);
+  EXPECT_EQ(c.k, 0) << "no mtp.* and no --mtp-from: off";
+  EXPECT_EQ(without->mtp, nullptr);
+  Args two;
+  two.flags.emplace("mtp", "2");
+  EXPECT_THROW(load_mtp_for(two, *without), Error);
+  two.flags.emplace("mtp-from", kTiny + "model-bf16");
+  c = load_mtp_for(two, *without);
+  EXPECT_EQ(c.k, 2);
+  EXPECT_TRUE(c.asked);
+  EXPECT_NE(without->mtp, nullptr);
+  Args off;
+  off.flags.emplace("mtp", "off");
+  auto w3 = load_model(kTiny + "model-bf16");
+  EXPECT_EQ(load_mtp_for(off, *w3).k, 0);
+  EXPECT_EQ(w3->mtp, nullptr) << "--mtp off loads nothing";
+  off.flags.emplace("mtp-from", kTiny + "model-bf16");
+  EXPECT_THROW(load_mtp_for(off, *w3), Error);
+  for (const char* bad : {"0", "9", "x"}) {
+    Args b;
+    b.flags.emplace("mtp", bad);
+    EXPECT_THROW(load_mtp_for(b, *w3), Error) << bad;
+  }
+  // the default turns itself off on a backend without the weights; an explicit K there is an error
+  auto be = make_backend("cpu-ref", load_model(kTiny + "model-bf16"));
+  EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, *be, "test"), 0);
+  EXPECT_THROW(mtp_for_backend(MtpChoice{3, true}, *be, "test"), Error);
+}
+
+TEST(MtpArgs, MetricsCountDrafts) {
+  Metrics m;
+  m.count_mtp(30, 12, false);
+  m.count_mtp(10, 0, true);
+  const std::string r = m.render();
+  EXPECT_NE(r.find("lily_mtp_draft_tokens_total 40"), std::string::npos) << r;
+  EXPECT_NE(r.find("lily_mtp_accepted_tokens_total 12"), std::string::npos) << r;
+  EXPECT_NE(r.find("lily_mtp_switched_off_total 1"), std::string::npos) << r;
+}
+
+// lily quantize copies mtp.* unchanged: the 4-bit output runs the same MTP block (same weights; its inputs then come
+// from the quantised main model, so only the shapes and the loading are compared here, plus the fc bytes).
+TEST(MtpLoad, KeptByQuantize) {
+  namespace fs = std::filesystem;
+  const fs::path out = fs::temp_directory_path() / "lily_mtp_quantized";
+  fs::remove_all(out);
+  auto src = load_model(kTiny + "model-bf16");
+  quantize_checkpoint(*src, kTiny + "model-bf16", out.string(), QuantizeOptions{});
+  auto q = load_model(out.string());
+  EXPECT_EQ(q->mtp_tensors.size(), 65u);
+  load_mtp(*q);
+  load_mtp(*src);
+  ASSERT_NE(q->mtp, nullptr);
+  EXPECT_EQ(q->mtp->fc.format_name(), src->mtp->fc.format_name());
+  EXPECT_EQ(std::memcmp(q->mtp->fc.w, src->mtp->fc.w, q->mtp->fc.bytes()), 0);
+  EXPECT_EQ(q->mtp->layer.moe.down.e.size(), 16u);
+  auto be = make_backend("cpu", q);
+  EXPECT_TRUE(be->mtp_available());
+  fs::remove_all(out);
+}
