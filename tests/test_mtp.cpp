@@ -181,7 +181,13 @@ TEST_P(MtpLogits, MatchTorchReference) {
   EXPECT_THROW(be->mtp_truncate(*st, L), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, MtpLogits, ::testing::Values("cpu-ref", "cpu"));
+std::string backend_name(const ::testing::TestParamInfo<const char*>& i) {
+  std::string s = i.param;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, MtpLogits, ::testing::Values("cpu-ref", "cpu"), backend_name);
 
 class MtpVerify : public ::testing::TestWithParam<const char*> {};
 
@@ -230,7 +236,7 @@ TEST_P(MtpVerify, AcceptRewindsToPlainState) {
   EXPECT_THROW(be->accept(*st, *undo, 0), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, MtpVerify, ::testing::Values("cpu-ref", "cpu"));
+INSTANTIATE_TEST_SUITE_P(Cpu, MtpVerify, ::testing::Values("cpu-ref", "cpu"), backend_name);
 
 TEST(MtpArgs, DefaultOnWithWeightsAndClearErrors) {
   auto with = load_model(kTiny + "model-bf16");

@@ -3,6 +3,7 @@
 // plain sampling's (chi-square), the Generator's session cache and cancellation with MTP on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -146,7 +147,14 @@ TEST_P(SpecGreedy, IdenticalToPlainDecoding) {
 INSTANTIATE_TEST_SUITE_P(Cpu, SpecGreedy,
                          ::testing::Values(std::make_tuple("cpu", 1, -1.0), std::make_tuple("cpu", 3, -1.0),
                                            std::make_tuple("cpu", 2, 0.7), std::make_tuple("cpu", 4, 0.86),
-                                           std::make_tuple("cpu-ref", 3, 0.7)));
+                                           std::make_tuple("cpu-ref", 3, 0.7)),
+                         [](const auto& i) {
+                           std::string s = std::get<0>(i.param);
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           const double p = std::get<2>(i.param);
+                           return s + "_k" + std::to_string(std::get<1>(i.param)) +
+                                  (p < 0 ? std::string("_own_drafts") : "_p" + std::to_string(int(p * 100 + 0.5)));
+                         });
 
 TEST(SpecAccept, RuleKeepsTheTargetDistribution) {
   const std::vector<double> p = {0.05, 0.4, 0.3, 0.2, 0.05}, q = {0.3, 0.1, 0.3, 0.0, 0.3};
@@ -253,7 +261,9 @@ TEST_P(SpecSampled, JointOfTwoTokensMatchesPlainSampling) {
 }
 
 // -1: the MTP block's own drafts (sampled from its distribution); 1: every draft the target's most likely token.
-INSTANTIATE_TEST_SUITE_P(Cpu, SpecSampled, ::testing::Values(-1.0, 1.0));
+INSTANTIATE_TEST_SUITE_P(Cpu, SpecSampled, ::testing::Values(-1.0, 1.0), [](const auto& i) {
+  return std::string(i.param < 0 ? "own_drafts" : "emulated_target_argmax");
+});
 
 namespace {
 struct GenOut {

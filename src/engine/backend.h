@@ -36,6 +36,7 @@ struct ForwardOptions {
   std::function<void(int done, int total)> progress;  // called after each chunk
   // Called after each chunk with the main model's hidden states after the final norm, hidden [n, H], for the
   // positions row0 .. row0+n-1 (absolute). Valid during the call only (the multi-token-prediction prefill).
+  // Backends whose mtp_available() is true call it; the others may ignore it.
   std::function<void(const float* hidden, int row0, int n)> on_hidden;
 };
 

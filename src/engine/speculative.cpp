@@ -124,6 +124,11 @@ int mtp_decode(Backend& be, SeqState& st, StepSampler& ss, int32_t first_id, int
       }
       be.mtp_truncate(st, rows_keep);
       stats.draft_s += secs(t0, Clock::now());
+    } else if (!off && !pend_h.empty()) {  // a plain step: the pending rows still enter the MTP cache
+      const int r = static_cast<int>(pend_h.size()) / H;
+      pend_ids.push_back(cur);
+      be.mtp_forward(st, pend_ids.data(), pend_h.data(), r, st.pos - r, 0, nullptr, nullptr);
+      stats.draft_s += secs(t0, Clock::now());
     }
     ids[0] = cur;
     const int n = kk + 1;
