@@ -119,7 +119,8 @@ TEST(LoaderAlign, MisalignedTensorsInsideAnAlignedFileAreCopied) {
   EXPECT_FALSE(contains(err, "warning")) << err;
   EXPECT_TRUE(has_note(*w, "tensor(s) (")) << "copied tensors reported";
   EXPECT_TRUE(has_note(*w, "into aligned memory"));
-  EXPECT_EQ(w->mtp_tensors, std::vector<std::string>{"mtp.pad"});
+  EXPECT_EQ(w->mtp_tensors.size(), 66u);  // the fixture's 65 MTP tensors and the pad
+  EXPECT_NE(std::find(w->mtp_tensors.begin(), w->mtp_tensors.end(), "mtp.pad"), w->mtp_tensors.end());
   ASSERT_TRUE(w->checkpoint);
   EXPECT_EQ(w->checkpoint->get("mtp.pad").nbytes, 3u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(w->embed.w) % 2, 0u);

@@ -131,7 +131,7 @@ TEST(CheckpointFiles, IndexedShards) {
   std::string msg = error_of([&] { f.get("nope"); });
   EXPECT_TRUE(contains(msg, "tensor 'nope' not found (searched model.safetensors.index.json and "
                             "model-00001-of-00003.safetensors, model-00002-of-00003.safetensors, "
-                            "model-00003-of-00003.safetensors in "))
+                            "model-00003-of-00003.safetensors, model-mtp.safetensors in "))
       << msg;
 }
 

@@ -88,6 +88,29 @@ J bench_json(const BenchContext& ctx, const std::vector<BenchLengthResult>& resu
       if (r.sampled_t1 > 0)
         e["sampled_tok_s"] = {{"t1", r.sampled_t1}, {"t0.7_k20_p0.9", r.sampled_k20},
                               {"host_t0.7_k20_p0.9", r.sampled_host_k20}};
+      if (r.mtp_measured) {
+        J runs = J::array();
+        for (const auto& m : r.mtp.runs) {
+          J x = {{"k", r.mtp.k},
+                 {"emulated", m.accept_p >= 0},
+                 {"accept_p", m.accept_p >= 0 ? J(m.accept_p) : J(nullptr)},
+                 {"tok_s", m.tok_s},
+                 {"drafted", m.drafted},
+                 {"accepted", m.accepted},
+                 {"acceptance", m.drafted ? J(double(m.accepted) / double(m.drafted)) : J(nullptr)},
+                 {"rounds", m.rounds},
+                 {"identical_to_plain", m.identical}};
+          runs.push_back(x);
+          all_consistent = all_consistent && m.identical;
+        }
+        e["mtp"] = {{"k", r.mtp.k},
+                    {"plain_step_ms", r.mtp.plain_step_ms},
+                    {"verify_step_ms", r.mtp.verify_step_ms},
+                    {"verify_over_plain", r.mtp.plain_step_ms > 0 ? J(r.mtp.verify_step_ms / r.mtp.plain_step_ms)
+                                                                  : J(nullptr)},
+                    {"draft_ms", r.mtp.draft_ms},
+                    {"runs", runs}};
+      }
       all_consistent = all_consistent && r.digest_consistent;
       decode.push_back(e);
     }
@@ -140,6 +163,28 @@ std::string bench_table(const J& j) {
                     length_label(e["context"].get<int>()).c_str(), s["t1"].get<double>(),
                     s["t0.7_k20_p0.9"].get<double>(), s["host_t0.7_k20_p0.9"].get<double>());
       out += line;
+    }
+    for (const auto& e : j["decode"]) {
+      if (!e.contains("mtp")) continue;
+      const auto& m = e["mtp"];
+      std::snprintf(line, sizeof line,
+                    "mtp       %-8s k=%d: verify of %d positions %.3f ms = %.2fx a plain step (%.3f ms); drafting %.3f ms\n",
+                    length_label(e["context"].get<int>()).c_str(), m["k"].get<int>(), m["k"].get<int>() + 1,
+                    m["verify_step_ms"].get<double>(),
+                    m["verify_over_plain"].is_null() ? 0.0 : m["verify_over_plain"].get<double>(),
+                    m["plain_step_ms"].get<double>(), m["draft_ms"].get<double>());
+      out += line;
+      for (const auto& x : m["runs"]) {
+        char p[48];
+        if (x["emulated"].get<bool>()) std::snprintf(p, sizeof p, "emulated p=%.2f", x["accept_p"].get<double>());
+        else std::snprintf(p, sizeof p, "own drafts");
+        std::snprintf(line, sizeof line, "          %-8s %-17s %10.2f tok/s  accepted %lld/%lld%s\n",
+                      length_label(e["context"].get<int>()).c_str(), p, x["tok_s"].get<double>(),
+                      static_cast<long long>(x["accepted"].get<int64_t>()),
+                      static_cast<long long>(x["drafted"].get<int64_t>()),
+                      x["identical_to_plain"].get<bool>() ? "" : "  OUTPUT DIFFERS FROM PLAIN");
+        out += line;
+      }
     }
   }
   return out;

@@ -17,6 +17,7 @@ using Clock = std::chrono::steady_clock;
 
 struct RunOut {
   double prefill_s = 0, decode_s = 0;
+  int32_t first = 0;  // the greedy token after the prompt (decode's first input)
   std::vector<int32_t> generated;
 };
 
@@ -28,6 +29,7 @@ RunOut run_once(Backend& be, const std::vector<int32_t>& prompt, int steps, cons
   auto t0 = Clock::now();
   be.forward(*st, prompt.data(), int(prompt.size()), 1, logits.data(), fo);
   int32_t next = argmax(logits.data(), V);
+  r.first = next;
   auto t1 = Clock::now();
   r.prefill_s = std::chrono::duration<double>(t1 - t0).count();
   // Greedy decode through decode_argmax: a backend that keeps the ids on the device (CUDA) never stalls the host
@@ -103,6 +105,7 @@ std::vector<BenchLengthResult> run_bench(Backend& be, const BenchOptions& opt) {
     if (unfilled) run_unfilled(be, n, prompt.back(), std::min(steps, opt.warmup_decode));
     else run_once(be, prompt, std::min(steps, opt.warmup_decode), fo);
     ++done;
+    RunOut last;
     for (int rep = 0; rep < opt.reps; ++rep) {
       if (opt.progress)
         opt.progress(length_label(n) + " rep " + std::to_string(rep + 1) + "/" + std::to_string(opt.reps), done, total);
@@ -114,6 +117,12 @@ std::vector<BenchLengthResult> run_bench(Backend& be, const BenchOptions& opt) {
         if (r.digests.back() != r.digests.front()) r.digest_consistent = false;
       }
       ++done;
+      last = std::move(o);
+    }
+    if (opt.mtp_k > 0 && r.decode_measured && !unfilled) {
+      if (opt.progress) opt.progress("mtp " + length_label(n), done, total);
+      r.mtp = bench_mtp_at(be, prompt, last.first, last.generated, opt.mtp_k, opt.mtp_accept, opt.prefill_chunk);
+      r.mtp_measured = true;
     }
     if (opt.sampled && r.decode_measured) {
       if (opt.progress) opt.progress("sampled " + length_label(n), done, total);

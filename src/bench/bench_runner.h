@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_mtp.h"
 #include "engine/backend.h"
 
 namespace lily {
@@ -31,6 +32,10 @@ struct BenchOptions {
   int prefill_chunk = 0;  // 0: the backend's default
   bool unfilled_context = false;  // --decode-context unfilled (see above)
   bool sampled = false;           // --sampled (see above)
+  // --mtp K: speculative decoding timed at each prefilled decode context (bench/bench_mtp.h); mtp_accept: the
+  // emulated acceptance probabilities (--mtp-accept), empty: the MTP block's own drafts.
+  int mtp_k = 0;
+  std::vector<double> mtp_accept;
   // called at the start of each phase: ("prefill 4K rep 2/3", done phases, total phases)
   std::function<void(const std::string& what, int done, int total)> progress;
 };
@@ -45,6 +50,8 @@ struct BenchLengthResult {
   // sampled decode (BenchOptions::sampled), tok/s: backend sampler at T = 1; at T = 0.7, top-k 20, top-p 0.9;
   // the host sampler at the latter. 0: not measured
   double sampled_t1 = 0, sampled_k20 = 0, sampled_host_k20 = 0;
+  bool mtp_measured = false;
+  MtpBenchLength mtp;             // BenchOptions::mtp_k > 0, prefilled decode contexts
 };
 
 std::vector<BenchLengthResult> run_bench(Backend& be, const BenchOptions& opt);

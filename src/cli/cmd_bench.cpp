@@ -2,6 +2,7 @@
 // optional JSON record (--json F), device limits (--limits) and an SVG chart (--plot F.svg [--series a,b]).
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include "bench/machine_info.h"
 #include "bench/svg_plot.h"
 #include "cli/model_args.h"
+#include "cli/mtp_args.h"
 #include "cli/registry.h"
 #ifdef LILY_HAVE_CUDA
 #include "cuda/cuda_factory.h"
@@ -48,7 +50,8 @@ void print_limits(const DeviceLimits& d) {
 int run_bench_cmd(const Args& a) {
   auto known = model_flags();
   for (const char* k : {"backend", "prefill-lengths", "decode-contexts", "reps", "prefill-chunk", "json", "limits",
-                        "limits-seconds", "plot", "series", "decode-context", "decode-steps", "sampled"})
+                        "limits-seconds", "plot", "series", "decode-context", "decode-steps", "sampled", "mtp",
+                        "mtp-from", "mtp-accept"})
     known.push_back(k);
   a.check_known(known);
   const bool have_model = a.has("model") || a.has("synthetic");
@@ -103,9 +106,19 @@ int run_bench_cmd(const Args& a) {
 
   auto t_load = std::chrono::steady_clock::now();
   auto weights = open_model(a);
+  if (a.has("mtp-accept") && !a.has("mtp")) throw Error("--mtp-accept P,.. needs --mtp K");
+  const MtpChoice mtp = a.has("mtp") ? load_mtp_for(a, *weights) : MtpChoice{};
+  for (const std::string& s : split_commas(a.get("mtp-accept"))) {
+    char* end = nullptr;
+    const double p = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end || !(p >= 0 && p <= 1))
+      throw Error("--mtp-accept: expected probabilities in [0, 1] separated by commas, got '" + s + "'");
+    opt.mtp_accept.push_back(p);
+  }
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   std::fprintf(stderr, "lily bench: model ready in %.1f s\n", load_s);
   auto be = make_backend(backend_kind, weights);
+  opt.mtp_k = mtp_for_backend(mtp, *be, "bench");
   opt.prefill_chunk = be->prefill_chunk_or_default(opt.prefill_chunk);  // recorded in the report as used
 
   Progress bar("bench", 1);
@@ -153,7 +166,7 @@ int run_bench_cmd(const Args& a) {
 LILY_COMMAND("bench",
              "batch-1 prefill/decode throughput protocol (--model DIR | --synthetic PRESET) [--prefill-lengths L "
              "--decode-contexts L --decode-context prefilled|unfilled --decode-steps N --sampled --reps N --limits "
-             "--json F]",
+             "--json F] [--mtp K --mtp-accept P,..]",
              run_bench_cmd, {"limits", "sampled"});
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "app/make_backend.h"
 #include "cli/model_assets.h"
+#include "cli/mtp_args.h"
 #include "chat/template.h"
 #include "cli/model_source.h"
 #include "cli/registry.h"
@@ -62,9 +63,10 @@ class ReplyPrinter {
 
 int chat(const Args& a) {
   a.check_known({"model", "backend", "ctx", "max-tokens", "temperature", "top-p", "top-k", "seed", "no-think",
-                 "hide-reasoning", "system", "cache-mb"});
+                 "hide-reasoning", "system", "cache-mb", "mtp", "mtp-from"});
   const std::string dir = model_dir_or_demo(a);
   auto w = load_model(dir);
+  const MtpChoice mtp = load_mtp_for(a, *w);
   auto tok = load_model_tokenizer(dir);
   const ChatTemplate tmpl = load_model_template(dir);
   auto be = make_backend(a.get("backend", "auto"), w);
@@ -74,6 +76,7 @@ int chat(const Args& a) {
   if (max_tokens < 1) throw Error("--max-tokens must be at least 1");
   SessionCache cache(static_cast<size_t>(a.get_int("cache-mb", 2048)) << 20);
   Generator gen(*be, *tok, &cache, ctx);
+  gen.set_mtp(mtp_for_backend(mtp, *be, "chat"));
   SamplerParams sp;
   sp.temperature = static_cast<float>(a.get_double("temperature", 0.7));
   sp.top_p = static_cast<float>(a.get_double("top-p", 0.95));
@@ -158,9 +161,13 @@ int chat(const Args& a) {
     GenResult r = gen.run(job, [&](GenChunk&& c) { out.chunk(c.delta); }, nullptr);
     gen.save_reply_snapshot();
     out.finish();
-    std::fprintf(stderr, "%s[%d prompt tokens (%d cached), %d generated, %.1f tok/s, %s]%s\n", dim, r.prompt_tokens,
+    std::string mtp_note;
+    if (r.mtp_drafted > 0)
+      mtp_note = ", mtp " + std::to_string(r.mtp_accepted) + "/" + std::to_string(r.mtp_drafted) + " drafts accepted" +
+                 (r.mtp_switched_off ? " (then off: no gain)" : "");
+    std::fprintf(stderr, "%s[%d prompt tokens (%d cached), %d generated, %.1f tok/s%s, %s]%s\n", dim, r.prompt_tokens,
                  r.cached_tokens, r.completion_tokens, r.completion_tokens / std::max(r.decode_s, 1e-9),
-                 r.finish_reason.c_str(), reset);
+                 mtp_note.c_str(), r.finish_reason.c_str(), reset);
     nlohmann::ordered_json reply = {{"role", "assistant"}, {"content", r.content}};
     if (!r.reasoning.empty()) reply["reasoning_content"] = r.reasoning;
     messages.push_back(reply);
@@ -172,7 +179,7 @@ int chat(const Args& a) {
 
 LILY_COMMAND("chat",
              "interactive terminal chat: [--model DIR] [--no-think] [--hide-reasoning] [--system TEXT] "
-             "[--temperature T] [--seed N] [--max-tokens N] [--ctx N]",
+             "[--temperature T] [--seed N] [--max-tokens N] [--ctx N] [--mtp K|off] [--mtp-from DIR]",
              chat, {"no-think", "hide-reasoning"});
 
 }  // namespace lily

@@ -15,6 +15,7 @@
 #include "cli/model_assets.h"
 #include "chat/template.h"
 #include "cli/model_source.h"
+#include "cli/mtp_args.h"
 #include "cli/registry.h"
 #include "core/error.h"
 #include "engine/backend.h"
@@ -59,7 +60,8 @@ std::string api_key(const Args& a) {
 
 int serve(const Args& a) {
   a.check_known({"model", "host", "port", "ctx", "api-key", "api-key-file", "cors", "queue", "cache-mb", "backend",
-                 "max-body-mb", "model-id", "prefill-chunk", "max-connections", "allow-special-tokens"});
+                 "max-body-mb", "model-id", "prefill-chunk", "max-connections", "allow-special-tokens", "mtp",
+                 "mtp-from"});
   // Signals go to the watcher thread only: block them before any other thread exists (the backend's
   // worker threads inherit the mask). A signal during loading waits for the watcher.
   sigset_t sigs;
@@ -85,6 +87,7 @@ int serve(const Args& a) {
   cfg.model_id = a.get("model-id", id.empty() ? "lily" : id);
 
   auto w = load_model(dir);
+  const MtpChoice mtp = load_mtp_for(a, *w);
   const int max_pos = w->cfg.max_pos > 0 ? w->cfg.max_pos : 32768;
   cfg.ctx = static_cast<int>(positive(a, "ctx", std::min(32768, max_pos), 16, 1 << 24));
   auto tok = load_model_tokenizer(dir);
@@ -94,6 +97,8 @@ int serve(const Args& a) {
   Metrics metrics;
   Scheduler sched(*be, *tok, cfg.ctx, cfg.cache_mb << 20, cfg.queue, metrics,
                   static_cast<int>(positive(a, "prefill-chunk", 0, 0, 1 << 20)));  // 0: the backend's default
+  const int mtp_k = mtp_for_backend(mtp, *be, "serve");
+  sched.set_mtp(mtp_k);
   ServerContext c{cfg, tok, &tmpl, &sched, &metrics, w->cfg.vocab, tok->max_token_bytes()};
   HttpServer http(c);
   const int port = http.bind();
@@ -102,8 +107,9 @@ int serve(const Args& a) {
                  "lily serve: warning: --host %s listens beyond this machine: other hosts can reach it%s; the "
                  "Host header is not checked\n",
                  cfg.host.c_str(), cfg.api_key.empty() ? " and no API key is set (--api-key-file)" : "");
-  std::printf("lily serve: listening on http://%s:%d (model '%s', backend %s, ctx %d)\n", url_host(cfg.host).c_str(),
-              port, cfg.model_id.c_str(), be->name().c_str(), cfg.ctx);
+  std::printf("lily serve: listening on http://%s:%d (model '%s', backend %s, ctx %d, mtp %s)\n",
+              url_host(cfg.host).c_str(), port, cfg.model_id.c_str(), be->name().c_str(), cfg.ctx,
+              mtp_k ? std::to_string(mtp_k).c_str() : "off");
   std::fflush(stdout);
 
   std::atomic<bool> served{false};
@@ -129,7 +135,7 @@ LILY_COMMAND("serve",
              "OpenAI-compatible HTTP server: [--model DIR] [--host 127.0.0.1] [--port 8080] [--ctx N] "
              "[--api-key-file FILE | LILY_API_KEY=KEY | --api-key KEY] [--cors | --cors=ORIGIN,...] [--queue N] "
              "[--cache-mb N] [--backend auto|cpu|cuda] [--max-body-mb 8] [--max-connections 128] "
-             "[--allow-special-tokens]",
+             "[--allow-special-tokens] [--mtp K|off] [--mtp-from DIR]",
              serve, {"cors", "allow-special-tokens"});
 
 }  // namespace lily

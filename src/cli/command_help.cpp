@@ -20,6 +20,13 @@ const FlagHelp kBackendAuto{"backend", "KIND",
 const FlagHelp kPrefillChunk{"prefill-chunk", "N", "prompt tokens per forward chunk (default 0: the backend's own)"};
 const FlagHelp kCtx{"ctx", "N", "context length in tokens (default min(32768, the model's max_position_embeddings))"};
 
+const FlagHelp kMtp{"mtp", "K|off",
+                    "speculative decoding with the checkpoint's multi-token-prediction block, K drafts per step (default "
+                    "3 when the model has mtp.* weights and the backend runs them; off: plain decoding, the block not "
+                    "loaded)"};
+const FlagHelp kMtpFrom{"mtp-from", "DIR",
+                        "read the mtp.* weights from another checkpoint of the model (only its shards holding them)"};
+
 const std::vector<CommandHelp>& table() {
   static const std::vector<CommandHelp> t = {
       {"bench",
@@ -37,7 +44,12 @@ const std::vector<CommandHelp>& table() {
         {"limits-seconds", "S", "time spent on each limit probe (default 4)"},
         {"json", "F", "write the results as JSON to F"},
         {"plot", "F.svg", "write an SVG chart (of this run, or of the --series files without a model)"},
-        {"series", "A.json,..", "earlier --json files to draw as series with --plot"}}},
+        {"series", "A.json,..", "earlier --json files to draw as series with --plot"},
+        {"mtp", "K", "also time speculative decoding with K MTP drafts per step at each prefilled decode context, "
+                     "and one verify step against one plain step"},
+        kMtpFrom,
+        {"mtp-accept", "P,..", "with --mtp: emulated acceptance, each draft replaced with probability P by the plain "
+                               "greedy token (labelled emulated in the report)"}}},
       {"chat",
        "chat [--model DIR] [flags]",
        {kModelOrDemo, kBackendAuto, kCtx,
@@ -49,7 +61,8 @@ const std::vector<CommandHelp>& table() {
         {"no-think", "", "start with reasoning off (/think on|off switches it)"},
         {"hide-reasoning", "", "do not print the reasoning"},
         {"system", "TEXT", "system message"},
-        {"cache-mb", "N", "memory for cached conversation states, MiB (default 2048)"}}},
+        {"cache-mb", "N", "memory for cached conversation states, MiB (default 2048)"},
+        kMtp, kMtpFrom}},
       {"eval",
        "eval (--model DIR | --synthetic PRESET) --ref F.safetensors [flags]",
        {kModel, kSynthetic, kSeed,
@@ -118,7 +131,7 @@ const std::vector<CommandHelp>& table() {
         {"model-id", "NAME", "the model name requests use (default: the model directory's name)"},
         {"max-connections", "N", "open connections at most; more get 503 (default 128)"},
         {"allow-special-tokens", "", "parse special tokens typed in message text (default: plain text)"},
-        kPrefillChunk}},
+        kPrefillChunk, kMtp, kMtpFrom}},
       {"synth",
        "synth --out DIR [flags]",
        {{"out", "DIR", "directory to write (this or --gguf is required)"},

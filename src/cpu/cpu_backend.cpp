@@ -72,12 +72,13 @@ void CpuBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits,
     // logits wanted from this chunk: positions in [max(s, first_logit), s + m)
     int lo = std::max(s, first_logit);
     int want = std::max(0, s + m - lo);
-    forward_chunk(*st, ids + s, m, want, want ? out + static_cast<size_t>(lo - first_logit) * V : nullptr);
+    forward_chunk(*st, ids + s, m, want, want ? out + static_cast<size_t>(lo - first_logit) * V : nullptr, opt);
     if (opt.progress) opt.progress(s + m, n);
   }
 }
 
-void CpuBackend::forward_chunk(CpuState& st, const int32_t* ids, int n, int n_logits, float* out) {
+void CpuBackend::forward_chunk(CpuState& st, const int32_t* ids, int n, int n_logits, float* out,
+                               const ForwardOptions& opt) {
   const ModelConfig& c = w_->cfg;
   const int H = c.hidden;
   const size_t nH = static_cast<size_t>(n) * H;
@@ -87,25 +88,7 @@ void CpuBackend::forward_chunk(CpuState& st, const int32_t* ids, int n, int n_lo
   for (int t = 0; t < n; ++t) dequant_row(w_->embed, ids[t], x + static_cast<size_t>(t) * H);
   if (on_hidden) on_hidden(-1, x, n);
   for (int li = 0; li < c.n_layers; ++li) {
-    const LayerWeights& L = w_->layers[li];
-    {
-      PhaseTimer pt(prof_, Phase::kNorms);
-      for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.in_norm.data(), H, c.rms_eps, &h[t * H]);
-    }
-    if (L.is_full)
-      attn_layer(L, st.layers[li], h, n, st.pos, st.max_ctx, a);
-    else
-      gdn_layer(L, st.layers[li], h, n, a);
-    {
-      PhaseTimer pt(prof_, Phase::kNorms);
-      for (size_t i = 0; i < nH; ++i) x[i] += a[i];
-      for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.post_norm.data(), H, c.rms_eps, &h[t * H]);
-    }
-    moe_layer(L.moe, h, n, a);
-    {
-      PhaseTimer pt(prof_, Phase::kNorms);
-      for (size_t i = 0; i < nH; ++i) x[i] += a[i];
-    }
+    run_layer(w_->layers[li], st.layers[li], x, h, a, n, st.pos, st.max_ctx);
     if (on_hidden) on_hidden(li, x, n);
   }
   st.pos += n;
@@ -114,6 +97,32 @@ void CpuBackend::forward_chunk(CpuState& st, const int32_t* ids, int n, int n_lo
   if (n_logits > 0) {
     PhaseTimer pt(prof_, Phase::kLmHead);
     k_.matmul(w_->lm_head, h + static_cast<size_t>(n - n_logits) * H, n_logits, out);
+  }
+  if (opt.on_hidden) opt.on_hidden(h, st.pos - n, n);  // last: the hook may run the MTP block (same scratch)
+}
+
+void CpuBackend::run_layer(const LayerWeights& L, CpuLayerState& s, float* x, float* h, float* a, int n, int pos0,
+                           int max_ctx) {
+  const ModelConfig& c = w_->cfg;
+  const int H = c.hidden;
+  const size_t nH = static_cast<size_t>(n) * H;
+  {
+    PhaseTimer pt(prof_, Phase::kNorms);
+    for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.in_norm.data(), H, c.rms_eps, &h[t * H]);
+  }
+  if (L.is_full)
+    attn_layer(L, s, h, n, pos0, max_ctx, a);
+  else
+    gdn_layer(L, s, h, n, a);
+  {
+    PhaseTimer pt(prof_, Phase::kNorms);
+    for (size_t i = 0; i < nH; ++i) x[i] += a[i];
+    for (int t = 0; t < n; ++t) ref::rmsnorm(&x[t * H], L.post_norm.data(), H, c.rms_eps, &h[t * H]);
+  }
+  moe_layer(L.moe, h, n, a);
+  {
+    PhaseTimer pt(prof_, Phase::kNorms);
+    for (size_t i = 0; i < nH; ++i) x[i] += a[i];
   }
 }
 
@@ -242,7 +251,8 @@ void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float
       ref::rope_neox(&q[hh * hd], c.rope_dim, pos, c.rope_theta);
     }
     float* ot = &o[static_cast<size_t>(t) * nq * hd];
-    k_.attention_one(q, s.k.data(), s.v.data(), pos + 1, nq, nkv, hd, ot);
+    // every cached row (the main model's: pos + 1 of them; the MTP layer's cache may skip positions)
+    k_.attention_one(q, s.k.data(), s.v.data(), static_cast<int>(s.k.size() / KV), nq, nkv, hd, ot);
     for (int hh = 0; hh < nq; ++hh)
       for (int i = 0; i < hd; ++i) ot[hh * hd + i] *= ref::sigmoid(qgt[hh * 2 * hd + hd + i]);
   }

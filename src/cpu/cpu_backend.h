@@ -22,12 +22,26 @@ class CpuBackend final : public Backend {
   void forward(SeqState& st, const int32_t* ids, int n, int n_logits, float* out,
                const ForwardOptions& opt) override;
 
+  bool mtp_available() const override { return w_->mtp != nullptr; }
+  std::string mtp_unavailable_reason() const override;
+  void mtp_forward(SeqState& st, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
+                   float* logits, float* hidden_out) override;
+  int mtp_rows(const SeqState& st) const override;
+  void mtp_truncate(SeqState& st, int rows) override;
+  // Keeps only the DeltaNet states (conv windows, recurrent S) and the KV lengths; accept() rewinds by copying them
+  // back and truncating the KV rows, then forwards the kept tokens again.
+  std::unique_ptr<VerifyUndo> verify(SeqState& st, const int32_t* ids, int n, float* logits, float* hidden) override;
+  void accept(SeqState& st, VerifyUndo& undo, int m) override;
+
   // Debug hook: called with the residual stream [n, hidden] after the embedding (layer -1), after each
   // layer (0..L-1) and after the final norm (layer L). Used by tests to bisect a mismatch layer by layer.
   std::function<void(int layer, const float* x, int n)> on_hidden;
 
  private:
-  void forward_chunk(CpuState& st, const int32_t* ids, int n, int n_logits, float* out);
+  void forward_chunk(CpuState& st, const int32_t* ids, int n, int n_logits, float* out,
+                     const ForwardOptions& opt);
+  // x [n, H] (residual stream) through one decoder layer; h, a: scratch [n, H].
+  void run_layer(const LayerWeights& L, CpuLayerState& s, float* x, float* h, float* a, int n, int pos0, int max_ctx);
   void gdn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, float* out);
   void attn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, int pos0, int max_ctx, float* out);
   void moe_layer(const MoeWeights& m, const float* h, int n, float* out);
@@ -35,7 +49,7 @@ class CpuBackend final : public Backend {
   // Scratch buffers, one per use; each grows to the largest chunk seen and is then reused (no allocation
   // per token in steady state).
   enum Slot { kX, kH, kA, kM, kZ, kB, kAg, kY, kConv, kO, kG, kBeta, kQG, kK, kV, kQ, kLogits, kSg, kGe, kUe,
-              kXe, kYe, kSlots };
+              kXe, kYe, kMtpIn, kSlots };
   float* buf(Slot s, size_t n);
   std::vector<float> bufs_[kSlots];
   std::vector<int> route_idx_, route_perm_, route_pos_, expert_off_, fill_;  // MoE routing of the current chunk

@@ -18,9 +18,11 @@ struct CpuLayerState {
 
 struct CpuState final : SeqState {
   std::vector<CpuLayerState> layers;  // [n_layers]
+  CpuLayerState mtp;                  // the multi-token-prediction layer's KV cache (k, v: [rows][n_kv][head_dim])
   std::unique_ptr<SeqState> clone() const override { return std::make_unique<CpuState>(*this); }
+  void assign(const SeqState& other) override;
   size_t bytes() const override {
-    size_t b = 0;
+    size_t b = (mtp.k.size() + mtp.v.size()) * sizeof(float);
     for (const auto& l : layers) b += (l.k.size() + l.v.size() + l.conv.size() + l.S.size()) * sizeof(float);
     return b;
   }

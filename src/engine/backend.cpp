@@ -7,6 +7,8 @@
 
 namespace lily {
 
+void SeqState::assign(const SeqState&) { throw Error("this backend's sequence state cannot be rewound"); }
+
 int Backend::decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id, int max_steps,
                            const std::function<bool(int32_t)>& on_token, float* last_logits) {
   if (max_steps <= 0) return 0;
@@ -29,6 +31,44 @@ int Backend::decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id,
 
 void Backend::fill_context_for_timing(SeqState&, int) {
   throw Error(name() + ": unfilled decode contexts (timing only) are not supported");
+}
+
+void Backend::mtp_forward(SeqState&, const int32_t*, const float*, int, int, int, float*, float*) {
+  throw Error(mtp_unavailable_reason());
+}
+int Backend::mtp_rows(const SeqState&) const { throw Error(mtp_unavailable_reason()); }
+void Backend::mtp_truncate(SeqState&, int) { throw Error(mtp_unavailable_reason()); }
+
+namespace {
+struct CloneUndo final : VerifyUndo {
+  std::unique_ptr<SeqState> before;
+  std::vector<int32_t> ids;
+};
+}  // namespace
+
+std::unique_ptr<VerifyUndo> Backend::verify(SeqState& st, const int32_t* ids, int n, float* logits, float* hidden) {
+  if (n < 1) throw Error("verify: expected at least one token, got " + std::to_string(n));
+  auto u = std::make_unique<CloneUndo>();
+  u->before = st.clone();
+  u->ids.assign(ids, ids + n);
+  const int H = config().hidden;
+  ForwardOptions fo;
+  if (hidden)
+    fo.on_hidden = [&](const float* h, int row0, int rows) {
+      std::memcpy(hidden + size_t(row0 - u->before->pos) * size_t(H), h, size_t(rows) * size_t(H) * sizeof(float));
+    };
+  forward(st, ids, n, n, logits, fo);
+  return u;
+}
+
+void Backend::accept(SeqState& st, VerifyUndo& undo, int m) {
+  auto* u = dynamic_cast<CloneUndo*>(&undo);
+  if (!u) throw Error("accept: the undo record was made by another backend");
+  const int n = static_cast<int>(u->ids.size());
+  if (m < 1 || m > n) throw Error("accept: " + std::to_string(m) + " tokens kept of " + std::to_string(n));
+  if (m == n) return;
+  st.assign(*u->before);
+  forward(st, u->ids.data(), m, 0, nullptr, ForwardOptions{});
 }
 
 }  // namespace lily

@@ -20,12 +20,24 @@ struct SeqState {
   virtual ~SeqState() = default;
   virtual std::unique_ptr<SeqState> clone() const = 0;
   virtual size_t bytes() const = 0;  // memory held
+  // Becomes a copy of `other` (made by the same backend); used to rewind after a rejected speculation. Backends
+  // without speculative decoding keep the default, which throws.
+  virtual void assign(const SeqState& other);
+};
+
+// What Backend::verify remembers so that Backend::accept can leave the state as if fewer tokens had been forwarded.
+struct VerifyUndo {
+  virtual ~VerifyUndo() = default;
 };
 
 struct ForwardOptions {
   int prefill_chunk = 0;                   // tokens per chunk (scratch is bounded by it); 0: the backend's default
   std::function<bool()> cancelled;         // checked between chunks; true -> throws lily::Cancelled
   std::function<void(int done, int total)> progress;  // called after each chunk
+  // Called after each chunk with the main model's hidden states after the final norm, hidden [n, H], for the
+  // positions row0 .. row0+n-1 (absolute). Valid during the call only (the multi-token-prediction prefill).
+  // Backends whose mtp_available() is true call it; the others may ignore it.
+  std::function<void(const float* hidden, int row0, int n)> on_hidden;
 };
 
 class StepSampler;  // engine/step_sampler.h
@@ -73,6 +85,30 @@ class Backend {
   // recurrent state as it is) without computing them, so that decoding at a long context can be timed without its
   // prefill; the logits that follow are meaningless. Backends without it throw.
   virtual void fill_context_for_timing(SeqState& st, int n);
+
+  // ---- Speculative decoding (engine/speculative.h) ----
+  // Multi-token prediction: whether this backend runs the checkpoint's MTP block (weights loaded and implemented).
+  virtual bool mtp_available() const { return false; }
+  // Why not, when !mtp_available() (for messages).
+  virtual std::string mtp_unavailable_reason() const { return name() + ": multi-token prediction is not available on this backend"; }
+  // Runs the MTP block on n rows: row i pairs hidden[i] ([H], the main model's final-normed hidden state at position
+  // pos0+i, or a chained MTP output) with ids[i] (the token that follows that position), at rotary position pos0+i.
+  // Appends n rows to the state's MTP KV cache (the rows attend to every row before them in that cache). Writes the
+  // logits of the last n_logits rows to logits [n_logits, V] and the block's output after its final norm for all n
+  // rows to hidden_out [n, H] (may be null).
+  virtual void mtp_forward(SeqState& st, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
+                           float* logits, float* hidden_out);
+  // Rows in the state's MTP KV cache, and dropping the rows beyond `rows`.
+  virtual int mtp_rows(const SeqState& st) const;
+  virtual void mtp_truncate(SeqState& st, int rows);
+  // Verify: forward ids[0..n) at st.pos with the logits of every position (logits [n, V]) and the final-normed
+  // hidden states (hidden [n, H], may be null); returns what accept() needs. accept(st, undo, m) with 1 <= m <= n
+  // leaves st exactly as if only ids[0..m) had been forwarded (KV caches, DeltaNet conv and recurrent states,
+  // position). The default keeps a clone of the state and, for m < n, assigns it back and forwards the m tokens
+  // again (recompute); a backend may instead keep per-position recurrent states during the verify forward and
+  // make accept a copy of the m-th one plus a KV truncation.
+  virtual std::unique_ptr<VerifyUndo> verify(SeqState& st, const int32_t* ids, int n, float* logits, float* hidden);
+  virtual void accept(SeqState& st, VerifyUndo& undo, int m);
 };
 
 }  // namespace lily

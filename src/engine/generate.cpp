@@ -9,6 +9,7 @@
 #include "engine/step_sampler.h"
 #include "engine/stop_strings.h"
 #include "engine/session_cache.h"
+#include "engine/speculative.h"
 
 namespace lily {
 namespace {
@@ -36,6 +37,12 @@ Generator::Generator(Backend& be, const Tokenizer& tok, SessionCache* cache, int
     int32_t id = tok.token_to_id(t);
     if (id >= 0 && std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end()) stop_ids_.push_back(id);
   }
+}
+
+void Generator::set_mtp(int k) {
+  if (k < 0) throw Error("--mtp: expected a draft count >= 0, got " + std::to_string(k));
+  if (k > 0 && !be_.mtp_available()) throw Error(be_.mtp_unavailable_reason());
+  mtp_k_ = k;
 }
 
 void Generator::save_reply_snapshot() {
@@ -78,6 +85,10 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
     }
   }
   if (!st) st = be_.new_state(ctx_);
+  const bool fast_path = !job.logprobs && !job.json_object && !(job.thinking_budget > 0 && job.chat &&
+                                                                 job.parser.thinking_open_at_start);
+  MtpCarry carry;
+  if (mtp_k_ > 0 && fast_path) fo.on_hidden = mtp_prefill_hook(be_, *st, job.prompt, carry);
   if (res.cached_tokens < n) {
     std::vector<int> bounds;
     if (cache_)
@@ -195,13 +206,22 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
     const int32_t first = ss.sample(logits.data());
     if (handle(first, nullptr) && budget > 1) {
       if (cache_) last_logits.resize(static_cast<size_t>(V));
-      consumed = be_.decode_sample(
-          *st, ss, first, budget - 1,
-          [&](int32_t id) {
-            if (cancelled && cancelled()) throw Cancelled();
-            return handle(id, nullptr);
-          },
-          cache_ ? last_logits.data() : nullptr);
+      auto on_token = [&](int32_t id) {
+        if (cancelled && cancelled()) throw Cancelled();
+        return handle(id, nullptr);
+      };
+      if (mtp_k_ > 0) {
+        MtpConfig mc;
+        mc.k = mtp_k_;
+        MtpStats ms;
+        consumed = mtp_decode(be_, *st, ss, first, budget - 1, on_token, cache_ ? last_logits.data() : nullptr, &carry,
+                              mc, &ms);
+        res.mtp_drafted = ms.drafted;
+        res.mtp_accepted = ms.accepted;
+        res.mtp_switched_off = ms.switched_off;
+      } else {
+        consumed = be_.decode_sample(*st, ss, first, budget - 1, on_token, cache_ ? last_logits.data() : nullptr);
+      }
     }
   } else {
     Sampler sampler(job.sampling, job.prompt);

@@ -68,6 +68,8 @@ struct GenResult {
   int cached_tokens = 0;           // prompt tokens resumed from the session cache
   int completion_tokens = 0;
   double prefill_s = 0, decode_s = 0;
+  int64_t mtp_drafted = 0, mtp_accepted = 0;  // speculative decoding: draft tokens proposed / kept
+  bool mtp_switched_off = false;              // drafting stopped for this request (it did not pay)
   std::string content, reasoning;  // whole reply
   std::vector<ToolCallOut> tool_calls;
 };
@@ -86,6 +88,12 @@ class Generator {
   // turn of a conversation. Separate from run() so a server can answer first; no-op when nothing is pending.
   void save_reply_snapshot();
 
+  // Speculative decoding with the checkpoint's MTP block: k draft tokens per step (0: off). Used by the requests
+  // that take the backend's decode path (no logprobs, no JSON constraint, no thinking budget). Throws when k > 0
+  // and the backend has no MTP.
+  void set_mtp(int k);
+  int mtp() const { return mtp_k_; }
+
   int ctx() const { return ctx_; }
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
 
@@ -95,6 +103,7 @@ class Generator {
   SessionCache* cache_;
   int ctx_;
   int prefill_chunk_;
+  int mtp_k_ = 0;
   std::vector<int32_t> stop_ids_;  // end-of-turn / end-of-text ids
   // Pending reply snapshot of the last run: state whose pos == reply_tokens_.size() - 1 (last not consumed), or
   // == reply_tokens_.size() with reply_logits_ the logits after the last token (decode_sample's lookahead).

@@ -42,7 +42,8 @@ int32_t StepSampler::pick(const float* logits) const {
   return pick(logits, table_.data(), vocab_, sp_, samp::philox64(sp_.seed, step_));
 }
 
-int32_t StepSampler::pick(const float* logits, const uint32_t* table, int V, const samp::StepParams& p, uint64_t r) {
+int32_t StepSampler::weights(const float* logits, const uint32_t* table, int V, const samp::StepParams& p,
+                             std::vector<uint64_t>& w, uint64_t& z) {
   std::vector<float> a(static_cast<size_t>(V));
   int32_t best = 0;
   for (int i = 0; i < V; ++i) {
@@ -50,6 +51,7 @@ int32_t StepSampler::pick(const float* logits, const uint32_t* table, int V, con
     if (a[size_t(i)] > a[size_t(best)]) best = i;
   }
   const float mx = a[size_t(best)];
+  z = 0;
   if (p.greedy || !std::isfinite(mx)) return best;
   uint32_t thr = 0;  // key threshold
   if (p.top_k > 0) {
@@ -63,13 +65,13 @@ int32_t StepSampler::pick(const float* logits, const uint32_t* table, int V, con
   auto weight = [&](int i) { return samp::weight_of(a[size_t(i)], mx, p.inv_temp); };
   if (p.top_p < 1.0f) {
     std::vector<std::pair<uint32_t, uint64_t>> kw;  // (key, weight) of the candidates
-    uint64_t z = 0;
+    uint64_t zc = 0;
     for (int i = 0; i < V; ++i)
       if (cand(i)) {
         kw.push_back({samp::key_of(a[size_t(i)]), weight(i)});
-        z += kw.back().second;
+        zc += kw.back().second;
       }
-    const uint64_t P = samp::top_p_target(p.top_p, z);
+    const uint64_t P = samp::top_p_target(p.top_p, zc);
     std::sort(kw.begin(), kw.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
     uint64_t cum = 0;
     for (size_t j = 0; j < kw.size();) {  // whole groups of equal keys
@@ -81,17 +83,36 @@ int32_t StepSampler::pick(const float* logits, const uint32_t* table, int V, con
       }
     }
   }
-  uint64_t z = 0;
+  w.assign(size_t(V), 0);
   for (int i = 0; i < V; ++i)
-    if (cand(i)) z += weight(i);
+    if (cand(i)) z += (w[size_t(i)] = weight(i));
+  return best;
+}
+
+int32_t StepSampler::pick(const float* logits, const uint32_t* table, int V, const samp::StepParams& p, uint64_t r) {
+  std::vector<uint64_t> w;
+  uint64_t z = 0;
+  const int32_t best = weights(logits, table, V, p, w, z);
+  if (z == 0) return best;
   const uint64_t target = samp::scale_draw(z, r);
   uint64_t acc = 0;
-  for (int i = 0; i < V; ++i)
-    if (cand(i)) {
-      acc += weight(i);
-      if (acc > target) return i;
-    }
+  for (int i = 0; i < V; ++i) {
+    acc += w[size_t(i)];
+    if (w[size_t(i)] && acc > target) return i;
+  }
   return best;  // not reached: target < z
+}
+
+void StepSampler::distribution(const float* logits, std::vector<double>& prob) const {
+  std::vector<uint64_t> w;
+  uint64_t z = 0;
+  const int32_t best = weights(logits, table_.data(), vocab_, sp_, w, z);
+  prob.assign(size_t(vocab_), 0.0);
+  if (z == 0) {
+    prob[size_t(best)] = 1.0;
+    return;
+  }
+  for (int i = 0; i < vocab_; ++i) prob[size_t(i)] = double(w[size_t(i)]) / double(z);
 }
 
 }  // namespace lily

@@ -38,9 +38,18 @@ class StepSampler {
     return id;
   }
 
+  // The distribution pick() draws from at the current step (steps 1-5): prob[i] = W_i / Z over the candidates, 0
+  // elsewhere; one-hot at the argmax when greedy. Used by speculative sampling (engine/speculative.h).
+  void distribution(const float* logits, std::vector<double>& prob) const;
+
   // The algorithm on explicit inputs: `r` is the step's 64 random bits (philox64(seed, step)).
   static int32_t pick(const float* logits, const uint32_t* table, int vocab, const samp::StepParams& p, uint64_t r);
   static samp::StepParams make_params(const SamplerParams& p, int vocab, uint64_t seed);
+
+  // Steps 1-5: the candidates' weights w [V] (0 for the others), their sum z (0 when greedy or the maximum is not
+  // finite) and the argmax.
+  static int32_t weights(const float* logits, const uint32_t* table, int vocab, const samp::StepParams& p,
+                         std::vector<uint64_t>& w, uint64_t& z);
 
   const samp::StepParams& params() const { return sp_; }
   const std::vector<uint32_t>& table() const { return table_; }

@@ -25,7 +25,8 @@ bool safe_relative_name(const std::string& f) {
 
 }  // namespace
 
-CheckpointFiles::CheckpointFiles(const std::string& dir) : dir_(dir) {
+CheckpointFiles::CheckpointFiles(const std::string& dir, const std::function<bool(const std::string&)>& keep)
+    : dir_(dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(dir + ": not a directory");
   const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
@@ -42,6 +43,7 @@ CheckpointFiles::CheckpointFiles(const std::string& dir) : dir_(dir) {
     std::unordered_map<std::string, size_t> file_index;
     std::vector<std::pair<std::string, size_t>> entries;
     for (auto it = idx["weight_map"].begin(); it != idx["weight_map"].end(); ++it) {
+      if (keep && !keep(it.key())) continue;
       if (!it.value().is_string())
         throw Error(index_path + ": weight_map entry for tensor '" + it.key() + "': expected a file name string, found a JSON " +
                     it.value().type_name());
@@ -80,6 +82,7 @@ CheckpointFiles::CheckpointFiles(const std::string& dir) : dir_(dir) {
   open_files_with_progress(dir);
   for (size_t i = 0; i < file_names_.size(); ++i) {
     for (const std::string& name : files_[i]->names()) {
+      if (keep && !keep(name)) continue;
       auto [it, inserted] = where_.emplace(name, i);
       if (!inserted)
         throw Error(dir + ": tensor '" + name + "' appears in both " + file_names_[it->second] + " and " +

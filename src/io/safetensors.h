@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -86,7 +87,9 @@ class SafetensorsFile {
 //  - else every *.safetensors in the directory (a name found in two files is an error).
 class CheckpointFiles {
  public:
-  explicit CheckpointFiles(const std::string& dir);
+  // `keep` (optional): only tensors it accepts are listed, and with an index only the files holding one are opened
+  // (e.g. the multi-token-prediction tensors of another checkpoint, without mapping its main shards).
+  explicit CheckpointFiles(const std::string& dir, const std::function<bool(const std::string&)>& keep = {});
 
   const TensorView* find(const std::string& name) const;   // nullptr when absent
   const TensorView& get(const std::string& name) const;    // throws naming the tensor and the files searched

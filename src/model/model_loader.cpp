@@ -69,6 +69,9 @@ bool is_mtp(const std::string& n) {
          starts_with(n, "model.language_model.mtp.");
 }
 
+void load_layer_at(WeightReader& rd, const CheckpointFiles& files, const ModelConfig& c, const std::string& p,
+                   bool is_full, bool hf, LayerWeights& lw);
+
 void load_experts(WeightReader& rd, const CheckpointFiles& files, const ModelConfig& c, const std::string& p,
                   MoeWeights& moe) {
   const int64_t E = c.n_experts, I = c.expert_inter, H = c.hidden;
@@ -98,12 +101,13 @@ void load_experts(WeightReader& rd, const CheckpointFiles& files, const ModelCon
   }
 }
 
-void load_layer(WeightReader& rd, const CheckpointFiles& files, const ModelConfig& c, const Layout& L, int i,
-                LayerWeights& lw) {
-  const std::string p = L.prefix + "layers." + std::to_string(i) + ".";
+// One decoder layer under prefix p ("...layers.N."); hf: zero-centred norms stored raw (+1 at load), conv1d [C, 1, K].
+void load_layer_at(WeightReader& rd, const CheckpointFiles& files, const ModelConfig& c, const std::string& p,
+                   bool is_full, bool hf, LayerWeights& lw) {
+  const Layout L{"", "", "", hf};
   const int64_t H = c.hidden;
   const float fold = L.hf ? 1.0f : 0.0f;
-  lw.is_full = c.is_full[size_t(i)];
+  lw.is_full = is_full;
   lw.in_norm = rd.vec_f32(p + "input_layernorm.weight", {H}, fold);
   lw.post_norm = rd.vec_f32(p + "post_attention_layernorm.weight", {H}, fold);
   if (lw.is_full) {
@@ -141,6 +145,13 @@ void load_layer(WeightReader& rd, const CheckpointFiles& files, const ModelConfi
   m.sh_gate_w = rd.matrix(p + "mlp.shared_expert_gate", 1, H);
 }
 
+void load_layer(WeightReader& rd, const CheckpointFiles& files, const ModelConfig& c, const Layout& L, int i,
+                LayerWeights& lw) {
+  load_layer_at(rd, files, c, L.prefix + "layers." + std::to_string(i) + ".", c.is_full[size_t(i)], L.hf, lw);
+}
+
+const char* const kMtpPrefixes[] = {"mtp.", "model.mtp.", "language_model.mtp.", "model.language_model.mtp."};
+
 }  // namespace
 
 std::shared_ptr<ModelWeights> load_model(const std::string& dir) {
@@ -174,12 +185,58 @@ std::shared_ptr<ModelWeights> load_model(const std::string& dir) {
   w->load_notes = rd.notes();
   if (!w->mtp_tensors.empty())
     w->load_notes.push_back(std::to_string(w->mtp_tensors.size()) +
-                            " multi-token-prediction tensor(s) found and left unloaded (kept for speculative decoding)");
+                            " multi-token-prediction tensor(s) found (loaded only when speculative decoding is on)");
   for (const std::string& n : w->load_notes) std::fprintf(stderr, "lily: %s: %s\n", dir.c_str(), n.c_str());
   w->keep_alive = files->keep_alive();
   for (auto& o : rd.take_owned()) w->keep_alive.push_back(std::move(o));
   w->checkpoint = files;
   return w;
+}
+
+void load_mtp(ModelWeights& w, const std::string& dir) {
+  const ModelConfig& c = w.cfg;
+  std::shared_ptr<const CheckpointFiles> files = w.checkpoint;
+  QuantConfig quant;
+  std::string where = w.source_dir;
+  if (!dir.empty()) {
+    where = dir;
+    const std::string cfg_path = (fs::path(dir) / "config.json").string();
+    std::error_code ec;
+    if (fs::exists(cfg_path, ec)) {
+      const std::string text = read_text_file(cfg_path);
+      const ModelConfig other = parse_config(text, cfg_path);
+      if (other.hidden != c.hidden || other.vocab != c.vocab || other.n_experts != c.n_experts ||
+          other.head_dim != c.head_dim)
+        throw Error(cfg_path + ": --mtp-from checkpoint has hidden " + std::to_string(other.hidden) + ", vocab " +
+                    std::to_string(other.vocab) + ", " + std::to_string(other.n_experts) + " experts, head_dim " +
+                    std::to_string(other.head_dim) + "; the model has " + std::to_string(c.hidden) + ", " +
+                    std::to_string(c.vocab) + ", " + std::to_string(c.n_experts) + ", " + std::to_string(c.head_dim));
+      quant = QuantConfig::parse(text, cfg_path);
+    }
+    files = std::make_shared<const CheckpointFiles>(dir, [](const std::string& n) { return is_mtp(n); });
+  } else {
+    if (!files) throw Error("no multi-token-prediction weights: the model was not loaded from a checkpoint directory");
+    quant = QuantConfig::parse(read_text_file((fs::path(w.source_dir) / "config.json").string()),
+                               (fs::path(w.source_dir) / "config.json").string());
+  }
+  std::string pre;
+  for (const char* p : kMtpPrefixes)
+    if (files->find(std::string(p) + "fc.weight")) pre = p;
+  if (pre.empty())
+    throw Error(where + ": no multi-token-prediction block: expected tensor 'mtp.fc.weight' (searched " +
+                files->files_searched() + ")");
+  WeightReader rd(*files, quant);
+  auto m = std::make_shared<MtpWeights>();
+  const int64_t H = c.hidden;
+  m->source = where;
+  m->fc = rd.matrix(pre + "fc", H, 2 * H);
+  m->pre_norm_e = rd.vec_f32(pre + "pre_fc_norm_embedding.weight", {H}, 1.0f);
+  m->pre_norm_h = rd.vec_f32(pre + "pre_fc_norm_hidden.weight", {H}, 1.0f);
+  m->norm = rd.vec_f32(pre + "norm.weight", {H}, 1.0f);
+  load_layer_at(rd, *files, c, pre + "layers.0.", true, true, m->layer);
+  if (files != w.checkpoint) w.keep_alive.push_back(files);
+  for (auto& o : rd.take_owned()) w.keep_alive.push_back(std::move(o));
+  w.mtp = std::move(m);
 }
 
 }  // namespace lily

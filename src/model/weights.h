@@ -85,6 +85,19 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
+// The multi-token-prediction block (`mtp.*`): x = fc(concat(RMSNorm(embed(next_id); pre_norm_e),
+// RMSNorm(h; pre_norm_h))), one full-attention MoE decoder layer (its own KV cache), RMSNorm(.; norm), then the main
+// model's lm_head. h is the main model's hidden state after its final norm (or, chained, the previous MTP step's
+// output after `norm`).
+struct MtpWeights {
+  QMatrix fc;                   // [H, 2H] (input [embedding half | hidden half])
+  std::vector<float> pre_norm_e;// [H] (+1 folded)
+  std::vector<float> pre_norm_h;// [H] (+1 folded)
+  std::vector<float> norm;      // [H] (+1 folded)
+  LayerWeights layer;           // is_full = true
+  std::string source;           // the directory the tensors came from
+};
+
 class CheckpointFiles;  // io/safetensors.h
 
 struct ModelWeights {
@@ -96,8 +109,8 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   std::vector<std::shared_ptr<const void>> keep_alive;  // mappings / owned buffers the views point into
   std::vector<std::string> load_notes;  // what loading did beyond mapping (realigned shards, repacked formats)
-  std::vector<std::string> mtp_tensors; // multi-token-prediction tensors found (mtp.* / language_model.mtp.*),
-                                        // not loaded: read them through `checkpoint` (speculative decoding)
+  std::vector<std::string> mtp_tensors; // multi-token-prediction tensors found (mtp.* / language_model.mtp.*)
+  std::shared_ptr<const MtpWeights> mtp;// the loaded MTP block (load_mtp), null when not loaded
   std::shared_ptr<const CheckpointFiles> checkpoint;  // the checkpoint's files (null for synthetic models)
   std::string source_dir;               // the checkpoint directory
 };
@@ -105,6 +118,13 @@ struct ModelWeights {
 // Loads config.json + safetensors (single file or sharded with index) from a directory.
 // Throws lily::Error naming file, tensor, expected and actual on any problem.
 std::shared_ptr<ModelWeights> load_model(const std::string& dir);
+
+// Loads the MTP block into w->mtp: from `dir` when not empty (another checkpoint of the same model, e.g. the official
+// release for a conversion that dropped it: only the files holding `mtp.*` are opened, through the index), else from
+// the model's own checkpoint. Names `mtp.` / `model.mtp.` / `language_model.mtp.` / `model.language_model.mtp.`;
+// experts fused, stacked (MLX) or one tensor per expert; any matrix format the main loader reads. Throws lily::Error
+// naming the tensor, expected and found shapes when a tensor is missing or mismatched.
+void load_mtp(ModelWeights& w, const std::string& dir = "");
 
 // Decodes one row of a matrix to f32 (reference path; out has cols entries).
 void dequant_row(const QMatrix& m, int64_t row, float* out);

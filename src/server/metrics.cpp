@@ -25,6 +25,13 @@ void Metrics::count_generation(int prompt_tokens, int cached_tokens, int complet
   if (decode_s > 0 && completion_tokens > 0) last_decode_tps_ = completion_tokens / decode_s;
 }
 
+void Metrics::count_mtp(int64_t drafted, int64_t accepted, bool switched_off) {
+  std::lock_guard<std::mutex> g(m_);
+  mtp_drafted_ += static_cast<uint64_t>(drafted);
+  mtp_accepted_ += static_cast<uint64_t>(accepted);
+  mtp_off_ += switched_off ? 1 : 0;
+}
+
 std::string Metrics::render() const {
   std::lock_guard<std::mutex> g(m_);
   std::ostringstream o;
@@ -45,6 +52,11 @@ std::string Metrics::render() const {
   metric("lily_decode_seconds_total", "counter", "Time spent decoding.", decode_s_);
   metric("lily_prefill_tokens_per_second", "gauge", "Prefill speed of the last generation.", last_prefill_tps_);
   metric("lily_decode_tokens_per_second", "gauge", "Decode speed of the last generation.", last_decode_tps_);
+  metric("lily_mtp_draft_tokens_total", "counter", "Draft tokens proposed by the MTP block (speculative decoding).",
+         mtp_drafted_);
+  metric("lily_mtp_accepted_tokens_total", "counter", "Draft tokens accepted by verification.", mtp_accepted_);
+  metric("lily_mtp_switched_off_total", "counter", "Generations whose drafting stopped because it did not pay.",
+         mtp_off_);
   metric("lily_requests_cancelled_total", "counter", "Generations cancelled (client gone or shutdown).", cancelled_.load());
   metric("lily_requests_rejected_total", "counter", "Requests refused because the queue was full.", rejected_.load());
   metric("lily_queue_depth", "gauge", "Requests waiting for the inference thread.", queue_depth.load());

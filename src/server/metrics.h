@@ -14,6 +14,8 @@ class Metrics {
   // One finished generation: prompt tokens (cached ones included), prefill work and decode work.
   void count_generation(int prompt_tokens, int cached_tokens, int completion_tokens, double prefill_s,
                         double decode_s);
+  // Speculative decoding of one generation: draft tokens proposed and kept, and whether drafting switched itself off.
+  void count_mtp(int64_t drafted, int64_t accepted, bool switched_off);
   void count_cancelled() { cancelled_++; }
   void count_rejected() { rejected_++; }
 
@@ -32,6 +34,7 @@ class Metrics {
   uint64_t cache_hits_ = 0, cache_misses_ = 0, generations_ = 0;
   double prefill_s_ = 0, decode_s_ = 0;
   double last_prefill_tps_ = 0, last_decode_tps_ = 0;
+  uint64_t mtp_drafted_ = 0, mtp_accepted_ = 0, mtp_off_ = 0;
   std::atomic<uint64_t> cancelled_{0}, rejected_{0};
 };
 

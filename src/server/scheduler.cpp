@@ -145,6 +145,7 @@ void Scheduler::run_one(const std::shared_ptr<Ticket>& t) {
     };
     GenResult r = gen_.run(t->job, emit, [&] { return t->cancel.load(); });
     metrics_.count_generation(r.prompt_tokens, r.cached_tokens, r.completion_tokens, r.prefill_s, r.decode_s);
+    metrics_.count_mtp(r.mtp_drafted, r.mtp_accepted, r.mtp_switched_off);
     finish([&] { t->result = std::move(r); });
     try {
       gen_.save_reply_snapshot();  // after the answer went out

@@ -50,6 +50,8 @@ class Scheduler {
   size_t queue_depth();
   int ctx() const { return ctx_; }
   const std::vector<int32_t>& stop_ids() const { return gen_.stop_ids(); }
+  // Speculative decoding (Generator::set_mtp); call before the first request.
+  void set_mtp(int k) { gen_.set_mtp(k); }
 
  private:
   void loop();
