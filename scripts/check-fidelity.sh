@@ -46,7 +46,7 @@ eval_one() {
     cuda-decode) env=(LILY_CUDA_PREFILL=0) ;;
     cuda-*) env=(LILY_CUDA_PREFILL_PRECISION=${mode#cuda-}) ;;
   esac
-  env "${env[@]}" OMP_NUM_THREADS=$threads timeout 300 "$B/lily" eval --model "$W/$fix/model-$layout" \
+  env "${env[@]}" LILY_THREADS=$threads timeout 300 "$B/lily" eval --model "$W/$fix/model-$layout" \
     --ref "$W/$fix/reference-$layout.safetensors" --backend "$be" --json "$W/json/$tag.json" \
     > "$W/log/$tag.log" 2>&1
   echo "$?" > "$W/log/$tag.rc"
