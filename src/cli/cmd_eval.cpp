@@ -94,7 +94,9 @@ int run_eval(const Args& a) {
   const int L = int(ref.ids.size());
   auto c = compare_logits(ref.logits.data(), ours.data(), L, ref.vocab, next);
 
-  std::printf("eval %s vs %s (%s), %d positions\n", model_label(a).c_str(), a.get("ref").c_str(), be->name().c_str(), L);
+  const int chunk = be->prefill_chunk_or_default(int(a.get_int("prefill-chunk", 0)));
+  std::printf("eval %s vs %s (%s), %d positions, prefill chunk %d\n", model_label(a).c_str(), a.get("ref").c_str(),
+              be->name().c_str(), L, chunk);
   std::printf("  top-1 agreement  %.4f\n  max |dlogit|     %.6g\n  RMS dlogit       %.6g\n", c.top1_agreement,
               c.max_abs_err, c.rms_err);
   std::printf("  KL(ref||ours)    mean %.6g  max %.6g\n  perplexity       ref %.6g  ours %.6g (%d next tokens)\n",
@@ -123,6 +125,7 @@ int run_eval(const Args& a) {
                                 {"reference", a.get("ref")},
                                 {"backend", be->name()},
                                 {"positions", L},
+                                {"prefill_chunk", chunk},
                                 {"top1_agreement", c.top1_agreement},
                                 {"max_abs_err", c.max_abs_err},
                                 {"rms_err", c.rms_err},

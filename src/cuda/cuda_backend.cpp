@@ -36,6 +36,7 @@ CudaOptions CudaOptions::from_env() {
   // of the transformers reference with top-1 1.000; split (two fp16 parts) keeps 0.011 / 0.013 but its second MMA
   // costs 23% of the 4K prefill (22,964 vs 17,787 tok/s); bf16: 1.07 with top-1 0.875.
   o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecFP16;
+  o.prefill_router_split = env_on("LILY_CUDA_PREFILL_ROUTER_SPLIT", true);
   o.router_y = env_on("LILY_CUDA_ROUTER_Y", true);
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
   return o;
@@ -321,7 +322,8 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
       max_chunk = total_b >= (size_t(40) << 30) ? 4096 : 2048;
     }
     prefill_ = std::make_unique<PrefillRunner>(pm, max_chunk, [this](size_t b) { return dev_alloc(b); },
-                                               opt_.prefill_simple, opt_.prefill_prec, opt_.profile);
+                                               opt_.prefill_simple, opt_.prefill_prec, opt_.profile,
+                                               opt_.prefill_router_split);
   }
   if (opt_.router_y) setup_router_y();
   LILY_CUDA_CHECK(cudaDeviceSynchronize());
