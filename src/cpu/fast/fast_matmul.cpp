@@ -8,6 +8,7 @@
 
 #include "cpu/fast/cpu_isa.h"
 #include "cpu/fast/q4_kernels.h"
+#include "cpu/fast/scale_at.h"
 #include "cpu/thread_pool.h"
 
 namespace lily::fast {
@@ -29,6 +30,29 @@ void generic_rows(const QMatrix& W, int64_t r0, int64_t r1, const float* X, int 
       for (; c < W.cols; ++c) s += row[c] * x[c];
       for (float v : acc) s += v;
       Y[static_cast<size_t>(i) * W.rows + r] = s;
+    }
+  }
+}
+
+// Y[i][r] += Σ x·w over row i's outliers (QuantX: taken out of the codes, kept in f32), r in [r0, r1); W is 4-bit
+// affine group 64 (is_q4g64): element c of row r is nibble c & 1 of byte c / 2, w = s·q + b of group c / 64.
+void add_outliers(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& q, float* Y) {
+  for (int i = 0; i < q.n; ++i) {
+    const int k = q.n_out[static_cast<size_t>(i)];
+    if (k == 0) continue;
+    const int32_t* col = &q.out_col[static_cast<size_t>(i) * kMaxOutliers];
+    const float* val = &q.out_val[static_cast<size_t>(i) * kMaxOutliers];
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* wr = static_cast<const uint8_t*>(W.w) + r * W.row_bytes();
+      float acc = 0.0f;
+      for (int j = 0; j < k; ++j) {
+        const int c = col[j];
+        const uint8_t byte = wr[c >> 1];
+        const int code = (c & 1) ? byte >> 4 : byte & 0x0F;
+        const int64_t gi = r * q.G + c / 64;
+        acc += val[j] * (scale_at(W.scales, W.sdtype, gi) * static_cast<float>(code) + scale_at(W.biases, W.sdtype, gi));
+      }
+      Y[static_cast<size_t>(i) * W.rows + r] += acc;
     }
   }
 }
@@ -122,12 +146,11 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
         q8_bf16_rows_avx2(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
       else
         generic_rows(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
-    } else if (isa == Isa::Avx512) {
-      q4_rows_avx512(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
-    } else if (isa == Isa::Avx2) {
-      q4_rows_avx2(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
     } else {
-      q4_rows_portable(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+      if (isa == Isa::Avx512) q4_rows_avx512(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+      else if (isa == Isa::Avx2) q4_rows_avx2(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+      else q4_rows_portable(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+      add_outliers(*jb.W, r0, r1, qs[qi[j]], jb.Y);
     }
   });
 }

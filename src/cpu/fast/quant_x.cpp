@@ -24,6 +24,11 @@ void quantize_x_prepare(int n, int cols, bool precise, QuantX& q) {
   if (q.dx.size() < pairs * 16) q.dx.resize(pairs * 16);
   if (q.sum.size() < static_cast<size_t>(n) * q.G) q.sum.resize(static_cast<size_t>(n) * q.G);
   if (q.dxg.size() < static_cast<size_t>(n) * q.G) q.dxg.resize(static_cast<size_t>(n) * q.G);
+  q.n_out.assign(static_cast<size_t>(n), 0);
+  if (q.out_col.size() < static_cast<size_t>(n) * kMaxOutliers) {
+    q.out_col.resize(static_cast<size_t>(n) * kMaxOutliers);
+    q.out_val.resize(static_cast<size_t>(n) * kMaxOutliers);
+  }
 }
 
 namespace {
@@ -46,8 +51,9 @@ struct GroupOut {
   int half, i, g;
 };
 
-// Walks the groups of rows [i0, i1), two per 128-byte pair, calling f(GroupOut) for each; the second half of a pair
-// past the last group (odd group count) is zeroed. Inlined into each ISA's caller (the callee is a subset target).
+// Walks the groups of rows [i0, i1) (X points at row i0), two per 128-byte pair, calling f(GroupOut) for each; the
+// second half of a pair past the last group (odd group count) is zeroed. Inlined into each ISA's caller (the callee
+// is a subset target).
 template <class F>
 __attribute__((always_inline)) inline void for_each_group(const float* X, int i0, int i1, int cols, bool precise,
                                                           QuantX& q, F&& f) {
@@ -63,7 +69,7 @@ __attribute__((always_inline)) inline void for_each_group(const float* X, int i0
           empty_half(hi, lo, dxl, half);
           continue;
         }
-        f(GroupOut{X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64, hi, lo, dxl, half, i, g});
+        f(GroupOut{X + static_cast<size_t>(i - i0) * cols + static_cast<size_t>(g) * 64, hi, lo, dxl, half, i, g});
       }
     }
 }
@@ -198,8 +204,64 @@ void rows_isa(Isa isa, const float* X, int i0, int i1, int cols, bool precise, Q
 }
 }  // namespace
 
+int find_outliers(const float* x, int cols, int32_t* col, float* val) {
+  if (cols <= 2 * kMaxOutliers) return 0;
+  // early out: typical >= (Σ|x| - k·max) / (cols - k), so max <= ratio · that bound means no element is an outlier
+  float amax = 0.0f, asum = 0.0f;
+  for (int c = 0; c < cols; ++c) {
+    const float a = std::fabs(x[c]);
+    amax = std::max(amax, a);
+    asum += a;
+  }
+  if (!(amax > 0.0f) || !std::isfinite(asum)) return 0;
+  const float rest = float(cols - kMaxOutliers);
+  if (amax <= kOutlierRatio * std::max(0.0f, asum - kMaxOutliers * amax) / rest) return 0;
+  // the kMaxOutliers largest |x| (insertion into a short sorted list, largest first)
+  int idx[kMaxOutliers];
+  float mag[kMaxOutliers];
+  int m = 0;
+  for (int c = 0; c < cols; ++c) {
+    const float a = std::fabs(x[c]);
+    if (m == kMaxOutliers && a <= mag[m - 1]) continue;
+    int j = m < kMaxOutliers ? m++ : m - 1;
+    while (j > 0 && mag[j - 1] < a) {
+      mag[j] = mag[j - 1];
+      idx[j] = idx[j - 1];
+      --j;
+    }
+    mag[j] = a;
+    idx[j] = c;
+  }
+  float top = 0.0f;
+  for (int j = 0; j < m; ++j) top += mag[j];
+  const float typical = std::max(0.0f, asum - top) / rest;
+  int k = 0;
+  for (int j = 0; j < m; ++j)
+    if (mag[j] > kOutlierRatio * typical) {
+      col[k] = idx[j];
+      val[k] = x[idx[j]];
+      ++k;
+    }
+  return k;
+}
+
 void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
-  rows_isa(active_isa(), X, i0, i1, cols, precise, q);
+  const Isa isa = active_isa();
+  thread_local std::vector<float> row;
+  int run = i0;  // rows [run, i) have no outliers and are not yet quantised
+  for (int i = i0; i < i1; ++i) {
+    const float* x = X + static_cast<size_t>(i) * cols;
+    const size_t o = static_cast<size_t>(i) * kMaxOutliers;
+    const int k = find_outliers(x, cols, &q.out_col[o], &q.out_val[o]);
+    q.n_out[static_cast<size_t>(i)] = k;
+    if (k == 0) continue;
+    if (run < i) rows_isa(isa, X + static_cast<size_t>(run) * cols, run, i, cols, precise, q);
+    row.assign(x, x + cols);
+    for (int j = 0; j < k; ++j) row[static_cast<size_t>(q.out_col[o + j])] = 0.0f;
+    rows_isa(isa, row.data(), i, i + 1, cols, precise, q);
+    run = i + 1;
+  }
+  if (run < i1) rows_isa(isa, X + static_cast<size_t>(run) * cols, run, i1, cols, precise, q);
 }
 
 void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q) {

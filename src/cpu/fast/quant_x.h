@@ -1,6 +1,10 @@
 // Activations quantised for the integer 4-bit kernels (s·Σxq + b·Σx per group of 64).
 // x/dx ≈ hi + lo/254 with hi, lo int8 in [-127, 127]: hi alone gives ~8-bit activations (fast mode),
-// hi + lo gives ~15-bit (precise mode, close to f32 results).
+// hi + lo gives ~15-bit (precise mode, close to f32 results) relative to the group's largest |x|.
+// Outliers: a row's elements over kOutlierRatio times its typical |x| (the mean |x| without its kMaxOutliers
+// largest; at most kMaxOutliers per row) would leave the small values of their group too few bits ("massive
+// activations": a few channels in the thousands beside values near 1). quantize_x / quantize_x_rows take them out
+// of the codes (quantised as 0) and keep them in f32; the matmul adds x·w for each (add_outliers).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +23,9 @@ struct QuantX {
   std::vector<float> dx;       // [n][P][16]: lanes 0-7 dx_g, lanes 8-15 dx_{g+1} (0 past the end)
   std::vector<float> sum;      // [n][G]: Σx over the group (exact f32)
   std::vector<float> dxg;      // [n][G]: dx per group
+  std::vector<int32_t> n_out;   // [n]: outliers of the row (0..kMaxOutliers)
+  std::vector<int32_t> out_col; // [n][kMaxOutliers]: their columns
+  std::vector<float> out_val;   // [n][kMaxOutliers]: their values (f32, exact)
 
   // row's codes from group g on: row start for g = 0, else the even-element block of g inside its pair
   const int8_t* hi_at(int row, int g = 0) const { return hi.data() + offset(row, g); }
@@ -38,7 +45,13 @@ inline int32_t load_i32(const int8_t* p) {
   return v;
 }
 
-// X [n, cols] f32 (cols % 64 == 0) -> q (buffers grow, never shrink: no allocation in steady state).
+inline constexpr int kMaxOutliers = 8;
+inline constexpr float kOutlierRatio = 64.0f;
+// The outliers of one row x [cols] (as above) into col / val (kMaxOutliers each); returns their count.
+int find_outliers(const float* x, int cols, int32_t* col, float* val);
+
+// X [n, cols] f32 (cols % 64 == 0) -> q (buffers grow, never shrink: no allocation in steady state), outliers
+// taken out as above.
 // AVX-512 or AVX2 as fast::active_isa() says (bit-identical codes and scales to quantize_x_ref; Σx summed in
 // another order, the same in both SIMD tiers).
 void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q);
@@ -46,9 +59,10 @@ void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q);
 // [i0, i1) (X points at row 0).
 void quantize_x_prepare(int n, int cols, bool precise, QuantX& q);
 void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, QuantX& q);
-// The same with a given tier (tests compare the tiers; `isa` must be supported by this CPU).
+// The same with a given tier, without taking outliers out (tests compare the tiers; `isa` must be supported by this
+// CPU).
 void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q);
-// Plain scalar version: the reference of the SIMD one.
+// Plain scalar version, without taking outliers out: the reference of the SIMD one.
 void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q);
 
 }  // namespace lily::fast
