@@ -68,15 +68,18 @@ pipeline() {
     echo "make_fixtures.py $fix failed" >> "$W/log/make-$fix.log"
     return
   fi
+  local -a slow=()
+  for layout in bf16 mlx-4bit; do     # the slow CPU reference beside everything else
+    eval_one "$fix" "$layout" cpu-ref &
+    slow+=($!)
+  done
   for layout in bf16 mlx-4bit; do
-    eval_one "$fix" "$layout" cpu-ref &     # the CPU rows beside the GPU ones
-    local cpid=$!
     for mode in $modes; do
       [ "$mode" = cpu-ref ] && continue
       eval_one "$fix" "$layout" "$mode"
     done
-    wait $cpid
   done
+  wait "${slow[@]}"
 }
 
 start=$(date +%s)
