@@ -15,7 +15,8 @@
 #   BUILD_DIR/lily (CUDA build; without a GPU the cuda rows are skipped). OUT_DIR receives fidelity.txt (the
 #   table), fidelity.json (every eval's figures), massive.json (the magnitudes in the massive fixtures'
 #   references), fixtures.log, and tinym.tar.gz (the small massive fixture, as tests/fixtures/tinym holds it).
-#   FIXTURES="small fid8" limits the fixtures; PRECISIONS="fp16 split bf16" the precision modes.
+#   FIXTURES="small fid8" limits the fixtures; PRECISIONS="fp16 split bf16" the precision modes; REUSE=1 keeps
+#   the fixtures already in WORK_DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=$(realpath "${1:-build}")
@@ -63,7 +64,9 @@ pipeline() {
   local fix=$1 presets=tools/fixtures/presets-fidelity.json
   local -a extra=()
   [ "$fix" = small ] && extra=(FIXTURE_PROMPT_TOKENS=256)
-  if ! env "${extra[@]}" FIXTURE_PRESETS=$presets FIXTURE_LAYOUTS=bf16,mlx-4bit FIXTURE_THREADS=$threads \
+  if [ "${REUSE:-0}" = 1 ] && [ -f "$W/$fix/reference-mlx-4bit.safetensors" ]; then
+    echo "reusing $W/$fix" > "$W/log/make-$fix.log"
+  elif ! env "${extra[@]}" FIXTURE_PRESETS=$presets FIXTURE_LAYOUTS=bf16,mlx-4bit FIXTURE_THREADS=$threads \
       python3 tools/fixtures/make_fixtures.py "$W/$fix" "$fix" > "$W/log/make-$fix.log" 2>&1; then
     echo "make_fixtures.py $fix failed" >> "$W/log/make-$fix.log"
     return
@@ -124,7 +127,7 @@ for fix in fixtures.split():
             if miss and enforced:
                 bad.append(tag + ": " + ", ".join(miss))
             rows.append(f"{fix:8} {layout:9} {mode:13} {j['positions']:9d} {j['top1_agreement']:7.4f} "
-                        f"{j['mean_kl']:10.3e} {j['max_abs_err']:9.4f} {lt:10.4f} {j.get('non_finite', 0):7d}  {verdict}")
+                        f"{j['mean_kl']:10.3e} {j['max_abs_err']:9.4g} {lt:10.4f} {j.get('non_finite', 0):7d}  {verdict}")
 text = [f"bounds: top-1 >= {min_top1}, mean KL <= {max_kl:g} (not enforced for: {info})", hdr] + rows
 for fix, m in massive.items():
     for layout in ("bf16", "mlx-4bit"):
