@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -22,7 +23,10 @@ struct EvalRun {
 
 EvalRun eval(const std::string& flags) {
   const std::string base = std::string(LILY_TEST_DIR) + "/fixtures/tiny/";
-  const std::string log = (std::filesystem::temp_directory_path() / "lily_eval_cli.txt").string();
+  static int calls = 0;  // one file per call and process: ctest runs the tests of this file side by side
+  const std::string log = (std::filesystem::temp_directory_path() /
+                           ("lily_eval_cli_" + std::to_string(getpid()) + "_" + std::to_string(calls++) + ".txt"))
+                              .string();
   const std::string cmd = std::string(LILY_BUILD_DIR) + "/lily eval --model " + base + "model-mlx-4bit --ref " + base +
                           "reference-mlx-4bit.safetensors --backend cpu " + flags + " > " + log + " 2>&1";
   EvalRun r;
@@ -37,7 +41,8 @@ EvalRun eval(const std::string& flags) {
 }
 
 TEST(CliEval, PrintsTheFiguresAndHoldsBoundsThatAreMet) {
-  const std::string json = (std::filesystem::temp_directory_path() / "lily_eval_cli.json").string();
+  const std::string json =
+      (std::filesystem::temp_directory_path() / ("lily_eval_cli_" + std::to_string(getpid()) + ".json")).string();
   EvalRun r = eval("--min-top1 0.99 --max-mean-kl 1e-3 --max-abs 0.5 --json " + json);
   EXPECT_EQ(r.status, 0) << r.out;
   for (const char* s : {"top-1 agreement", "max |dlogit|", "KL(ref||ours)    mean", "prefill chunk 512"})
