@@ -202,17 +202,68 @@ void rows_isa(Isa isa, const float* X, int i0, int i1, int cols, bool precise, Q
 #endif
   rows_scalar(X, i0, i1, cols, precise, q);
 }
+
+// max |x| and Σ|x| of a row (find_outliers' first pass)
+struct AbsStats {
+  float amax = 0.0f, asum = 0.0f;
+};
+AbsStats abs_stats_scalar(const float* x, int c0, int cols, AbsStats st) {
+  for (int c = c0; c < cols; ++c) {
+    const float a = std::fabs(x[c]);
+    st.amax = std::max(st.amax, a);
+    st.asum += a;
+  }
+  return st;
+}
+#if defined(__x86_64__)
+LILY_AVX512 AbsStats abs_stats_avx512(const float* x, int cols) {
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  __m512 m = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
+  int c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    const __m512 v = _mm512_and_ps(_mm512_loadu_ps(x + c), absmask);
+    m = _mm512_max_ps(m, v);
+    sm = _mm512_add_ps(sm, v);
+  }
+  return abs_stats_scalar(x, c, cols, AbsStats{_mm512_reduce_max_ps(m), _mm512_reduce_add_ps(sm)});
+}
+LILY_AVX2 AbsStats abs_stats_avx2(const float* x, int cols) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 m = _mm256_setzero_ps(), sm = _mm256_setzero_ps();
+  int c = 0;
+  for (; c + 8 <= cols; c += 8) {
+    const __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + c), absmask);
+    m = _mm256_max_ps(m, v);
+    sm = _mm256_add_ps(sm, v);
+  }
+  alignas(32) float lm[8], ls[8];
+  _mm256_store_ps(lm, m);
+  _mm256_store_ps(ls, sm);
+  AbsStats st;
+  for (int k = 0; k < 8; ++k) {
+    st.amax = std::max(st.amax, lm[k]);
+    st.asum += ls[k];
+  }
+  return abs_stats_scalar(x, c, cols, st);
+}
+#endif
+AbsStats abs_stats(const float* x, int cols) {
+#if defined(__x86_64__)
+  switch (active_isa()) {
+    case Isa::Avx512: return abs_stats_avx512(x, cols);
+    case Isa::Avx2: return abs_stats_avx2(x, cols);
+    default: break;
+  }
+#endif
+  return abs_stats_scalar(x, 0, cols, AbsStats{});
+}
 }  // namespace
 
 int find_outliers(const float* x, int cols, int32_t* col, float* val) {
   if (cols <= 2 * kMaxOutliers) return 0;
   // early out: typical >= (Σ|x| - k·max) / (cols - k), so max <= ratio · that bound means no element is an outlier
-  float amax = 0.0f, asum = 0.0f;
-  for (int c = 0; c < cols; ++c) {
-    const float a = std::fabs(x[c]);
-    amax = std::max(amax, a);
-    asum += a;
-  }
+  const AbsStats st = abs_stats(x, cols);
+  const float amax = st.amax, asum = st.asum;
   if (!(amax > 0.0f) || !std::isfinite(asum)) return 0;
   const float rest = float(cols - kMaxOutliers);
   if (amax <= kOutlierRatio * std::max(0.0f, asum - kMaxOutliers * amax) / rest) return 0;
@@ -254,7 +305,13 @@ void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, Qua
     const size_t o = static_cast<size_t>(i) * kMaxOutliers;
     const int k = find_outliers(x, cols, &q.out_col[o], &q.out_val[o]);
     q.n_out[static_cast<size_t>(i)] = k;
-    if (k == 0) continue;
+    if (k == 0) {
+      if (i + 1 - run >= 4) {  // quantise while the rows are still in cache
+        rows_isa(isa, X + static_cast<size_t>(run) * cols, run, i + 1, cols, precise, q);
+        run = i + 1;
+      }
+      continue;
+    }
     if (run < i) rows_isa(isa, X + static_cast<size_t>(run) * cols, run, i, cols, precise, q);
     row.assign(x, x + cols);
     for (int j = 0; j < k; ++j) row[static_cast<size_t>(q.out_col[o + j])] = 0.0f;
