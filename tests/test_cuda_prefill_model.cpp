@@ -7,7 +7,7 @@
 // Each case runs per LILY_CUDA_PREFILL_PRECISION mode: bf16 keeps those bounds. fp16 rounds the GEMM operands
 // to fp16 (unit roundoff 2^-11, 8x finer than bf16's 2^-8) with precise attention: predicted ~8x smaller, the
 // H200 measured prompt 0.121 / 0.038 (top-1 23/24, 24/24), long 0.058 / 0.064, decode-after-prefill 0.078 /
-// 0.014: bound 0.15 / one flip / 0.1 (fp16 is the default since 2026-11-29). split also carries the activations'
+// 0.014: bound 0.15 / one flip / 0.1 (fp16 was the default from 2026-11-29; split is). split also carries the activations'
 // low part (~22 bits),
 // leaving only the weights' fp16 rounding: measured prompt 0.0028 / 0.0067, long 0.0007 / 0.0028, decode after
 // prefill 4e-5 / 1.1e-3, all top-1 agreeing: bound 0.02, no flip, 0.01.

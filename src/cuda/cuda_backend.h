@@ -27,9 +27,7 @@ struct CudaOptions {
   int prefill_max_chunk = 0;   // LILY_CUDA_PREFILL_MAX_CHUNK: prompt tokens per chunk at most (scratch sized by it);
                                // 0: 4096 on devices with >= 40 GiB, else 2048
   bool prefill_simple = false; // LILY_CUDA_PREFILL_SIMPLE=1: the reference (non-tensor-core) prefill GEMM/attention
-  int prefill_prec = 1;        // LILY_CUDA_PREFILL_PRECISION=bf16|fp16|split: GEMM operands (prefill.h PrefillPrec)
-  bool prefill_router_split = true;  // LILY_CUDA_PREFILL_ROUTER_SPLIT=0: the fp16 prefill's router and shared-expert
-                                     // gate GEMMs take fp16 operands like the others instead of split (hi + lo)
+  int prefill_prec = 2;        // LILY_CUDA_PREFILL_PRECISION=bf16|fp16|split: GEMM operands (prefill.h PrefillPrec)
   bool router_y = true;        // LILY_CUDA_ROUTER_Y=0: the router's own rows in the MoE kernel (the reference for
                                // router-from-y, router_y.h, which the layers whose shapes allow it use by default)
   bool int8_x = true;          // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (reference for the

@@ -3,7 +3,6 @@
 // the residual, RMSNorm -> operand rows, MoE (router GEMM, device routing, grouped expert GEMMs, shared expert,
 // combine); final RMSNorm + lm_head on the rows whose logits are wanted. Operand rows are bf16 or fp16 (+ low
 // part, + row scale) by prec_; in the fp16 modes the mixers and SiLU*mul write f32 to stage_ and to_act converts.
-// In fp16 mode the router and shared-expert gate read split operands (router_split_).
 #include "cuda/prefill/prefill_runner.h"
 
 #include <algorithm>
@@ -22,9 +21,8 @@ int PrefillRunner::tile_rows(int n) const {
 }
 
 PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc,
-                             bool simple, int prec, bool profile, bool router_split)
-    : m_(m), max_chunk_(max_chunk), simple_(simple), prec_(prec), router_split_(router_split && prec == kPrecFP16),
-      timer_(profile) {
+                             bool simple, int prec, bool profile)
+    : m_(m), max_chunk_(max_chunk), simple_(simple), prec_(prec), timer_(profile) {
   if (prec != kPrecBF16 && prec != kPrecFP16 && prec != kPrecSplit) throw Error("prefill: bad precision");
   const ModelConfig& c = *m.cfg;
   const size_t N = size_t(max_chunk), H = size_t(c.hidden), nk = N * size_t(c.top_k);
@@ -55,7 +53,6 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
     return a;
   };
   xa_ = act(N, H);
-  if (router_split_) xa_.lo = b16(N * H);
   ya_ = act(N, std::max(vd, qd));
   acta_ = act(nk, size_t(c.expert_inter));
   sacta_ = act(N, size_t(c.shared_inter));
@@ -97,10 +94,9 @@ void PrefillRunner::to_act(int n, int K, const ActRows& dst, cudaStream_t s) {
 }
 
 void PrefillRunner::gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode,
-                         cudaStream_t s, int prec) {
+                         cudaStream_t s) {
   GemmArgs g;
   set_a(g, A);
-  if (prec >= 0) g.prec = prec;
   g.lda = lda;
   g.M = M;
   g.W0 = W;
@@ -187,9 +183,8 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   const ModelConfig& c = *m_.cfg;
   const int H = c.hidden, E = c.n_experts, k = c.top_k, I = c.expert_inter, Is = c.shared_inter;
   timer_.mark("moe.router", s);
-  const int rprec = router_split_ ? int(kPrecSplit) : prec_;
-  gemm(xa_, H, n, d.router, rl_, E, kGemmStore, s, rprec);
-  gemm(xa_, H, n, d.shg, sg_, 1, kGemmStore, s, rprec);
+  gemm(xa_, H, n, d.router, rl_, E, kGemmStore, s);
+  gemm(xa_, H, n, d.shg, sg_, 1, kGemmStore, s);
   timer_.mark("moe.route", s);
   RouteArgs r;
   r.logits = rl_;
@@ -275,8 +270,7 @@ void PrefillRunner::run(const PrefillState& st, const int32_t* ids, int n, int p
     if (d.is_full) attn_layer(d, st, n, pos0, s);
     else gdn_layer(d, st, n, pos0, s);
   timer_.mark("norm", s);
-    // router_split_: the hi parts are the fp16 mode's; the low parts serve the router and shared gate only
-    prefill_rmsnorm_act(x_, H, d.post_norm, n, H, eps, router_split_ ? int(kPrecSplit) : prec_, xa_, s);
+    prefill_rmsnorm_act(x_, H, d.post_norm, n, H, eps, prec_, xa_, s);
     moe_layer(d, n, s);
   }
   timer_.mark("lm_head", s);

@@ -34,10 +34,8 @@ class PrefillRunner {
   // simple: the reference (non-tensor-core) GEMM and attention kernels. prec: operand precision of the GEMMs
   // (PrefillPrec; see prefill.h); in the fp16 modes the flash attention is precise (AttnChunkArgs::precise) where the
   // q/k norm weights allow fp16 Q K^T. profile: GPU time per phase, printed when the runner is destroyed.
-  // router_split (fp16 mode only): the MoE router and shared-expert gate GEMMs read split operands (hi + lo, A to
-  // ~22 bits): an expert choice rests on the order of close router logits, which fp16 operands flip.
   PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc, bool simple,
-                int prec = kPrecFP16, bool profile = false, bool router_split = true);
+                int prec = kPrecFP16, bool profile = false);
   int max_chunk() const { return max_chunk_; }
   int prec() const { return prec_; }
   ~PrefillRunner() { timer_.report("prefill profile (LILY_CUDA_PROFILE)"); }
@@ -49,9 +47,7 @@ class PrefillRunner {
   void gdn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
   void attn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
   void moe_layer(const DLayer& d, int n, cudaStream_t s);
-  // prec < 0: the runner's precision; else that one (A must hold its parts)
-  void gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode, cudaStream_t s,
-            int prec = -1);
+  void gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode, cudaStream_t s);
   void set_a(GemmArgs& g, const ActRows& A) const;
   // f32 rows in stage_ -> operand rows dst (no-op in bf16 mode, where the producers write bf16 directly)
   void to_act(int n, int K, const ActRows& dst, cudaStream_t s);
@@ -60,7 +56,6 @@ class PrefillRunner {
   int max_chunk_ = 0, max_tiles_ = 0, P_ = 0;
   bool simple_ = false;
   int prec_ = kPrecFP16;
-  bool router_split_ = false;  // fp16 mode: the MoE input rows carry a low part; router and shared gate read it
   std::vector<char> attn_precise_;  // per layer: fp16 Q K^T is safe (RMSNorm bound of q/k below fp16 range)
   int32_t* ids_ = nullptr;
   float *x_ = nullptr, *proj_ = nullptr, *cbuf_ = nullptr, *obuf_ = nullptr, *rl_ = nullptr, *sg_ = nullptr;
