@@ -14,7 +14,7 @@
 
 namespace lily::fast {
 
-void quantize_x_prepare(int n, int cols, bool precise, QuantX& q) {
+void quantize_x_prepare(int n, int cols, bool precise, QuantX& q, bool halves) {
   q.n = n;
   q.G = cols / 64;
   q.P = (q.G + 1) / 2;
@@ -24,6 +24,8 @@ void quantize_x_prepare(int n, int cols, bool precise, QuantX& q) {
   if (q.dx.size() < pairs * 16) q.dx.resize(pairs * 16);
   if (q.sum.size() < static_cast<size_t>(n) * q.G) q.sum.resize(static_cast<size_t>(n) * q.G);
   if (q.dxg.size() < static_cast<size_t>(n) * q.G) q.dxg.resize(static_cast<size_t>(n) * q.G);
+  q.halves = halves;
+  if (halves && q.sum32.size() < static_cast<size_t>(n) * 2 * q.G) q.sum32.resize(static_cast<size_t>(n) * 2 * q.G);
 }
 
 namespace {
@@ -196,25 +198,40 @@ void rows_isa(Isa isa, const float* X, int i0, int i1, int cols, bool precise, Q
 #endif
   rows_scalar(X, i0, i1, cols, precise, q);
 }
+
+// Σx per 32 elements, in order (every tier the same), where the matrices have groups of 32.
+void sums32(const float* X, int i0, int i1, int cols, QuantX& q) {
+  if (!q.halves) return;
+  for (int i = i0; i < i1; ++i)
+    for (int h = 0; h < 2 * q.G; ++h) {
+      const float* x = X + static_cast<size_t>(i) * cols + static_cast<size_t>(h) * 32;
+      float s = 0.0f;
+      for (int k = 0; k < 32; ++k) s += x[k];
+      q.sum32[static_cast<size_t>(i) * 2 * q.G + h] = s;
+    }
+}
 }  // namespace
 
 void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
   rows_isa(active_isa(), X, i0, i1, cols, precise, q);
+  sums32(X, i0, i1, cols, q);
 }
 
-void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q) {
-  quantize_x_prepare(n, cols, precise, q);
+void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
+  quantize_x_prepare(n, cols, precise, q, halves);
   rows_isa(isa, X, 0, n, cols, precise, q);
+  sums32(X, 0, n, cols, q);
 }
 
-void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q) {
-  quantize_x_prepare(n, cols, precise, q);
+void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
+  quantize_x_prepare(n, cols, precise, q, halves);
   quantize_x_rows(X, 0, n, cols, precise, q);
 }
 
-void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q) {
-  quantize_x_prepare(n, cols, precise, q);
+void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
+  quantize_x_prepare(n, cols, precise, q, halves);
   rows_scalar(X, 0, n, cols, precise, q);
+  sums32(X, 0, n, cols, q);
 }
 
 }  // namespace lily::fast

@@ -1,4 +1,5 @@
-// Activations quantised for the integer 4-bit kernels (s·Σxq + b·Σx per group of 64).
+// Activations quantised for the integer 4-bit kernels (s·Σxq + b·Σx per weight group: 64, or 32 with the
+// halves' sums).
 // x/dx ≈ hi + lo/254 with hi, lo int8 in [-127, 127]: hi alone gives ~8-bit activations (fast mode),
 // hi + lo gives ~15-bit (precise mode, close to f32 results).
 #pragma once
@@ -19,6 +20,8 @@ struct QuantX {
   std::vector<float> dx;       // [n][P][16]: lanes 0-7 dx_g, lanes 8-15 dx_{g+1} (0 past the end)
   std::vector<float> sum;      // [n][G]: Σx over the group (exact f32)
   std::vector<float> dxg;      // [n][G]: dx per group
+  bool halves = false;         // sum32 filled (for matrices with groups of 32)
+  std::vector<float> sum32;    // [n][2G]: Σx over each half (32 elements) of a group, summed in order
 
   // row's codes from group g on: row start for g = 0, else the even-element block of g inside its pair
   const int8_t* hi_at(int row, int g = 0) const { return hi.data() + offset(row, g); }
@@ -41,14 +44,15 @@ inline int32_t load_i32(const int8_t* p) {
 // X [n, cols] f32 (cols % 64 == 0) -> q (buffers grow, never shrink: no allocation in steady state).
 // AVX-512 or AVX2 as fast::active_isa() says (bit-identical codes and scales to quantize_x_ref; Σx summed in
 // another order, the same in both SIMD tiers).
-void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q);
+void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q, bool halves = false);
 // The same in two steps, so that rows can be quantised in parallel: size q for [n, cols], then fill rows
 // [i0, i1) (X points at row 0).
-void quantize_x_prepare(int n, int cols, bool precise, QuantX& q);
+// halves: also Σx per 32 elements (sum32), for matrices with groups of 32.
+void quantize_x_prepare(int n, int cols, bool precise, QuantX& q, bool halves = false);
 void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, QuantX& q);
 // The same with a given tier (tests compare the tiers; `isa` must be supported by this CPU).
-void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q);
+void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q, bool halves = false);
 // Plain scalar version: the reference of the SIMD one.
-void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q);
+void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q, bool halves = false);
 
 }  // namespace lily::fast
