@@ -1,7 +1,7 @@
 // The CUDA backend on the formats repacked at load against the reference CPU path on the same weights: MLX 3/5/6-bit
 // (8-bit codes, groups 32 and 128), GPTQ / AWQ / compressed-tensors int4 and GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
 // (f32 scales: the reference runs on the device twin, the bf16 (scale, bias) pairs the backend keeps,
-// device_pairs.h), the synthetic Q4_K_M-like GGUF, and the clear refusal of FP8. Skipped without a device.
+// device_pairs.h), the synthetic Q4_K_M-like GGUF, and FP8 blocks (bf16 on the device). Skipped without a device.
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
@@ -140,12 +140,17 @@ TEST(CudaFormats, SynthQ4KMGgufMatchesTheReferencePath) {
   expect_close_to_reference(w, twin_of(w, "synth small Q4_K_M"), "synth small Q4_K_M");
 }
 
-TEST(CudaFormats, Fp8IsAClearError) {
+// FP8 e4m3 with 128x128 block scales (bf16 and f32 scales): widened to bf16 on upload, against cpu-ref on those
+// bf16 rows.
+TEST(CudaFormats, Fp8MatchesTheReferencePath) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  TempDir d;
-  write_fp8(d.path, DType::BF16);
-  const std::string err = error_of([&] { make_cuda_backend(load_model(d.path)); });
-  EXPECT_TRUE(contains(err, "FP8 e4m3 128x128 blocks weights are not supported by the CUDA backend")) << err;
+  for (DType sdt : {DType::BF16, DType::F32}) {
+    TempDir d;
+    write_fp8(d.path, sdt);
+    auto w = load_model(d.path);
+    const std::string what = std::string("fp8 ") + dtype_name(sdt) + " scales";
+    expect_close_to_reference(w, twin_of(w, what), what);
+  }
 }
 
 #endif  // LILY_HAVE_CUDA

@@ -29,8 +29,8 @@ DMat describe_matrix(const QMatrix& q, const char* what) {
     m.group = q.group;
     m.row_bytes = q.cols * q.bits / 8;
     m.sb_row = int(q.cols / q.group);
-  } else if (q.kind == QMatrix::Kind::Dense) {
-    m.fmt = kBF16;
+  } else if (q.kind == QMatrix::Kind::Dense || q.kind == QMatrix::Kind::Fp8Block) {
+    m.fmt = kBF16;  // FP8 blocks: dequantised and rounded to bf16 on upload (no FP8 kernels)
     m.row_bytes = q.cols * 2;
   } else {
     throw Error(std::string("cuda: ") + what + ": " + q.format_name() +
@@ -50,8 +50,17 @@ void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
     std::vector<uint32_t> sb(nsb);
     for (size_t i = 0; i < nsb; ++i) sb[i] = affine_pair_at(q.scales, q.biases, q.sdtype, i).word();
     LILY_CUDA_CHECK(cudaMemcpy(dsb, sb.data(), nsb * 4, cudaMemcpyHostToDevice));
-  } else if (q.dtype == DType::BF16) {
+  } else if (q.kind == QMatrix::Kind::Dense && q.dtype == DType::BF16) {
     LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, dmat_w_bytes(m), cudaMemcpyHostToDevice));
+  } else if (q.kind == QMatrix::Kind::Fp8Block) {
+    const size_t C = size_t(q.cols);
+    std::vector<float> row(C);
+    std::vector<uint16_t> h(C);
+    for (int64_t r = 0; r < q.rows; ++r) {  // row by row: the f32 form of a whole matrix is never held
+      dequant_row(q, r, row.data());
+      for (size_t i = 0; i < C; ++i) h[i] = f32_to_bf16(row[i]);
+      LILY_CUDA_CHECK(cudaMemcpy(dw + size_t(r) * C * 2, h.data(), C * 2, cudaMemcpyHostToDevice));
+    }
   } else {
     const size_t n = size_t(q.rows) * size_t(q.cols);
     std::vector<uint16_t> h(n);
