@@ -29,9 +29,9 @@ void q4_rows_portable(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X,
           const float dot = static_cast<float>(ih) + static_cast<float>(il) * (1.0f / 254.0f);
           const int64_t wg = r * NG + g * sub + h;
           const float s = scale_at(W.scales, W.sdtype, wg), b = scale_at(W.biases, W.sdtype, wg);
-          const float xs = sub == 2 ? X.sum32[static_cast<size_t>(i) * NG + g * 2 + h]
-                                    : X.sum[static_cast<size_t>(i) * X.G + g];
-          acc += s * X.dx[pi * 16 + half * 8] * dot + b * xs;
+          const size_t gi = static_cast<size_t>(i) * X.G + g, hi2 = static_cast<size_t>(i) * NG + g * 2 + h;
+          const float xs = sub == 2 ? X.sum32[hi2] : X.sum[gi], r8 = sub == 2 ? X.res8_32[hi2] : X.res8[gi];
+          acc += s * X.dx[pi * 16 + half * 8] * dot + b * xs + s * r8;  // quant_x.h: res8 centres the codes
         }
       }
       Y[static_cast<size_t>(i) * W.rows + r] = acc;

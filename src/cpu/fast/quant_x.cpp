@@ -26,6 +26,9 @@ void quantize_x_prepare(int n, int cols, bool precise, QuantX& q, bool halves) {
   if (q.dxg.size() < static_cast<size_t>(n) * q.G) q.dxg.resize(static_cast<size_t>(n) * q.G);
   q.halves = halves;
   if (halves && q.sum32.size() < static_cast<size_t>(n) * 2 * q.G) q.sum32.resize(static_cast<size_t>(n) * 2 * q.G);
+  if (q.res8.size() < static_cast<size_t>(n) * q.G) q.res8.resize(static_cast<size_t>(n) * q.G);
+  if (halves && q.res8_32.size() < static_cast<size_t>(n) * 2 * q.G)
+    q.res8_32.resize(static_cast<size_t>(n) * 2 * q.G);
 }
 
 namespace {
@@ -199,28 +202,43 @@ void rows_isa(Isa isa, const float* X, int i0, int i1, int cols, bool precise, Q
   rows_scalar(X, i0, i1, cols, precise, q);
 }
 
-// Σx per 32 elements, in order (every tier the same), where the matrices have groups of 32.
-void sums32(const float* X, int i0, int i1, int cols, QuantX& q) {
-  if (!q.halves) return;
+// Σx per 32 elements, in order (every tier the same), where the matrices have groups of 32; and the rounding
+// residuals res8 (res8_32) from the stored codes (every tier the same: the codes are bit-identical).
+void group_sums(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
   for (int i = i0; i < i1; ++i)
-    for (int h = 0; h < 2 * q.G; ++h) {
-      const float* x = X + static_cast<size_t>(i) * cols + static_cast<size_t>(h) * 32;
-      float s = 0.0f;
-      for (int k = 0; k < 32; ++k) s += x[k];
-      q.sum32[static_cast<size_t>(i) * 2 * q.G + h] = s;
+    for (int g = 0; g < q.G; ++g) {
+      const float* x = X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64;
+      const size_t pi = static_cast<size_t>(i) * q.P + static_cast<size_t>(g / 2);
+      const int8_t* hi = &q.hi[pi * 128];
+      const int8_t* lo = precise ? &q.lo[pi * 128] : nullptr;
+      const double dx = q.dxg[static_cast<size_t>(i) * q.G + g];
+      double r[2] = {0.0, 0.0};
+      float s[2] = {0.0f, 0.0f};
+      for (int k = 0; k < 64; ++k) {
+        const int slot = (k & 1) * 64 + (g % 2) * 32 + (k >> 1);  // quant_x's layout (rows_scalar)
+        const double xq = lo ? hi[slot] + lo[slot] / 254.0 : hi[slot];
+        r[k / 32] += double(x[k]) - dx * xq;
+        s[k / 32] += x[k];
+      }
+      q.res8[static_cast<size_t>(i) * q.G + g] = static_cast<float>(8.0 * (r[0] + r[1]));
+      if (q.halves)
+        for (int h = 0; h < 2; ++h) {
+          q.sum32[(static_cast<size_t>(i) * q.G + g) * 2 + h] = s[h];
+          q.res8_32[(static_cast<size_t>(i) * q.G + g) * 2 + h] = static_cast<float>(8.0 * r[h]);
+        }
     }
 }
 }  // namespace
 
 void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
   rows_isa(active_isa(), X, i0, i1, cols, precise, q);
-  sums32(X, i0, i1, cols, q);
+  group_sums(X, i0, i1, cols, precise, q);
 }
 
 void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
   quantize_x_prepare(n, cols, precise, q, halves);
   rows_isa(isa, X, 0, n, cols, precise, q);
-  sums32(X, 0, n, cols, q);
+  group_sums(X, 0, n, cols, precise, q);
 }
 
 void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
@@ -231,7 +249,7 @@ void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q, bool h
 void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
   quantize_x_prepare(n, cols, precise, q, halves);
   rows_scalar(X, 0, n, cols, precise, q);
-  sums32(X, 0, n, cols, q);
+  group_sums(X, 0, n, cols, precise, q);
 }
 
 }  // namespace lily::fast

@@ -22,6 +22,10 @@ struct QuantX {
   std::vector<float> dxg;      // [n][G]: dx per group
   bool halves = false;         // sum32 filled (for matrices with groups of 32)
   std::vector<float> sum32;    // [n][2G]: Σx over each half (32 elements) of a group, summed in order
+  // 8·Σδ with δ = x - dx·(hi + lo/254) (precise) or x - dx·hi, the activation rounding, summed in double: per
+  // group [n][G], and per half [n][2G] with halves. The kernels add s·res8 to each group's s·dx·Σ(q·xq), so that
+  // the rounding enters as s·Σ(q - 8)·δ instead of s·Σq·δ (codes centred: about half the error).
+  std::vector<float> res8, res8_32;
 
   // row's codes from group g on: row start for g = 0, else the even-element block of g inside its pair
   const int8_t* hi_at(int row, int g = 0) const { return hi.data() + offset(row, g); }
