@@ -15,6 +15,7 @@
 #include "cuda/cuda_factory.h"
 #include "cuda/env_switch.h"
 #include "cuda/prefill/prefill_runner.h"
+#include "cuda/weight_upload.h"
 #include "engine/step_sampler.h"
 
 namespace lily::cuda {
@@ -105,72 +106,14 @@ void CudaBackend::dev_free(void* p) {
     }
 }
 
-namespace {
-
-// Device layout of a checkpoint matrix (pointers left null).
-DMat describe(const QMatrix& q, const char* what) {
-  if (!q.valid()) throw Error(std::string("cuda: missing weight ") + what);
-  DMat m;
-  m.rows = int(q.rows);
-  m.cols = int(q.cols);
-  if (q.cols % 32) throw Error(std::string("cuda: ") + what + ": cols not a multiple of 32");
-  if (q.kind == QMatrix::Kind::Affine) {
-    if (q.bits != 4 && q.bits != 8) throw Error(std::string("cuda: ") + what + ": only 4/8-bit affine");
-    if (q.group % 32 || q.cols % q.group) throw Error(std::string("cuda: ") + what + ": bad group size");
-    // Scales kept in f32 come from formats repacked at load (GPTQ / AWQ / compressed-tensors int4, GGUF): on
-    // this backend they gave wrong logits against the CPU reference (test_cuda_formats.cpp), so they are refused.
-    if (q.sdtype == DType::F32)
-      throw Error(std::string("cuda: ") + what + ": " + q.format_name() +
-                  " weights with f32 scales (GPTQ, AWQ or compressed-tensors int4, or GGUF, repacked at load) are not "
-                  "supported by the CUDA backend (use --backend cpu, or `lily quantize` to an MLX 4-bit checkpoint)");
-    m.fmt = q.bits == 4 ? kQ4 : kQ8;
-    m.group = q.group;
-    m.row_bytes = q.cols * q.bits / 8;
-    m.sb_row = int(q.cols / q.group);
-  } else if (q.kind == QMatrix::Kind::Dense) {
-    m.fmt = kBF16;
-    m.row_bytes = q.cols * 2;
-  } else {
-    throw Error(std::string("cuda: ") + what + ": " + q.format_name() +
-                " weights are not supported by the CUDA backend (use --backend cpu, or `lily quantize` to an MLX "
-                "4-bit checkpoint)");
-  }
-  return m;
-}
-
-size_t w_bytes(const DMat& m) { return size_t(m.row_bytes) * m.rows; }
-size_t sb_words(const DMat& m) { return size_t(m.sb_row) * m.rows; }
-
-// Copies q into dw (packed rows or bf16) and dsb ((scale, bias) bf16 pairs).
-void copy_to(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
-  if (m.fmt != kBF16) {
-    LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, w_bytes(m), cudaMemcpyHostToDevice));
-    const size_t nsb = sb_words(m);
-    std::vector<uint32_t> sb(nsb);
-    for (size_t i = 0; i < nsb; ++i)
-      sb[i] = uint32_t(f32_to_bf16(decode_scalar(q.scales, q.sdtype, i))) |
-              (uint32_t(f32_to_bf16(decode_scalar(q.biases, q.sdtype, i))) << 16);
-    LILY_CUDA_CHECK(cudaMemcpy(dsb, sb.data(), nsb * 4, cudaMemcpyHostToDevice));
-  } else if (q.dtype == DType::BF16) {
-    LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, w_bytes(m), cudaMemcpyHostToDevice));
-  } else {
-    const size_t n = size_t(q.rows) * q.cols;
-    std::vector<uint16_t> h(n);
-    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(decode_scalar(q.w, q.dtype, i));
-    LILY_CUDA_CHECK(cudaMemcpy(dw, h.data(), n * 2, cudaMemcpyHostToDevice));
-  }
-}
-
-}  // namespace
-
 DMat CudaBackend::upload(const QMatrix& q, const char* what) {
-  DMat m = describe(q, what);
-  uint8_t* dw = static_cast<uint8_t*>(dev_alloc(w_bytes(m)));
-  uint32_t* dsb = m.sb_row ? static_cast<uint32_t*>(dev_alloc(sb_words(m) * 4)) : nullptr;
-  copy_to(q, m, dw, dsb);
+  DMat m = describe_matrix(q, what);
+  uint8_t* dw = static_cast<uint8_t*>(dev_alloc(dmat_w_bytes(m)));
+  uint32_t* dsb = m.sb_row ? static_cast<uint32_t*>(dev_alloc(dmat_sb_words(m) * 4)) : nullptr;
+  copy_matrix(q, m, dw, dsb);
   m.w = dw;
   m.sb = dsb;
-  weight_bytes_ += w_bytes(m) + sb_words(m) * 4;
+  weight_bytes_ += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
   return m;
 }
 
@@ -178,15 +121,15 @@ DMat CudaBackend::upload(const QMatrix& q, const char* what) {
 DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what) {
   if (s.e.empty()) throw Error(std::string("cuda: empty expert stack ") + what);
   DStack st;
-  st.m = describe(s.e[0], what);
-  const size_t E = s.e.size(), wb = w_bytes(st.m), nsb = sb_words(st.m);
+  st.m = describe_matrix(s.e[0], what);
+  const size_t E = s.e.size(), wb = dmat_w_bytes(st.m), nsb = dmat_sb_words(st.m);
   uint8_t* dw = static_cast<uint8_t*>(dev_alloc(wb * E));
   uint32_t* dsb = nsb ? static_cast<uint32_t*>(dev_alloc(nsb * 4 * E)) : nullptr;
   for (size_t e = 0; e < E; ++e) {
-    const DMat m = describe(s.e[e], what);
+    const DMat m = describe_matrix(s.e[e], what);
     if (m.fmt != st.m.fmt || m.rows != st.m.rows || m.cols != st.m.cols || m.group != st.m.group)
       throw Error(std::string("cuda: experts of ") + what + " differ in shape or format");
-    copy_to(s.e[e], m, dw + e * wb, dsb ? dsb + e * nsb : nullptr);
+    copy_matrix(s.e[e], m, dw + e * wb, dsb ? dsb + e * nsb : nullptr);
   }
   st.m.w = dw;
   st.m.sb = dsb;

@@ -1,4 +1,4 @@
-// The fast CPU matmul: 4-bit affine group-64 matrices go to the integer kernels (AVX-512 VNNI, AVX2 + FMA or
+// The fast CPU matmul: 4-bit affine group-64 and group-32 matrices go to the integer kernels (AVX-512 VNNI, AVX2 + FMA or
 // portable, as fast::active_isa() says); 8-bit affine and bf16 matrices to the AVX-512 / AVX2 f32 kernels; every
 // other matrix (and all of them on the portable tier) is decoded a row at a time and dotted in f32.
 // Rows are split across the thread pool; scratch buffers are per thread and only ever grow.
@@ -35,7 +35,8 @@ void generic_rows(const QMatrix& W, int64_t r0, int64_t r1, const float* X, int 
 }
 
 // Y[i][r] += Σ x·w over row i's outliers (QuantX: taken out of the codes, kept in f32), r in [r0, r1); W is 4-bit
-// affine group 64 (is_q4g64): element c of row r is nibble c & 1 of byte c / 2, w = s·q + b of group c / 64.
+// affine with groups of 64 or 32 (is_q4_integer): element c of row r is nibble c & 1 of byte c / 2, w = s·q + b of
+// its group c / W.group.
 void add_outliers(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& q, float* Y) {
   for (int i = 0; i < q.n; ++i) {
     const int k = q.n_out[static_cast<size_t>(i)];
@@ -49,7 +50,7 @@ void add_outliers(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& q, flo
         const int c = col[j];
         const uint8_t byte = wr[c >> 1];
         const int code = (c & 1) ? byte >> 4 : byte & 0x0F;
-        const int64_t gi = r * q.G + c / 64;
+        const int64_t gi = r * (W.cols / W.group) + c / W.group;
         acc += val[j] * (scale_at(W.scales, W.sdtype, gi) * static_cast<float>(code) + scale_at(W.biases, W.sdtype, gi));
       }
       Y[static_cast<size_t>(i) * W.rows + r] += acc;
@@ -59,8 +60,9 @@ void add_outliers(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& q, flo
 
 }  // namespace
 
-bool is_q4g64(const QMatrix& W) {
-  return W.kind == QMatrix::Kind::Affine && W.bits == 4 && W.group == 64 && W.cols % 64 == 0 && W.cols / 64 <= 256;
+bool is_q4_integer(const QMatrix& W) {
+  return W.kind == QMatrix::Kind::Affine && W.bits == 4 && (W.group == 64 || W.group == 32) && W.cols % 64 == 0 &&
+         W.cols / 64 <= 256;
 }
 
 void matmul(const QMatrix& W, const float* X, int n, float* Y, bool precise) {
@@ -95,21 +97,28 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
   const int64_t cap = max_n < kTileMinRows ? 512 : 64;
   const int64_t per = max_n < kTileMinRows ? 4 : 8;
   const int64_t block = std::max<int64_t>(4, std::min<int64_t>(cap, total_rows / (per * pool.size()) + 1) / 4 * 4);
+  thread_local std::vector<char> thalves;  // distinct quantisation k also needs the halves' sums (group 32)
+  std::vector<char>& halves = thalves;
+  halves.assign(count, 0);
   for (int j = 0; j < count; ++j) {
     const MatJob& jb = jobs[j];
-    if (is_q4g64(*jb.W)) {
+    if (is_q4_integer(*jb.W)) {
       for (int k = 0; k < j && qidx[j] < 0; ++k)
         if (qidx[k] >= 0 && jobs[k].X == jb.X && jobs[k].n == jb.n && jobs[k].W->cols == jb.W->cols) qidx[j] = qidx[k];
       if (qidx[j] < 0) {
-        quantize_x_prepare(jb.n, static_cast<int>(jb.W->cols), precise, qs[nq]);
         qsrc[nq] = j;
         quant_elems += static_cast<int64_t>(jb.n) * jb.W->cols;
         qidx[j] = nq++;
       }
+      halves[size_t(qidx[j])] |= jb.W->group == 32;
     }
     // the tile GEMM takes 16 weight rows at a time
     blk[j] = (qidx[j] >= 0 && jb.n >= kTileMinRows) ? (block + 15) / 16 * 16 : block;
     first[j + 1] = first[j] + (jb.W->rows + blk[j] - 1) / blk[j];
+  }
+  for (int k = 0; k < nq; ++k) {
+    const MatJob& jb = jobs[qsrc[k]];
+    quantize_x_prepare(jb.n, static_cast<int>(jb.W->cols), precise, qs[k], halves[size_t(k)] != 0);
   }
   // Quantise the activations: in place on this thread when small (decode), else rows in parallel.
   constexpr int kQuantRows = 8;  // rows per task

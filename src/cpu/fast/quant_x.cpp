@@ -14,7 +14,7 @@
 
 namespace lily::fast {
 
-void quantize_x_prepare(int n, int cols, bool precise, QuantX& q) {
+void quantize_x_prepare(int n, int cols, bool precise, QuantX& q, bool halves) {
   q.n = n;
   q.G = cols / 64;
   q.P = (q.G + 1) / 2;
@@ -24,6 +24,11 @@ void quantize_x_prepare(int n, int cols, bool precise, QuantX& q) {
   if (q.dx.size() < pairs * 16) q.dx.resize(pairs * 16);
   if (q.sum.size() < static_cast<size_t>(n) * q.G) q.sum.resize(static_cast<size_t>(n) * q.G);
   if (q.dxg.size() < static_cast<size_t>(n) * q.G) q.dxg.resize(static_cast<size_t>(n) * q.G);
+  q.halves = halves;
+  if (halves && q.sum32.size() < static_cast<size_t>(n) * 2 * q.G) q.sum32.resize(static_cast<size_t>(n) * 2 * q.G);
+  if (q.res8.size() < static_cast<size_t>(n) * q.G) q.res8.resize(static_cast<size_t>(n) * q.G);
+  if (halves && q.res8_32.size() < static_cast<size_t>(n) * 2 * q.G)
+    q.res8_32.resize(static_cast<size_t>(n) * 2 * q.G);
   q.n_out.assign(static_cast<size_t>(n), 0);
   if (q.out_col.size() < static_cast<size_t>(n) * kMaxOutliers) {
     q.out_col.resize(static_cast<size_t>(n) * kMaxOutliers);
@@ -203,6 +208,40 @@ void rows_isa(Isa isa, const float* X, int i0, int i1, int cols, bool precise, Q
   rows_scalar(X, i0, i1, cols, precise, q);
 }
 
+// Σx per 32 elements, in order (every tier the same), where the matrices have groups of 32; and the rounding
+// residuals res8 (res8_32) from the stored codes (every tier the same: the codes are bit-identical). X points at
+// row i0 (as rows_isa's).
+void group_sums(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
+  for (int i = i0; i < i1; ++i)
+    for (int g = 0; g < q.G; ++g) {
+      const float* x = X + static_cast<size_t>(i - i0) * cols + static_cast<size_t>(g) * 64;
+      const size_t pi = static_cast<size_t>(i) * q.P + static_cast<size_t>(g / 2);
+      const int8_t* hi = &q.hi[pi * 128];
+      const int8_t* lo = precise ? &q.lo[pi * 128] : nullptr;
+      const double dx = q.dxg[static_cast<size_t>(i) * q.G + g];
+      double r[2] = {0.0, 0.0};
+      float s[2] = {0.0f, 0.0f};
+      for (int k = 0; k < 64; ++k) {
+        const int slot = (k & 1) * 64 + (g % 2) * 32 + (k >> 1);  // quant_x's layout (rows_scalar)
+        const double xq = lo ? hi[slot] + lo[slot] / 254.0 : hi[slot];
+        r[k / 32] += double(x[k]) - dx * xq;
+        s[k / 32] += x[k];
+      }
+      q.res8[static_cast<size_t>(i) * q.G + g] = static_cast<float>(8.0 * (r[0] + r[1]));
+      if (q.halves)
+        for (int h = 0; h < 2; ++h) {
+          q.sum32[(static_cast<size_t>(i) * q.G + g) * 2 + h] = s[h];
+          q.res8_32[(static_cast<size_t>(i) * q.G + g) * 2 + h] = static_cast<float>(8.0 * r[h]);
+        }
+    }
+}
+
+// rows [i0, i1) (X at row i0): codes and scales, then the sums and residuals
+void quantize_run(Isa isa, const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
+  rows_isa(isa, X, i0, i1, cols, precise, q);
+  group_sums(X, i0, i1, cols, precise, q);
+}
+
 // max |x| and Σ|x| of a row (find_outliers' first pass)
 struct AbsStats {
   float amax = 0.0f, asum = 0.0f;
@@ -307,33 +346,35 @@ void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, Qua
     q.n_out[static_cast<size_t>(i)] = k;
     if (k == 0) {
       if (i + 1 - run >= 4) {  // quantise while the rows are still in cache
-        rows_isa(isa, X + static_cast<size_t>(run) * cols, run, i + 1, cols, precise, q);
+        quantize_run(isa, X + static_cast<size_t>(run) * cols, run, i + 1, cols, precise, q);
         run = i + 1;
       }
       continue;
     }
-    if (run < i) rows_isa(isa, X + static_cast<size_t>(run) * cols, run, i, cols, precise, q);
+    if (run < i) quantize_run(isa, X + static_cast<size_t>(run) * cols, run, i, cols, precise, q);
     row.assign(x, x + cols);
     for (int j = 0; j < k; ++j) row[static_cast<size_t>(q.out_col[o + j])] = 0.0f;
-    rows_isa(isa, row.data(), i, i + 1, cols, precise, q);
+    quantize_run(isa, row.data(), i, i + 1, cols, precise, q);  // codes, Σx and residuals without the outliers
     run = i + 1;
   }
-  if (run < i1) rows_isa(isa, X + static_cast<size_t>(run) * cols, run, i1, cols, precise, q);
+  if (run < i1) quantize_run(isa, X + static_cast<size_t>(run) * cols, run, i1, cols, precise, q);
 }
 
-void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q) {
-  quantize_x_prepare(n, cols, precise, q);
+void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
+  quantize_x_prepare(n, cols, precise, q, halves);
   rows_isa(isa, X, 0, n, cols, precise, q);
+  group_sums(X, 0, n, cols, precise, q);
 }
 
-void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q) {
-  quantize_x_prepare(n, cols, precise, q);
+void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
+  quantize_x_prepare(n, cols, precise, q, halves);
   quantize_x_rows(X, 0, n, cols, precise, q);
 }
 
-void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q) {
-  quantize_x_prepare(n, cols, precise, q);
+void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
+  quantize_x_prepare(n, cols, precise, q, halves);
   rows_scalar(X, 0, n, cols, precise, q);
+  group_sums(X, 0, n, cols, precise, q);
 }
 
 }  // namespace lily::fast
