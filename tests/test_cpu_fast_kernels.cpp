@@ -17,22 +17,22 @@ using namespace lily;
 
 namespace {
 
-struct RandQ4 {  // owns a random 4-bit affine matrix [rows, cols]
+struct RandQ4 {  // owns a random 4-bit affine matrix [rows, cols], groups of `group` (bf16 scales and biases)
   std::vector<uint32_t> w;
   std::vector<uint16_t> s, b;
   QMatrix m;
-  RandQ4(int rows, int cols, int bits, std::mt19937& rng) {
+  RandQ4(int rows, int cols, int bits, std::mt19937& rng, int group = 64) {
     std::uniform_int_distribution<uint32_t> u;
     std::normal_distribution<float> nd(0.0f, 0.02f);
     w.resize(static_cast<size_t>(rows) * cols * bits / 32);
     for (auto& x : w) x = u(rng);
-    s.resize(static_cast<size_t>(rows) * cols / 64);
+    s.resize(static_cast<size_t>(rows) * cols / group);
     b.resize(s.size());
     for (auto& x : s) x = f32_to_bf16(nd(rng));
     for (auto& x : b) x = f32_to_bf16(nd(rng) * 8);
     m.kind = QMatrix::Kind::Affine;
     m.bits = bits;
-    m.group = 64;
+    m.group = group;
     m.rows = rows;
     m.cols = cols;
     m.w = w.data();
@@ -197,10 +197,11 @@ TEST(CpuFastKernels, GenericPathMatchesReference) {
 TEST(CpuFastKernels, Q4OutliersKeepTheSmallValues) {
   std::mt19937 rng(77);
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int group : {64, 32})
   for (int cols : {64, 512})
     for (int n : {6, 40}) {  // decode-sized and tile-GEMM-sized batches
       const int rows = 37;
-      RandQ4 q(rows, cols, 4, rng);
+      RandQ4 q(rows, cols, 4, rng, group);
       std::vector<float> X(static_cast<size_t>(n) * cols), small(X.size());
       for (int i = 0; i < n; ++i) {
         float* x = &X[static_cast<size_t>(i) * cols];
@@ -231,7 +232,7 @@ TEST(CpuFastKernels, Q4OutliersKeepTheSmallValues) {
           err2 += d * d;
           small2 += part * part;
         }
-        EXPECT_LE(std::sqrt(err2 / small2), 5e-3) << "cols " << cols << " n " << n << " row " << i;
+        EXPECT_LE(std::sqrt(err2 / small2), 5e-3) << "group " << group << " cols " << cols << " n " << n << " row " << i;
       }
     }
 }
