@@ -24,7 +24,7 @@ void expect_close_to_reference(const std::shared_ptr<ModelWeights>& w, const std
   SCOPED_TRACE(what);
   const std::vector<int32_t> ids = {1, 17, 4000, 256, 3, 99, 1024, 7, 4095, 12};
   const auto ref = logits_of(w, "cpu-ref", ids);
-  setenv("LILY_CUDA_PREFILL", "0", 1);
+  setenv("LILY_CUDA_PREFILL", "decode", 1);
   auto be = make_cuda_backend(w);
   unsetenv("LILY_CUDA_PREFILL");
   const int V = w->cfg.vocab, n = int(ids.size());

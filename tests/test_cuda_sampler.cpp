@@ -267,7 +267,7 @@ TEST(CudaStepSampler, CostPerTokenInAGraph) {
 TEST(CudaStepSampler, DecodeSampleMatchesHostSamplingOnTheDemoModel) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   auto w = load_model(std::string(LILY_TEST_DIR) + "/../demo/tiny-model");
-  setenv("LILY_CUDA_PREFILL", "0", 1);  // prompts through the decode step: identical logits on both paths
+  setenv("LILY_CUDA_PREFILL", "decode", 1);  // prompts through the decode step: identical logits on both paths
   auto be = make_cuda_backend(w);
   unsetenv("LILY_CUDA_PREFILL");
   const int V = w->cfg.vocab;

@@ -13,33 +13,10 @@
 #include "core/error.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/env_switch.h"
 #include "cuda/prefill/prefill_runner.h"
 #include "engine/step_sampler.h"
 
 namespace lily::cuda {
-
-CudaOptions CudaOptions::from_env() {
-  CudaOptions o;
-  o.graph = env_on("LILY_CUDA_GRAPH", true);
-  o.pdl = env_on("LILY_CUDA_PDL", true);
-  o.profile = env_on("LILY_CUDA_PROFILE", false);
-  if (o.profile) o.graph = false;
-  o.trace = int(env_count("LILY_CUDA_TRACE", 0, 2, 0));
-  o.prefill = env_on("LILY_CUDA_PREFILL", true);
-  o.prefill_max_chunk = int(env_count("LILY_CUDA_PREFILL_MAX_CHUNK", 16, 16384, 0));  // tokens
-  o.device_sampler = env_choice("LILY_CUDA_SAMPLER", {"device", "host"}, 0) == 0;
-  o.prefill_simple = env_on("LILY_CUDA_PREFILL_SIMPLE", false);
-  const char* prec = std::getenv("LILY_CUDA_PREFILL_PRECISION");
-  // Default fp16 (A / 2^(e-15) per row, 11-bit significands, 8x finer than the bf16 operands other engines use):
-  // on the H200, small fixture (real head sizes), prompt logits within 0.05 (bf16 checkpoint) / 0.09 (MLX 4-bit)
-  // of the transformers reference with top-1 1.000; split (two fp16 parts) keeps 0.011 / 0.013 but its second MMA
-  // costs 23% of the 4K prefill (22,964 vs 17,787 tok/s); bf16: 1.07 with top-1 0.875.
-  o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecFP16;
-  o.router_y = env_on("LILY_CUDA_ROUTER_Y", true);
-  o.int8_x = env_on("LILY_CUDA_INT8_X", true);
-  return o;
-}
 
 // Device buffers of one sequence: KV cache [n_full][2][nkv][max_ctx][hd] bf16, recurrent state
 // [n_lin][Hv][Dv][Dk] f32, conv ring [n_lin][K][conv_dim] f32.
@@ -349,7 +326,7 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-// LILY_CUDA_TRACE: the last step's stamps of the first attention layer + its MoE (slots 0..31, us from the
+// LILY_PROFILE=trace: the last step's stamps of the first attention layer + its MoE (slots 0..31, us from the
 // attention kernel's entry) and of the first DeltaNet layer + its MoE (slots 32..63, us from its in_proj's entry).
 void CudaBackend::print_trace() const {
   unsigned long long t[kTraceSlots] = {};

@@ -1,39 +1,17 @@
 // CUDA backend (batch-1 decode): the weights live on the device as they are in the checkpoint (MLX 4/8-bit stay
 // packed, bf16 stays bf16), everything is allocated at load, and one decode step (embed, 40 layers, lm_head +
 // argmax) is captured once as a CUDA graph and replayed per token. Prompts (n > 1) run batched (prefill_runner.h).
-// Options: CudaOptions, read from the LILY_CUDA_* variables once per backend (docs/configuration.md).
+// Options: CudaOptions (cuda_options.h), read from the environment once per backend (docs/configuration.md).
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_options.h"
 #include "cuda/decode/kernels.h"
 #include "engine/backend.h"
 
 namespace lily::cuda {
-
-// The backend's options, parsed from the environment once by from_env (a bad value is an error naming the variable)
-// and passed down; kernels and launchers read no environment.
-struct CudaOptions {
-  bool graph = true;           // LILY_CUDA_GRAPH=0: the step's kernels launched directly, not replayed as a graph
-  bool pdl = true;             // LILY_CUDA_PDL=0: no programmatic dependent launch between the step's kernels
-  bool profile = false;        // LILY_CUDA_PROFILE=1: no graph, events between the decode kernels and per-phase
-                               // prefill times, printed at exit
-  int trace = 0;               // LILY_CUDA_TRACE=1: globaltimer stamps in the first attention and DeltaNet layers
-                               // and at every layer's end, printed at exit; 2: also per-block stamps of the first
-                               // DeltaNet layer's two MoE kernels
-  bool device_sampler = true;  // LILY_CUDA_SAMPLER=host: decode_sample samples on the host (the Backend default)
-  bool prefill = true;         // LILY_CUDA_PREFILL=0: prompts run through the decode step token by token
-  int prefill_max_chunk = 0;   // LILY_CUDA_PREFILL_MAX_CHUNK: prompt tokens per chunk at most (scratch sized by it);
-                               // 0: 4096 on devices with >= 40 GiB, else 2048
-  bool prefill_simple = false; // LILY_CUDA_PREFILL_SIMPLE=1: the reference (non-tensor-core) prefill GEMM/attention
-  int prefill_prec = 1;        // LILY_CUDA_PREFILL_PRECISION=bf16|fp16|split: GEMM operands (prefill.h PrefillPrec)
-  bool router_y = true;        // LILY_CUDA_ROUTER_Y=0: the router's own rows in the MoE kernel (the reference for
-                               // router-from-y, router_y.h, which the layers whose shapes allow it use by default)
-  bool int8_x = true;          // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (reference for the
-                               // int8 hi + lo form with dp4a)
-  static CudaOptions from_env();
-};
 
 // Device copies of one layer's weights (shapes as in model/weights.h).
 struct DLayer {
@@ -139,12 +117,12 @@ class CudaBackend : public Backend {
   void* yq_ = nullptr;          // [xq_image_bytes(vd)] bytes: y as an XQ image (split form)
   unsigned int* route_done_ = nullptr;  // router last-block counter
   static constexpr int kTraceSlots = 128;
-  unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_CUDA_TRACE stamps (attention 0-6, its MoE 16-28; first
+  unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_PROFILE=trace stamps (attention 0-6, its MoE 16-28; first
                                         // DeltaNet layer: in_proj 32-34, gdn 35-38 and 42-43 and 47 and 64-65,
                                         // out_proj 39-41, MoE x prologues 12-14 / 44-46, its MoE 48-63;
                                         // lm_head 66-71; every layer's end 80 + layer)
   unsigned long long* btrace_ = nullptr;  // trace 2: [2][kMoeBtraceBlocks][kMoeBtraceSlots] stamps
-  void print_trace() const;  // LILY_CUDA_TRACE stamps, at exit
+  void print_trace() const;  // LILY_PROFILE=trace stamps, at exit
   void print_btrace(unsigned long long base) const;  // the per-block stamps, as quantiles over the blocks
   void print_step_trace(const unsigned long long* t) const;  // per-layer-kind times and the lm_head's
   float* act_ = nullptr;        // [k I + Is]

@@ -77,7 +77,7 @@ void CudaBackend::enqueue_gdn(const DLayer& d, const GemvSide& side_a, const Gem
   const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
   GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
                      {d.a, proj_ + cd + vd + hv, 0}};
-  unsigned long long* gtr = trace_ && d.lin_idx == 0 ? trace_ + 32 : nullptr;  // LILY_CUDA_TRACE slots 32..
+  unsigned long long* gtr = trace_ && d.lin_idx == 0 ? trace_ + 32 : nullptr;  // LILY_PROFILE=trace slots 32..
   gemv_shared_x(segs, 4, d.in_norm, s, gtr, &side_a);
   mark("gdn in_proj gemv");
   GdnArgs g;
@@ -169,7 +169,7 @@ void CudaBackend::enqueue_moe(const DLayer& d, cudaStream_t s) {
   m.logits = rlogits_;
   m.shg = shg_;
   m.route_done = route_done_;
-  m.trace = nullptr;  // LILY_CUDA_TRACE: MoE of the first attention (slots 16..) and DeltaNet (48..) layers
+  m.trace = nullptr;  // LILY_PROFILE=trace: MoE of the first attention (slots 16..) and DeltaNet (48..) layers
   if (trace_ && d.is_full && d.full_idx == 0) m.trace = trace_ + 16;
   if (trace_ && !d.is_full && d.lin_idx == 0) m.trace = trace_ + 48;
   m.trace_x = m.trace ? m.trace - 4 : nullptr;  // slots 12..14 / 44..46 (free in the mixer's range)
