@@ -15,6 +15,7 @@
 #include "cuda/cuda_factory.h"
 #include "cuda/prefill/prefill_runner.h"
 #include "engine/step_sampler.h"
+#include "engine/vocab_trie.h"
 
 namespace lily::cuda {
 
@@ -280,6 +281,8 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   LILY_CUDA_CHECK(cudaMemset(sw_, 0, samp_work_bytes(c.vocab)));
   LILY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_ids_), kRing * 4, cudaHostAllocMapped));
   LILY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_ids_dev_), host_ids_, 0));
+  mask_ = static_cast<uint32_t*>(dev_alloc(size_t(mask_words(c.vocab)) * 4));
+  LILY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&mask_host_), size_t(mask_words(c.vocab)) * 4));
   for (auto& e : ev_) LILY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   if (c.n_kv_heads > 8) throw Error("cuda: more than 8 kv heads");
   if (opt_.prefill) {
@@ -315,11 +318,12 @@ CudaBackend::~CudaBackend() {
                    100.0 * p.second / tot);
     std::fprintf(stderr, "  %-22s %9.1f us\n", "total", 1e3 * tot / prof_steps_);
   }
-  if (graph_) cudaGraphExecDestroy(graph_);
-  if (graph_samp_) cudaGraphExecDestroy(graph_samp_);
+  for (cudaGraphExec_t g : graphs_)
+    if (g) cudaGraphExecDestroy(g);
   for (auto& e : ev_)
     if (e) cudaEventDestroy(e);
   if (host_ids_) cudaFreeHost(host_ids_);
+  if (mask_host_) cudaFreeHost(mask_host_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (void* p : allocs_) cudaFree(p);
   if (ctl_host_) cudaFreeHost(ctl_host_);
@@ -460,9 +464,9 @@ void CudaBackend::mark(const char* what) {
   marks_.push_back({what, e});
 }
 
-void CudaBackend::run_step(bool sample) {
+void CudaBackend::run_step(StepPart part) {
   if (!opt_.graph) {
-    enqueue_step(stream_, sample);
+    enqueue_step(stream_, part);
     if (opt_.profile) {
       LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
       for (size_t i = 1; i < marks_.size(); ++i) {
@@ -479,12 +483,12 @@ void CudaBackend::run_step(bool sample) {
     }
     return;
   }
-  cudaGraphExec_t& graph = sample ? graph_samp_ : graph_;
+  cudaGraphExec_t& graph = graphs_[int(part)];
   if (!graph) {
     cudaGraph_t g = nullptr;
     LILY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     try {
-      enqueue_step(stream_, sample);
+      enqueue_step(stream_, part);
     } catch (...) {
       cudaStreamEndCapture(stream_, &g);
       if (g) cudaGraphDestroy(g);
@@ -570,13 +574,16 @@ void CudaBackend::decode_argmax(SeqState& sst, int n_steps, int32_t first_id, in
 // lookahead consumed (Backend::decode_sample's contract). The ids come back through mapped pinned memory, each
 // read after its step's event; the ring of kRing inputs is restarted (one drain) every kRing steps.
 int CudaBackend::decode_sample(SeqState& sst, StepSampler& sampler, int32_t first_id, int max_steps,
-                               const std::function<bool(int32_t)>& on_token, float* last_logits) {
-  if (!opt_.device_sampler) return Backend::decode_sample(sst, sampler, first_id, max_steps, on_token, last_logits);
+                               const std::function<bool(int32_t)>& on_token, float* last_logits,
+                               const TokenMaskFn& mask) {
+  if (!opt_.device_sampler)
+    return Backend::decode_sample(sst, sampler, first_id, max_steps, on_token, last_logits, mask);
   auto& st = dynamic_cast<CudaState&>(sst);
   if (max_steps <= 0) return 0;
   if (st.pos + max_steps > st.max_ctx) throw Error("cuda decode: context full");
   if (first_id < 0 || first_id >= cfg_.vocab) throw Error("cuda decode: token id out of range");
   if (sampler.vocab() != cfg_.vocab) throw Error("cuda decode: sampler vocabulary differs from the model's");
+  if (mask) return decode_sample_masked(st, sampler, first_id, max_steps, on_token, last_logits, mask);
   const int pos0 = st.pos;
   LILY_CUDA_CHECK(cudaMemcpyAsync(table_, sampler.table().data(), size_t(cfg_.vocab) * 4, cudaMemcpyHostToDevice,
                                   stream_));
@@ -591,7 +598,7 @@ int CudaBackend::decode_sample(SeqState& sst, StepSampler& sampler, int32_t firs
       begin(st, 1);
       LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, in_ids_ + kRing, 4, cudaMemcpyDeviceToDevice, stream_));
     }
-    run_step(true);
+    run_step(StepPart::kSample);
     LILY_CUDA_CHECK(cudaEventRecord(ev_[enq % kEvents], stream_));
     ++enq;
   };
@@ -604,6 +611,57 @@ int CudaBackend::decode_sample(SeqState& sst, StepSampler& sampler, int32_t firs
       sampler.record(id);
       if (!on_token(id)) break;
       if (j + 2 <= max_steps) enqueue();
+    }
+  } catch (...) {
+    cudaStreamSynchronize(stream_);
+    st.pos = pos0 + enq;
+    throw;
+  }
+  LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  st.pos = pos0 + enq;
+  if (last_logits)
+    LILY_CUDA_CHECK(cudaMemcpy(last_logits, logits_, size_t(cfg_.vocab) * 4, cudaMemcpyDeviceToHost));
+  return enq;
+}
+
+// Constrained decode: per token, the layers and lm_head (one launch), then the step sampler with the allowed-token
+// mask (a second launch). The forward of step j + 1 is enqueued as soon as s_j is read, before on_token(s_j) and the
+// mask of s_{j+1} run on the host, so the mask is computed while the layers run; the mask's upload and the sampler
+// follow it in stream order, and only the id comes back (mapped pinned memory). A stop leaves one step of lookahead
+// consumed, as decode_sample's contract says; a mask that allows nothing stops before its token.
+int CudaBackend::decode_sample_masked(CudaState& st, StepSampler& sampler, int32_t first_id, int max_steps,
+                                      const std::function<bool(int32_t)>& on_token, float* last_logits,
+                                      const TokenMaskFn& mask) {
+  const int pos0 = st.pos;
+  const size_t mask_bytes = size_t(mask_words(cfg_.vocab)) * 4;
+  LILY_CUDA_CHECK(cudaMemcpyAsync(table_, sampler.table().data(), size_t(cfg_.vocab) * 4, cudaMemcpyHostToDevice,
+                                  stream_));
+  samp_init(sw_, sampler.params(), sampler.step(), stream_);
+  begin(st, 1);
+  LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, &first_id, 4, cudaMemcpyHostToDevice, stream_));
+  int enq = 0;  // forward halves enqueued; step q (0-based) runs at cursor q % kRing
+  auto forward_half = [&] {
+    if (enq > 0 && enq % kRing == 0) {  // ring used up: drain, restart at cursor 0 with the last id as input
+      LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      st.pos = pos0 + enq;
+      begin(st, 1);
+      LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, in_ids_ + kRing, 4, cudaMemcpyDeviceToDevice, stream_));
+    }
+    run_step(StepPart::kLogits);
+    ++enq;
+  };
+  try {
+    forward_half();
+    for (int j = 1; j <= max_steps; ++j) {
+      if (!mask(mask_host_)) break;
+      LILY_CUDA_CHECK(cudaMemcpyAsync(mask_, mask_host_, mask_bytes, cudaMemcpyHostToDevice, stream_));
+      run_step(StepPart::kSampleMasked);
+      LILY_CUDA_CHECK(cudaEventRecord(ev_[0], stream_));
+      LILY_CUDA_CHECK(cudaEventSynchronize(ev_[0]));
+      const int32_t id = reinterpret_cast<volatile int32_t*>(host_ids_)[(j - 1) % kRing];
+      sampler.record(id);
+      if (j < max_steps) forward_half();  // consumes id while the host takes it and computes the next mask
+      if (!on_token(id)) break;
     }
   } catch (...) {
     cudaStreamSynchronize(stream_);

@@ -60,7 +60,8 @@ class CudaBackend : public Backend {
                const ForwardOptions& opt) override;
   void decode_argmax(SeqState& st, int n_steps, int32_t first_id, int32_t* out_ids) override;
   int decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id, int max_steps,
-                    const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr) override;
+                    const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr,
+                    const TokenMaskFn& mask = {}) override;
 
   size_t weight_bytes() const { return weight_bytes_; }   // device bytes of weights
 
@@ -71,7 +72,12 @@ class CudaBackend : public Backend {
   DMat upload(const QMatrix& m, const char* what);
   DStack upload_stack(const ExpertStack& s, const char* what);
   float* upload_f32(const std::vector<float>& v);
-  void enqueue_step(cudaStream_t s, bool sample);  // the step's launch sequence (decode/cuda_step.cpp)
+  // What one launch of the step runs: the whole step with argmax or with the step sampler, or its two halves for
+  // constrained decoding (the layers and lm_head's logits; then the sampler with the allowed-token mask mask_,
+  // uploaded between the two while the layers run).
+  enum class StepPart { kArgmax, kSample, kLogits, kSampleMasked };
+  static constexpr int kStepParts = 4;
+  void enqueue_step(cudaStream_t s, StepPart part);  // the step's launch sequence (decode/cuda_step.cpp)
   void router_y_sides(const DLayer& d, GemvSide& side_a, GemvSide& side_m) const;
   void enqueue_gdn(const DLayer& d, const GemvSide& side_a, const GemvSide& side_m, cudaStream_t s);
   void enqueue_attn(const DLayer& d, const GemvSide& side_a, const GemvSide& side_m, cudaStream_t s);
@@ -79,7 +85,10 @@ class CudaBackend : public Backend {
   void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s, unsigned long long* trace = nullptr,
                      const GemvSide* side = nullptr);
   void begin(CudaState& st, int n_given);
-  void run_step(bool sample = false);  // sample: lm_head + the device step sampler instead of argmax
+  void run_step(StepPart part = StepPart::kArgmax);  // enqueued directly or replayed from its graph
+  // decode_sample with a mask: two launches per token, the mask computed on the host between them
+  int decode_sample_masked(CudaState& st, StepSampler& sampler, int32_t first_id, int max_steps,
+                           const std::function<bool(int32_t)>& on_token, float* last_logits, const TokenMaskFn& mask);
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
 
   struct Mark {
@@ -97,8 +106,7 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   void setup_router_y();                  // makes each eligible layer's side rows (opt_.router_y)
   bool gdn_split_ = true;                 // the split DeltaNet step (gdn_split_parts(Dv) > 0)
-  cudaGraphExec_t graph_ = nullptr;       // greedy step
-  cudaGraphExec_t graph_samp_ = nullptr;  // sampled step
+  cudaGraphExec_t graphs_[kStepParts] = {};  // per StepPart, captured on first use
   std::vector<void*> allocs_;
   size_t weight_bytes_ = 0;
 
@@ -141,6 +149,8 @@ class CudaBackend : public Backend {
   SampWork* sw_ = nullptr;
   int32_t* host_ids_ = nullptr;   // [kRing] mapped pinned: ids written by the sampler, read by the host
   int32_t* host_ids_dev_ = nullptr;
+  uint32_t* mask_ = nullptr;       // [ceil(V / 32)] device: the allowed-token bits of the step being sampled
+  uint32_t* mask_host_ = nullptr;  // [ceil(V / 32)] pinned: filled by the TokenMaskFn, copied to mask_
   static constexpr int kEvents = 4;
   cudaEvent_t ev_[kEvents] = {};
 };

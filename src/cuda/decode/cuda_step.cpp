@@ -210,26 +210,13 @@ void CudaBackend::enqueue_moe(const DLayer& d, cudaStream_t s) {
   mark("moe down");
 }
 
-// One decode step: embed in_ids[cursor], all layers, lm_head + argmax (advances cursor and pos on the device).
-void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
+// One decode step: embed in_ids[cursor], all layers, lm_head + argmax or the step sampler (advances cursor and pos
+// on the device); kLogits stops after lm_head's logits, kSampleMasked is the sampler alone, with the mask.
+void CudaBackend::enqueue_step(cudaStream_t s, StepPart part) {
   const ModelConfig& c = cfg_;
   const float eps = c.rms_eps;
   const bool pdl = opt_.pdl;
-  set_decode_int8_x(opt_.int8_x);  // the launchers below read it (this backend's choice, not the last constructed)
-  mark(nullptr);
-  embed(embed_, in_ids_, ctl_, x_, s, false);
-  mark("embed");
-  for (const DLayer& d : layers_) {
-    GemvSide side_a, side_m;
-    router_y_sides(d, side_a, side_m);
-    if (d.is_full) enqueue_attn(d, side_a, side_m, s);
-    else enqueue_gdn(d, side_a, side_m, s);
-    enqueue_moe(d, s);
-  }
-  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, sample ? nullptr : out_ids_, ctl_, s, pdl,
-                 trace_ ? trace_ + 66 : nullptr);
-  mark("lm_head argmax");
-  if (sample) {
+  auto sampler_args = [&] {
     SampArgs a;
     a.logits = logits_;
     a.adj = adj_;
@@ -240,7 +227,31 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     a.out_ids = out_ids_;
     a.host_ids = host_ids_dev_;
     a.ctl = ctl_;
-    sample_step(a, s, pdl);
+    return a;
+  };
+  mark(nullptr);
+  if (part == StepPart::kSampleMasked) {
+    SampArgs a = sampler_args();
+    a.mask = mask_;
+    sample_step(a, s, pdl, false);  // first in its launch: no kernel before it to overlap
+    mark("step sampler");
+    return;
+  }
+  set_decode_int8_x(opt_.int8_x);  // the launchers below read it (this backend's choice, not the last constructed)
+  embed(embed_, in_ids_, ctl_, x_, s, false);
+  mark("embed");
+  for (const DLayer& d : layers_) {
+    GemvSide side_a, side_m;
+    router_y_sides(d, side_a, side_m);
+    if (d.is_full) enqueue_attn(d, side_a, side_m, s);
+    else enqueue_gdn(d, side_a, side_m, s);
+    enqueue_moe(d, s);
+  }
+  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, part == StepPart::kArgmax ? out_ids_ : nullptr,
+                 ctl_, s, pdl, trace_ ? trace_ + 66 : nullptr);
+  mark("lm_head argmax");
+  if (part == StepPart::kSample) {
+    sample_step(sampler_args(), s, pdl);
     mark("step sampler");
   }
 }

@@ -139,10 +139,13 @@ struct SampArgs {
   int32_t* out_ids = nullptr;
   int32_t* host_ids = nullptr;    // device pointer of mapped pinned memory, or null
   StepCtl* ctl = nullptr;
+  const uint32_t* mask = nullptr; // [ceil(V / 32)] allowed-token bits (bit i % 32 of word i / 32), or null: every
+                                  // token; a token not allowed gets the adjusted logit -inf (constrained decoding)
 };
 // Sets the parameters and the draw counter, clears the accumulators (params copied before it returns).
 void samp_init(SampWork* w, const samp::StepParams& params, uint64_t step, cudaStream_t s);
-void sample_step(const SampArgs& a, cudaStream_t s, bool pdl);
+// pdl_first: the first kernel too waits through PDL (false when it starts a graph of its own).
+void sample_step(const SampArgs& a, cudaStream_t s, bool pdl, bool pdl_first = true);
 
 // MoE decode, three kernels:
 //  router: logits[E] = router . xn, shg[1] = shared-gate . xn (xn = rmsnorm(x) * norm_w); the last block does the
