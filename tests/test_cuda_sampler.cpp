@@ -318,7 +318,8 @@ TEST(CudaStepSampler, DecodeSampleMatchesHostSamplingOnTheDemoModel) {
 // Constrained decoding: CudaBackend::decode_sample with an allowed-token mask (applied inside the device sampler, only
 // the id read back) against the Backend default (forward, the mask applied to the host logits, the host step
 // sampler). The mask changes with the step and the previous token (so a stale or skipped upload shows); one of the
-// masks allows only a few tokens, and one returns false (nothing allowed) at step 30. Greedy and sampled: the same
+// masks allows only a few tokens, one returns false (nothing allowed) at step 30, and one runs past the input ring's
+// restart. Greedy and sampled: the same
 // ids, each allowed by the mask of its step, the same consumed count and logits after the last consumed token.
 TEST(CudaStepSampler, MaskedDecodeMatchesHostSamplingOnTheDemoModel) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
@@ -341,7 +342,7 @@ TEST(CudaStepSampler, MaskedDecodeMatchesHostSamplingOnTheDemoModel) {
       sp.seed = 11 + cfg;
     }
     const bool few = cfg == 2;  // at most 7 tokens allowed per step
-    const int max_steps = 60;
+    const int max_steps = cfg == 1 ? 4200 : 60;  // 4200: past the 4096-entry input ring (one restart)
     std::vector<int32_t> ids[2];
     std::vector<float> last[2];
     int consumed[2], pos[2];

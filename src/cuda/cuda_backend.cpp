@@ -573,6 +573,11 @@ void CudaBackend::decode_argmax(SeqState& sst, int n_steps, int32_t first_id, in
 // only after on_token(s_j) said continue): the GPU never waits for the host, and a stop leaves exactly one step of
 // lookahead consumed (Backend::decode_sample's contract). The ids come back through mapped pinned memory, each
 // read after its step's event; the ring of kRing inputs is restarted (one drain) every kRing steps.
+// With a mask (constrained decoding) each token takes two launches: the layers and lm_head (kLogits), then the step
+// sampler with the allowed-token mask (kSampleMasked). The forward of step j + 1 is enqueued as soon as s_j is read,
+// before on_token(s_j) and the mask of s_{j+1} run on the host, so the mask is computed while the layers run; its
+// upload and the sampler follow in stream order, and only the id comes back. A mask that allows nothing stops
+// before its token.
 int CudaBackend::decode_sample(SeqState& sst, StepSampler& sampler, int32_t first_id, int max_steps,
                                const std::function<bool(int32_t)>& on_token, float* last_logits,
                                const TokenMaskFn& mask) {
@@ -583,85 +588,51 @@ int CudaBackend::decode_sample(SeqState& sst, StepSampler& sampler, int32_t firs
   if (st.pos + max_steps > st.max_ctx) throw Error("cuda decode: context full");
   if (first_id < 0 || first_id >= cfg_.vocab) throw Error("cuda decode: token id out of range");
   if (sampler.vocab() != cfg_.vocab) throw Error("cuda decode: sampler vocabulary differs from the model's");
-  if (mask) return decode_sample_masked(st, sampler, first_id, max_steps, on_token, last_logits, mask);
   const int pos0 = st.pos;
   LILY_CUDA_CHECK(cudaMemcpyAsync(table_, sampler.table().data(), size_t(cfg_.vocab) * 4, cudaMemcpyHostToDevice,
                                   stream_));
   samp_init(sw_, sampler.params(), sampler.step(), stream_);
   begin(st, 1);
   LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, &first_id, 4, cudaMemcpyHostToDevice, stream_));
-  int enq = 0;  // steps enqueued; step q (0-based) runs at cursor q % kRing
-  auto enqueue = [&] {
+  int enq = 0;  // steps enqueued (with a mask: forward halves); step q (0-based) runs at cursor q % kRing
+  auto enqueue = [&](StepPart part) {
     if (enq > 0 && enq % kRing == 0) {  // ring used up: drain, restart at cursor 0 with the last id as input
       LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
       st.pos = pos0 + enq;
       begin(st, 1);
       LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, in_ids_ + kRing, 4, cudaMemcpyDeviceToDevice, stream_));
     }
-    run_step(StepPart::kSample);
+    run_step(part);
     LILY_CUDA_CHECK(cudaEventRecord(ev_[enq % kEvents], stream_));
     ++enq;
   };
-  try {
-    enqueue();
-    if (max_steps >= 2) enqueue();
-    for (int j = 1; j <= max_steps; ++j) {
-      LILY_CUDA_CHECK(cudaEventSynchronize(ev_[(j - 1) % kEvents]));
-      const int32_t id = reinterpret_cast<volatile int32_t*>(host_ids_)[(j - 1) % kRing];
-      sampler.record(id);
-      if (!on_token(id)) break;
-      if (j + 2 <= max_steps) enqueue();
-    }
-  } catch (...) {
-    cudaStreamSynchronize(stream_);
-    st.pos = pos0 + enq;
-    throw;
-  }
-  LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  st.pos = pos0 + enq;
-  if (last_logits)
-    LILY_CUDA_CHECK(cudaMemcpy(last_logits, logits_, size_t(cfg_.vocab) * 4, cudaMemcpyDeviceToHost));
-  return enq;
-}
-
-// Constrained decode: per token, the layers and lm_head (one launch), then the step sampler with the allowed-token
-// mask (a second launch). The forward of step j + 1 is enqueued as soon as s_j is read, before on_token(s_j) and the
-// mask of s_{j+1} run on the host, so the mask is computed while the layers run; the mask's upload and the sampler
-// follow it in stream order, and only the id comes back (mapped pinned memory). A stop leaves one step of lookahead
-// consumed, as decode_sample's contract says; a mask that allows nothing stops before its token.
-int CudaBackend::decode_sample_masked(CudaState& st, StepSampler& sampler, int32_t first_id, int max_steps,
-                                      const std::function<bool(int32_t)>& on_token, float* last_logits,
-                                      const TokenMaskFn& mask) {
-  const int pos0 = st.pos;
-  const size_t mask_bytes = size_t(mask_words(cfg_.vocab)) * 4;
-  LILY_CUDA_CHECK(cudaMemcpyAsync(table_, sampler.table().data(), size_t(cfg_.vocab) * 4, cudaMemcpyHostToDevice,
-                                  stream_));
-  samp_init(sw_, sampler.params(), sampler.step(), stream_);
-  begin(st, 1);
-  LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, &first_id, 4, cudaMemcpyHostToDevice, stream_));
-  int enq = 0;  // forward halves enqueued; step q (0-based) runs at cursor q % kRing
-  auto forward_half = [&] {
-    if (enq > 0 && enq % kRing == 0) {  // ring used up: drain, restart at cursor 0 with the last id as input
-      LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      st.pos = pos0 + enq;
-      begin(st, 1);
-      LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, in_ids_ + kRing, 4, cudaMemcpyDeviceToDevice, stream_));
-    }
-    run_step(StepPart::kLogits);
-    ++enq;
+  auto read_id = [&](int j) {  // the id of sampled step j (1-based), after its event
+    LILY_CUDA_CHECK(cudaEventSynchronize(ev_[(j - 1) % kEvents]));
+    const int32_t id = reinterpret_cast<volatile int32_t*>(host_ids_)[(j - 1) % kRing];
+    sampler.record(id);
+    return id;
   };
   try {
-    forward_half();
-    for (int j = 1; j <= max_steps; ++j) {
-      if (!mask(mask_host_)) break;
-      LILY_CUDA_CHECK(cudaMemcpyAsync(mask_, mask_host_, mask_bytes, cudaMemcpyHostToDevice, stream_));
-      run_step(StepPart::kSampleMasked);
-      LILY_CUDA_CHECK(cudaEventRecord(ev_[0], stream_));
-      LILY_CUDA_CHECK(cudaEventSynchronize(ev_[0]));
-      const int32_t id = reinterpret_cast<volatile int32_t*>(host_ids_)[(j - 1) % kRing];
-      sampler.record(id);
-      if (j < max_steps) forward_half();  // consumes id while the host takes it and computes the next mask
-      if (!on_token(id)) break;
+    if (!mask) {
+      enqueue(StepPart::kSample);
+      if (max_steps >= 2) enqueue(StepPart::kSample);
+      for (int j = 1; j <= max_steps; ++j) {
+        const int32_t id = read_id(j);
+        if (!on_token(id)) break;
+        if (j + 2 <= max_steps) enqueue(StepPart::kSample);
+      }
+    } else {
+      const size_t mask_bytes = size_t(mask_words(cfg_.vocab)) * 4;
+      enqueue(StepPart::kLogits);
+      for (int j = 1; j <= max_steps; ++j) {
+        if (!mask(mask_host_)) break;
+        LILY_CUDA_CHECK(cudaMemcpyAsync(mask_, mask_host_, mask_bytes, cudaMemcpyHostToDevice, stream_));
+        run_step(StepPart::kSampleMasked);
+        LILY_CUDA_CHECK(cudaEventRecord(ev_[(j - 1) % kEvents], stream_));
+        const int32_t id = read_id(j);
+        if (j < max_steps) enqueue(StepPart::kLogits);  // consumes id while the host takes it and makes the next mask
+        if (!on_token(id)) break;
+      }
     }
   } catch (...) {
     cudaStreamSynchronize(stream_);

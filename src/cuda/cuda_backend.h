@@ -86,9 +86,6 @@ class CudaBackend : public Backend {
                      const GemvSide* side = nullptr);
   void begin(CudaState& st, int n_given);
   void run_step(StepPart part = StepPart::kArgmax);  // enqueued directly or replayed from its graph
-  // decode_sample with a mask: two launches per token, the mask computed on the host between them
-  int decode_sample_masked(CudaState& st, StepSampler& sampler, int32_t first_id, int max_steps,
-                           const std::function<bool(int32_t)>& on_token, float* last_logits, const TokenMaskFn& mask);
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
 
   struct Mark {
