@@ -34,7 +34,8 @@ for sampler in "${samplers[@]}"; do
     kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
     sleep 1
   done
-  echo "== sampler: $sampler ($(grep 'listening' "$log"))"
+  if [ "$BACKEND" = cuda ]; then echo "== LILY_CUDA_SAMPLER=$sampler"; fi
+  grep 'listening' "$log"
   python3 tools/serve/constraint_cost.py --url "$url" --tokens "${TOKENS:-256}" --reps "${REPS:-3}" \
     --temperature "${TEMPERATURE:-0}"
   kill $pid
