@@ -266,14 +266,26 @@ TEST(CudaStepSampler, CostPerTokenInAGraph) {
   cudaStreamDestroy(s);
 }
 
+namespace {
+
+// The CUDA backend of the demo model with prompts through the decode step (LILY_CUDA_PREFILL=decode): the same
+// logits as the host path's forward, so both paths must pick the same ids.
+std::unique_ptr<Backend> demo_backend_decode_prefill(const std::shared_ptr<ModelWeights>& w) {
+  setenv("LILY_CUDA_PREFILL", "decode", 1);
+  auto be = make_cuda_backend(w);
+  unsetenv("LILY_CUDA_PREFILL");
+  return be;
+}
+const std::vector<int32_t> kDemoPrompt = {11, 400, 27, 3000, 5, 81, 902, 14};
+
+}  // namespace
+
 TEST(CudaStepSampler, DecodeSampleMatchesHostSamplingOnTheDemoModel) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   auto w = load_model(std::string(LILY_TEST_DIR) + "/../demo/tiny-model");
-  setenv("LILY_CUDA_PREFILL", "decode", 1);  // prompts through the decode step: identical logits on both paths
-  auto be = make_cuda_backend(w);
-  unsetenv("LILY_CUDA_PREFILL");
+  auto be = demo_backend_decode_prefill(w);
   const int V = w->cfg.vocab;
-  const std::vector<int32_t> prompt = {11, 400, 27, 3000, 5, 81, 902, 14};
+  const std::vector<int32_t> prompt = kDemoPrompt;
   SamplerParams sp;
   sp.temperature = 0.8f;
   sp.top_k = 50;
@@ -319,16 +331,14 @@ TEST(CudaStepSampler, DecodeSampleMatchesHostSamplingOnTheDemoModel) {
 // the id read back) against the Backend default (forward, the mask applied to the host logits, the host step
 // sampler). The mask changes with the step and the previous token (so a stale or skipped upload shows); one of the
 // masks allows only a few tokens, one returns false (nothing allowed) at step 30, and one runs past the input ring's
-// restart. Greedy and sampled: the same
-// ids, each allowed by the mask of its step, the same consumed count and logits after the last consumed token.
+// restart. Greedy and sampled: the same ids, each allowed by the mask of its step, the same consumed count and logits
+// after the last consumed token.
 TEST(CudaStepSampler, MaskedDecodeMatchesHostSamplingOnTheDemoModel) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   auto w = load_model(std::string(LILY_TEST_DIR) + "/../demo/tiny-model");
-  setenv("LILY_CUDA_PREFILL", "decode", 1);  // prompts through the decode step: identical logits on both paths
-  auto be = make_cuda_backend(w);
-  unsetenv("LILY_CUDA_PREFILL");
+  auto be = demo_backend_decode_prefill(w);
   const int V = w->cfg.vocab;
-  const std::vector<int32_t> prompt = {11, 400, 27, 3000, 5, 81, 902, 14};
+  const std::vector<int32_t> prompt = kDemoPrompt;
   for (int cfg = 0; cfg < 4; ++cfg) {
     SamplerParams sp;
     if (cfg == 0) {
