@@ -5,7 +5,7 @@
 # hidden 768, 6 layers, 48 experts; fid8m and tinym with massive activations), each in the bf16 and MLX 4-bit
 # layouts with a teacher-forced transformers reference over a 256-token prompt (224 for tinym). Then
 # `lily eval` on every fixture and layout in each CUDA mode (the default, each LILY_CUDA_PREFILL_PRECISION
-# value, the decode path LILY_CUDA_PREFILL=0) and on the cpu and cpu-ref backends, one table, and a non-zero
+# value, the decode path LILY_CUDA_PREFILL=decode) and on the cpu and cpu-ref backends, one table, and a non-zero
 # exit when a bound is missed: top-1 agreement >= MIN_TOP1 (0.99) and mean KL <= MAX_KL (1e-3) for every mode
 # except those in INFO_MODES, whose figures are shown only: cuda-bf16 (a coarser precision the default never
 # picks), cuda-fp16 (the faster precision, not the default: it misses the bound on the 8-layer fixtures),
@@ -47,9 +47,9 @@ eval_one() {
   case $mode in
     cpu|cpu-ref) be=$mode ;;
     cuda-default) ;;
-    cuda-decode) env=(LILY_CUDA_PREFILL=0) ;;
+    cuda-decode) env=(LILY_CUDA_PREFILL=decode) ;;
     cuda-fp16-c64) env=(LILY_CUDA_PREFILL_PRECISION=fp16); args=(--prefill-chunk 64) ;;
-    cuda-decode-f32x) env=(LILY_CUDA_PREFILL=0 LILY_CUDA_INT8_X=0) ;;
+    cuda-decode-f32x) env=(LILY_CUDA_PREFILL=decode LILY_CUDA_INT8_X=0) ;;
     cuda-*) env=(LILY_CUDA_PREFILL_PRECISION=${mode#cuda-}) ;;
   esac
   env "${env[@]}" LILY_THREADS=$threads timeout 300 "$B/lily" eval --model "$W/$fix/model-$layout" \

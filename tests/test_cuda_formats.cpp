@@ -36,7 +36,7 @@ void expect_close_to_reference(const std::shared_ptr<ModelWeights>& w, const std
   const int V = w->cfg.vocab, n = int(ids.size());
   auto top = [](const float* p, int V) { return std::max_element(p, p + V) - p; };
   {
-    setenv("LILY_CUDA_PREFILL", "0", 1);
+    setenv("LILY_CUDA_PREFILL", "decode", 1);
     auto be = make_cuda_backend(w);
     unsetenv("LILY_CUDA_PREFILL");
     auto st = be->new_state(64);

@@ -6,7 +6,7 @@
 // over the prompt in one chunk and in 64-token chunks, and the last rows
 // of the long prompt: top-1 >= 99% and mean KL <= 1e-3 (the fidelity bound of docs/cuda-prefill.md), no
 // non-finite logit. With a CUDA device also the CUDA backend: the default prefill and the token-by-token decode
-// path (LILY_CUDA_PREFILL=0).
+// path (LILY_CUDA_PREFILL=decode).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -136,7 +136,7 @@ INSTANTIATE_TEST_SUITE_P(Cpu, MassiveModel,
                          case_name);
 #ifdef LILY_HAVE_CUDA
 INSTANTIATE_TEST_SUITE_P(Cuda, MassiveModel,
-                         ::testing::Values(Case{"mlx-4bit", "cuda"}, Case{"mlx-4bit", "cuda", "LILY_CUDA_PREFILL=0"}),
+                         ::testing::Values(Case{"mlx-4bit", "cuda"}, Case{"mlx-4bit", "cuda", "LILY_CUDA_PREFILL=decode"}),
                          case_name);
 #endif
 
