@@ -113,7 +113,7 @@ TEST(CudaOptionsEnv, DefaultsWhenUnset) {
   EXPECT_TRUE(o.prefill);
   EXPECT_FALSE(o.prefill_simple);
   EXPECT_EQ(o.prefill_max_chunk, 0);
-  EXPECT_EQ(o.prefill_prec, 1);  // fp16
+  EXPECT_EQ(o.prefill_prec, 2);  // split (docs/cuda-prefill.md, precision)
   EXPECT_TRUE(o.device_sampler);
   EXPECT_TRUE(o.router_y);
   EXPECT_TRUE(o.int8_x);
