@@ -26,8 +26,8 @@ using namespace lily_test;
 namespace {
 
 // Prompt token by token through the decode step (as test_cuda_model.cpp holds it to 5e-2) vs cpu-ref on `ref_w`
-// (the same weights, or their device twin); then the whole prompt through the batched prefill (default fp16
-// operands) held to test_cuda_prefill_model.cpp's fp16 bound (0.15, one top-1 flip at most).
+// (the same weights, or their device twin); then the whole prompt through the batched prefill (default split
+// operands) held to test_cuda_prefill_model.cpp's fp16 bound (0.15, one top-1 flip at most), which split is within.
 void expect_close_to_reference(const std::shared_ptr<ModelWeights>& w, const std::shared_ptr<ModelWeights>& ref_w,
                                const std::string& what) {
   SCOPED_TRACE(what);
