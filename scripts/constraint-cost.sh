@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Per-token cost of constrained decoding (json_object, json_schema, a forced tool call) next to free text,
-# on a `lily serve` it starts (tools/serve/constraint_cost.py does the timing). With the CUDA backend free
-# text samples on the GPU (decode_sample) while the constrained modes copy the logits to the host each step,
-# so the difference is the cost of that round trip plus the constraint.
+# on a `lily serve` it starts (tools/serve/constraint_cost.py does the timing). Every mode samples through
+# decode_sample; the constrained ones add the host's allowed-token mask per token. With the CUDA backend the
+# server runs twice: the device sampler (the mask uploaded and applied on the GPU, only the id read back) and
+# LILY_CUDA_SAMPLER=host (the logits copied back each token, the mask applied on the host). TEMPERATURE=T
+# samples instead of greedy decoding (the default).
 #   scripts/constraint-cost.sh [MODEL_DIR|demo] [BACKEND]
 # No MODEL_DIR: the synthetic full-size checkpoint (random weights, real shapes) written once by `lily synth`
 # to ${TMPDIR:-/tmp}/lily-synth-qwen36 (about 20 GB). `demo`: the bundled tiny model.
@@ -19,13 +21,24 @@ if [ "$MODEL" != demo ]; then
   fi
   args=(--model "$MODEL")
 fi
+samplers=(device)
+[ "$BACKEND" = cuda ] && samplers=(device host)
 log=$(mktemp)
-"$LILY" serve "${args[@]}" --backend "$BACKEND" --port 0 --ctx 4096 > "$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
-until url=$(grep -o 'http://[0-9.:]*' "$log"); do
-  kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
-  sleep 1
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -f "$log"' EXIT
+for sampler in "${samplers[@]}"; do
+  : > "$log"
+  LILY_CUDA_SAMPLER=$sampler "$LILY" serve "${args[@]}" --backend "$BACKEND" --port 0 --ctx 4096 > "$log" 2>&1 &
+  pid=$!
+  until url=$(grep -o 'http://[0-9.:]*' "$log"); do
+    kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
+    sleep 1
+  done
+  if [ "$BACKEND" = cuda ]; then echo "== LILY_CUDA_SAMPLER=$sampler"; fi
+  grep 'listening' "$log"
+  python3 tools/serve/constraint_cost.py --url "$url" --tokens "${TOKENS:-256}" --reps "${REPS:-3}" \
+    --temperature "${TEMPERATURE:-0}"
+  kill $pid
+  wait $pid 2>/dev/null || true
+  pid=
 done
-grep 'listening' "$log"
-python3 tools/serve/constraint_cost.py --url "$url" --tokens "${TOKENS:-256}" --reps "${REPS:-3}"

@@ -22,17 +22,17 @@ if timeout 240 python3 tools/fixtures/make_fixtures.py /tmp/lily-small small > "
     echo "-- $layout cuda, split-precision prefill (LILY_CUDA_PREFILL_PRECISION=split)"
     LILY_CUDA_PREFILL_PRECISION=split "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
-    echo "-- $layout cuda, decode path (LILY_CUDA_PREFILL=0)"
-    LILY_CUDA_PREFILL=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
+    echo "-- $layout cuda, decode path (LILY_CUDA_PREFILL=decode)"
+    LILY_CUDA_PREFILL=decode "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
-    echo "-- $layout cuda, decode path, the router's own rows (LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTER_Y=0)"
-    LILY_CUDA_PREFILL=0 LILY_CUDA_ROUTER_Y=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
+    echo "-- $layout cuda, decode path, the router's own rows (LILY_CUDA_PREFILL=decode LILY_CUDA_ROUTER_Y=0)"
+    LILY_CUDA_PREFILL=decode LILY_CUDA_ROUTER_Y=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
-    echo "-- $layout cuda, decode path, f32 activations (LILY_CUDA_PREFILL=0 LILY_CUDA_INT8_X=0)"
-    LILY_CUDA_PREFILL=0 LILY_CUDA_INT8_X=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
+    echo "-- $layout cuda, decode path, f32 activations (LILY_CUDA_PREFILL=decode LILY_CUDA_INT8_X=0)"
+    LILY_CUDA_PREFILL=decode LILY_CUDA_INT8_X=0 "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
-    echo "-- $layout cuda, reference prefill kernels (LILY_CUDA_PREFILL_SIMPLE=1)"
-    LILY_CUDA_PREFILL_SIMPLE=1 "$B/lily" eval --model /tmp/lily-small/model-$layout \
+    echo "-- $layout cuda, reference prefill kernels (LILY_CUDA_PREFILL=simple)"
+    LILY_CUDA_PREFILL=simple "$B/lily" eval --model /tmp/lily-small/model-$layout \
       --ref /tmp/lily-small/reference-$layout.safetensors --backend cuda 2>&1 | tail -6
   done
 else

@@ -10,28 +10,29 @@
 #include "core/error.h"
 #include "cpu/fast/fast_matmul.h"
 #include "cpu/fast/q4_kernels.h"
+#include "cpu/fast/quant_x.h"
 #include "cpu/ref_ops.h"
 
 using namespace lily;
 
 namespace {
 
-struct RandQ4 {  // owns a random 4-bit affine matrix [rows, cols]
+struct RandQ4 {  // owns a random 4-bit affine matrix [rows, cols], groups of `group` (bf16 scales and biases)
   std::vector<uint32_t> w;
   std::vector<uint16_t> s, b;
   QMatrix m;
-  RandQ4(int rows, int cols, int bits, std::mt19937& rng) {
+  RandQ4(int rows, int cols, int bits, std::mt19937& rng, int group = 64) {
     std::uniform_int_distribution<uint32_t> u;
     std::normal_distribution<float> nd(0.0f, 0.02f);
     w.resize(static_cast<size_t>(rows) * cols * bits / 32);
     for (auto& x : w) x = u(rng);
-    s.resize(static_cast<size_t>(rows) * cols / 64);
+    s.resize(static_cast<size_t>(rows) * cols / group);
     b.resize(s.size());
     for (auto& x : s) x = f32_to_bf16(nd(rng));
     for (auto& x : b) x = f32_to_bf16(nd(rng) * 8);
     m.kind = QMatrix::Kind::Affine;
     m.bits = bits;
-    m.group = 64;
+    m.group = group;
     m.rows = rows;
     m.cols = cols;
     m.w = w.data();
@@ -187,6 +188,75 @@ TEST(CpuFastKernels, GenericPathMatchesReference) {
   ref::matmul(q.m, X.data(), 3, ref.data());
   fast::matmul(q.m, X.data(), 3, got.data(), true);
   EXPECT_LE(testmetrics::rms_rel_err(got, ref), 1e-5);
+}
+
+// "Massive activations": rows with a few elements 1e3..1e5 times the others (an MLP intermediate at 1e5 beside
+// values near 1; a normed residual with two channels at 22 beside values near 0.005). Precise codes are relative to
+// the group's largest |x|, so without taking the outliers out the small values of their group are lost; with it
+// every row stays within 5e-3 of the double-precision product of its small part (the part the outliers bury).
+TEST(CpuFastKernels, Q4OutliersKeepTheSmallValues) {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int group : {64, 32})
+  for (int cols : {64, 512})
+    for (int n : {6, 40}) {  // decode-sized and tile-GEMM-sized batches
+      const int rows = 37;
+      RandQ4 q(rows, cols, 4, rng, group);
+      std::vector<float> X(static_cast<size_t>(n) * cols), small(X.size());
+      for (int i = 0; i < n; ++i) {
+        float* x = &X[static_cast<size_t>(i) * cols];
+        const float sc = i % 3 == 2 ? 0.005f : 1.0f;
+        for (int c = 0; c < cols; ++c) x[c] = nd(rng) * sc;
+        std::copy(x, x + cols, &small[static_cast<size_t>(i) * cols]);
+        if (i % 3 == 1)
+          for (int c : {0, 1, 2, 3}) x[c] = (c % 2 ? -1.0f : 1.0f) * 1e5f * (1.0f + 0.1f * static_cast<float>(c));
+        if (i % 3 == 2) {
+          x[5] = 22.0f;
+          x[cols - 3] = -11.0f;
+        }
+        for (int c = 0; c < cols; ++c)
+          if (std::fabs(x[c]) > 10.0f) small[static_cast<size_t>(i) * cols + c] = 0.0f;
+      }
+      std::vector<float> wrow(static_cast<size_t>(cols)), got(static_cast<size_t>(n) * rows, NAN);
+      fast::matmul(q.m, X.data(), n, got.data(), true);
+      for (int i = 0; i < n; ++i) {
+        double err2 = 0, small2 = 0;
+        for (int r = 0; r < rows; ++r) {
+          dequant_row(q.m, r, wrow.data());
+          double full = 0, part = 0;
+          for (int c = 0; c < cols; ++c) {
+            full += double(X[static_cast<size_t>(i) * cols + c]) * wrow[static_cast<size_t>(c)];
+            part += double(small[static_cast<size_t>(i) * cols + c]) * wrow[static_cast<size_t>(c)];
+          }
+          const double d = double(got[static_cast<size_t>(i) * rows + r]) - full;
+          err2 += d * d;
+          small2 += part * part;
+        }
+        EXPECT_LE(std::sqrt(err2 / small2), 5e-3) << "group " << group << " cols " << cols << " n " << n << " row " << i;
+      }
+    }
+}
+
+TEST(CpuFastKernels, FindOutliers) {
+  std::vector<float> x(256, 0.5f);
+  int32_t col[fast::kMaxOutliers];
+  float val[fast::kMaxOutliers];
+  EXPECT_EQ(fast::find_outliers(x.data(), 256, col, val), 0);
+  x[7] = 31.0f;  // 62x typical: kept in the codes
+  EXPECT_EQ(fast::find_outliers(x.data(), 256, col, val), 0);
+  x[9] = -40.0f;  // 80x
+  x[200] = 1e5f;
+  ASSERT_EQ(fast::find_outliers(x.data(), 256, col, val), 2);
+  EXPECT_EQ(col[0], 200);
+  EXPECT_EQ(val[0], 1e5f);
+  EXPECT_EQ(col[1], 9);
+  EXPECT_EQ(val[1], -40.0f);
+  for (int c = 0; c < 9; ++c) x[static_cast<size_t>(c) * 20] = 1e4f;  // more than kMaxOutliers: the largest 8
+  EXPECT_EQ(fast::find_outliers(x.data(), 256, col, val), fast::kMaxOutliers);
+  x.assign(256, 0.0f);
+  EXPECT_EQ(fast::find_outliers(x.data(), 256, col, val), 0);
+  x[3] = NAN;
+  EXPECT_EQ(fast::find_outliers(x.data(), 256, col, val), 0);
 }
 
 #include "cpu/fast/seq_kernels.h"

@@ -58,7 +58,7 @@ class CudaTiny : public ::testing::TestWithParam<const char*> {
       GTEST_SKIP() << "fixture model-" << layout << " not generated";
     w = load_model(base + "model-" + layout);
     ref = SafetensorsFile::open(base + "reference-" + ref_layout + ".safetensors");
-    setenv("LILY_CUDA_PREFILL", "0", 1);  // these tests hold the f32 decode step to 5e-2: prompts token by token
+    setenv("LILY_CUDA_PREFILL", "decode", 1);  // these tests hold the f32 decode step to 5e-2: prompts token by token
     be = make_cuda_backend(w);            // (the batched bf16 prefill: test_cuda_prefill_model.cpp)
     unsetenv("LILY_CUDA_PREFILL");
     V = w->cfg.vocab;
@@ -137,12 +137,10 @@ TEST_P(CudaTiny, LongPromptSplitAndGraphSwitchAgree) {
   EXPECT_EQ(s.top1, 8);
   EXPECT_LE(s.max_abs, kTol);
   // ungraphed, no PDL: the same kernels launched directly must give bit-identical logits
-  setenv("LILY_CUDA_GRAPH", "0", 1);
-  setenv("LILY_CUDA_PDL", "0", 1);
-  setenv("LILY_CUDA_PREFILL", "0", 1);
+  setenv("LILY_CUDA_LAUNCH", "direct-nopdl", 1);
+  setenv("LILY_CUDA_PREFILL", "decode", 1);
   auto be2 = make_cuda_backend(w);
-  unsetenv("LILY_CUDA_GRAPH");
-  unsetenv("LILY_CUDA_PDL");
+  unsetenv("LILY_CUDA_LAUNCH");
   unsetenv("LILY_CUDA_PREFILL");
   auto st2 = be2->new_state(1024);
   ForwardOptions o;

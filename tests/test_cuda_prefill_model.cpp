@@ -1,5 +1,5 @@
 // Batched CUDA prefill on the tiny fixtures: prompt logits vs the transformers reference, chunked vs whole prefill,
-// prefill vs the token-by-token decode path (LILY_CUDA_PREFILL=0), and decode continuing after a prefill.
+// prefill vs the token-by-token decode path (LILY_CUDA_PREFILL=decode), and decode continuing after a prefill.
 // The prefill multiplies in bf16 (activations and dequantised weights), so logits carry bf16-level error: the
 // f32 CPU reference with its matmul inputs rounded to bf16 gives the same deviations from HF on these fixtures
 // (prompt: max 0.36 bf16 / 0.22 mlx-4bit, top-1 21/24 and 22/24; long prompt: 0.48, top-1 6/8), and the CUDA
@@ -7,7 +7,7 @@
 // Each case runs per LILY_CUDA_PREFILL_PRECISION mode: bf16 keeps those bounds. fp16 rounds the GEMM operands
 // to fp16 (unit roundoff 2^-11, 8x finer than bf16's 2^-8) with precise attention: predicted ~8x smaller, the
 // H200 measured prompt 0.121 / 0.038 (top-1 23/24, 24/24), long 0.058 / 0.064, decode-after-prefill 0.078 /
-// 0.014: bound 0.15 / one flip / 0.1 (fp16 is the default since 2026-11-29). split also carries the activations'
+// 0.014: bound 0.15 / one flip / 0.1 (fp16 was the default from 2026-11-29; split is). split also carries the activations'
 // low part (~22 bits),
 // leaving only the weights' fp16 rounding: measured prompt 0.0028 / 0.0067, long 0.0007 / 0.0028, decode after
 // prefill 4e-5 / 1.1e-3, all top-1 agreeing: bound 0.02, no flip, 0.01.
@@ -96,7 +96,7 @@ class CudaPrefillTiny : public ::testing::TestWithParam<std::tuple<const char*, 
     w = load_model(base + "model-" + layout);
     ref = SafetensorsFile::open(base + "reference-" + layout + ".safetensors");
     be = make_be();
-    ScopedEnv no_prefill("LILY_CUDA_PREFILL", "0");
+    ScopedEnv no_prefill("LILY_CUDA_PREFILL", "decode");
     tok = make_cuda_backend(w);  // prompts token by token through the decode step
     V = w->cfg.vocab;
   }
@@ -135,11 +135,11 @@ TEST_P(CudaPrefillTiny, PromptLogitsMatchReference) {
   EXPECT_GE(s.top1, L - tol.flips);
   EXPECT_LE(s.max_abs, tol.prefill);
   EXPECT_EQ(st->pos, L);
-  // the reference prefill kernels (LILY_CUDA_PREFILL_SIMPLE=1: no tensor-core GEMM or flash attention, W dequantised
+  // the reference prefill kernels (LILY_CUDA_PREFILL=simple: no tensor-core GEMM or flash attention, W dequantised
   // in f32) in the same process, held to the same bound: they round no operand more than the default kernels do
   std::unique_ptr<Backend> simple;
   {
-    ScopedEnv p("LILY_CUDA_PREFILL_PRECISION", prec.c_str()), sk("LILY_CUDA_PREFILL_SIMPLE", "1");
+    ScopedEnv p("LILY_CUDA_PREFILL_PRECISION", prec.c_str()), sk("LILY_CUDA_PREFILL", "simple");
     simple = make_cuda_backend(w);
   }
   std::vector<float> got2(size_t(L) * V, NAN);
@@ -176,7 +176,7 @@ TEST_P(CudaPrefillTiny, ChunkedEqualsWholeAndMatchesTokenByToken) {
   std::vector<float> tbt(whole.size(), NAN);
   std::unique_ptr<Backend> tok_f32;  // token by token with f32 activations (exact GEMV inputs)
   {
-    ScopedEnv no_prefill("LILY_CUDA_PREFILL", "0"), f32x("LILY_CUDA_INT8_X", "0");
+    ScopedEnv no_prefill("LILY_CUDA_PREFILL", "decode"), f32x("LILY_CUDA_INT8_X", "0");
     tok_f32 = make_cuda_backend(w);
   }
   auto s3 = tok_f32->new_state(1024);

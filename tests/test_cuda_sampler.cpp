@@ -2,12 +2,13 @@
 // for every step of many parameter sets on the real vocabulary size (penalty table updated on the device), a
 // chi-square distribution test of the device draws, the per-token cost of the sampler kernels in a CUDA graph, and
 // CudaBackend::decode_sample vs the Backend default (forward + host sampling) on the demo model, across the
-// input-ring restart. Skipped without a device.
+// input-ring restart, with and without an allowed-token mask (constrained decoding). Skipped without a device.
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -18,6 +19,7 @@
 #include "cuda/decode/kernels.h"
 #include "engine/backend.h"
 #include "engine/step_sampler.h"
+#include "engine/vocab_trie.h"
 #include "model/weights.h"
 
 using namespace lily;
@@ -264,14 +266,26 @@ TEST(CudaStepSampler, CostPerTokenInAGraph) {
   cudaStreamDestroy(s);
 }
 
+namespace {
+
+// The CUDA backend of the demo model with prompts through the decode step (LILY_CUDA_PREFILL=decode): the same
+// logits as the host path's forward, so both paths must pick the same ids.
+std::unique_ptr<Backend> demo_backend_decode_prefill(const std::shared_ptr<ModelWeights>& w) {
+  setenv("LILY_CUDA_PREFILL", "decode", 1);
+  auto be = make_cuda_backend(w);
+  unsetenv("LILY_CUDA_PREFILL");
+  return be;
+}
+const std::vector<int32_t> kDemoPrompt = {11, 400, 27, 3000, 5, 81, 902, 14};
+
+}  // namespace
+
 TEST(CudaStepSampler, DecodeSampleMatchesHostSamplingOnTheDemoModel) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   auto w = load_model(std::string(LILY_TEST_DIR) + "/../demo/tiny-model");
-  setenv("LILY_CUDA_PREFILL", "0", 1);  // prompts through the decode step: identical logits on both paths
-  auto be = make_cuda_backend(w);
-  unsetenv("LILY_CUDA_PREFILL");
+  auto be = demo_backend_decode_prefill(w);
   const int V = w->cfg.vocab;
-  const std::vector<int32_t> prompt = {11, 400, 27, 3000, 5, 81, 902, 14};
+  const std::vector<int32_t> prompt = kDemoPrompt;
   SamplerParams sp;
   sp.temperature = 0.8f;
   sp.top_k = 50;
@@ -310,6 +324,82 @@ TEST(CudaStepSampler, DecodeSampleMatchesHostSamplingOnTheDemoModel) {
       EXPECT_EQ(pos[1], 7 + want);
       EXPECT_TRUE(last[0] == last[1]) << "logits after the last consumed token differ";
     }
+  }
+}
+
+// Constrained decoding: CudaBackend::decode_sample with an allowed-token mask (applied inside the device sampler, only
+// the id read back) against the Backend default (forward, the mask applied to the host logits, the host step
+// sampler). The mask changes with the step and the previous token (so a stale or skipped upload shows); one of the
+// masks allows only a few tokens, one returns false (nothing allowed) at step 30, and one runs past the input ring's
+// restart. Greedy and sampled: the same ids, each allowed by the mask of its step, the same consumed count and logits
+// after the last consumed token.
+TEST(CudaStepSampler, MaskedDecodeMatchesHostSamplingOnTheDemoModel) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  auto w = load_model(std::string(LILY_TEST_DIR) + "/../demo/tiny-model");
+  auto be = demo_backend_decode_prefill(w);
+  const int V = w->cfg.vocab;
+  const std::vector<int32_t> prompt = kDemoPrompt;
+  for (int cfg = 0; cfg < 4; ++cfg) {
+    SamplerParams sp;
+    if (cfg == 0) {
+      sp.temperature = 0.0f;  // greedy
+    } else {
+      sp.temperature = cfg == 3 ? 1.0f : 0.8f;
+      sp.top_k = cfg == 1 ? 50 : 0;
+      sp.top_p = cfg == 1 ? 0.9f : 1.0f;
+      sp.repetition_penalty = cfg == 2 ? 1.1f : 1.0f;
+      sp.has_seed = true;
+      sp.seed = 11 + cfg;
+    }
+    const bool few = cfg == 2;  // at most 7 tokens allowed per step
+    const int max_steps = cfg == 1 ? 4200 : 60;  // 4200: past the 4096-entry input ring (one restart)
+    std::vector<int32_t> ids[2];
+    std::vector<float> last[2];
+    int consumed[2], pos[2];
+    for (int path = 0; path < 2; ++path) {
+      auto st = be->new_state(8 + max_steps + 4);
+      be->forward(*st, prompt.data(), int(prompt.size()) - 1, 0, nullptr, {});
+      StepSampler smp(sp, prompt, V);
+      int step = 0;
+      int32_t prev = prompt.back();
+      std::vector<std::vector<uint32_t>> masks;
+      TokenMaskFn mask = [&](uint32_t* words) {
+        if (cfg == 3 && step == 30) return false;
+        std::fill(words, words + mask_words(V), 0u);
+        for (int32_t i = 0; i < V; ++i) {
+          const uint32_t h = uint32_t(i) * 2654435761u ^ uint32_t(step * 40503 + prev * 977);
+          if (few ? h % 1024u < 2u : (h >> 7) % 3u == 0u)  // few: about 8 of the demo's 4,160 tokens
+            words[i >> 5] |= 1u << (i & 31);
+        }
+        words[(step * 131 % V) >> 5] |= 1u << ((step * 131 % V) & 31);  // never empty
+        masks.emplace_back(words, words + mask_words(V));
+        ++step;
+        return true;
+      };
+      auto cb = [&](int32_t id) {
+        ids[path].push_back(id);
+        prev = id;
+        return true;
+      };
+      last[path].assign(size_t(V), NAN);
+      consumed[path] = path == 0 ? be->decode_sample(*st, smp, prompt.back(), max_steps, cb, last[path].data(), mask)
+                                 : be->Backend::decode_sample(*st, smp, prompt.back(), max_steps, cb,
+                                                              last[path].data(), mask);
+      pos[path] = st->pos;
+      ASSERT_EQ(masks.size(), ids[path].size());
+      for (size_t j = 0; j < ids[path].size(); ++j)
+        EXPECT_TRUE(mask_bit(masks[j].data(), ids[path][j])) << "path " << path << " step " << j << " id "
+                                                             << ids[path][j] << " not allowed";
+    }
+    const int want = cfg == 3 ? 30 : max_steps;
+    std::printf("[ cuda masked decode_sample cfg=%d ] device %zu ids, host %zu ids, consumed %d / %d\n", cfg,
+                ids[0].size(), ids[1].size(), consumed[0], consumed[1]);
+    EXPECT_EQ(ids[0], ids[1]) << "cfg " << cfg;
+    EXPECT_EQ(int(ids[0].size()), want) << "cfg " << cfg;
+    EXPECT_EQ(consumed[0], consumed[1]) << "cfg " << cfg;
+    EXPECT_EQ(pos[0], 7 + consumed[0]) << "cfg " << cfg;
+    EXPECT_EQ(pos[1], 7 + consumed[1]) << "cfg " << cfg;
+    EXPECT_TRUE(last[0] == last[1]) << "cfg " << cfg << ": logits after the last consumed token differ";
   }
 }
 

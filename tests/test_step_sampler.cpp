@@ -229,3 +229,36 @@ TEST(StepSampler, DecodeSampleDefaultHasOneStepOfLookahead) {
     EXPECT_EQ(s.step(), uint64_t(stop_at));
   }
 }
+
+// With a mask: the greedy pick is the best allowed token (the model's favourite, id + 1, is refused every other step),
+// the mask is called once per sampled token after on_token of the one before, and a false return stops before its
+// token with every emitted token consumed.
+TEST(StepSampler, DecodeSampleDefaultAppliesTheMask) {
+  SamplerParams p;
+  p.temperature = 0;
+  CountingBackend be;
+  auto st = be.new_state(100);
+  StepSampler s(p, {}, 16);
+  std::vector<int32_t> seen;
+  int calls = 0;
+  TokenMaskFn mask = [&](uint32_t* words) {
+    EXPECT_EQ(size_t(calls), seen.size());  // after on_token of the previous token
+    if (++calls == 6) return false;
+    const int32_t prev = seen.empty() ? 3 : seen.back();
+    words[0] = calls % 2 ? 0xffffu & ~(1u << ((prev + 1) % 16)) & ~(1u << 0) : 0xffffu;  // odd calls: refuse id + 1
+    return true;
+  };
+  const int n = be.decode_sample(*st, s, 3, 20, [&](int32_t id) {
+    seen.push_back(id);
+    return true;
+  }, nullptr, mask);
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(n, 6);  // the first id and the 5 emitted ones
+  EXPECT_EQ(st->pos, 6);
+  int32_t prev = 3;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    // all other logits are 0 and tie: the lowest allowed id wins when id + 1 is refused (0 is refused too)
+    EXPECT_EQ(seen[i], i % 2 == 0 ? (prev + 1 == 1 ? 2 : 1) : (prev + 1) % 16) << i;
+    prev = seen[i];
+  }
+}

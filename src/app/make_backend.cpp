@@ -1,5 +1,6 @@
 #include "app/make_backend.h"
 
+#include "core/env.h"
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
 #ifdef LILY_HAVE_CUDA
@@ -11,6 +12,7 @@ namespace lily {
 std::vector<std::string> backend_kinds() { return {"auto", "cpu", "cpu-ref", "cuda"}; }
 
 std::unique_ptr<Backend> make_backend(const std::string& kind, std::shared_ptr<ModelWeights> w) {
+  reject_retired_env();  // whatever the backend: a retired variable is never silently ignored
   if (kind == "cpu") return std::make_unique<CpuBackend>(std::move(w), cpu_fast_kernels());
   if (kind == "cpu-ref") return std::make_unique<CpuBackend>(std::move(w), cpu_reference_kernels());
 #ifdef LILY_HAVE_CUDA

@@ -1,10 +1,13 @@
 // `lily eval (--model DIR | --synthetic P) --ref F.safetensors`: teacher-forced consistency of this engine
 // against reference logits (prompt_ids / prompt_logits, as in tests/fixtures/*/reference-*.safetensors or
-// written by `lily logits`); thresholds turn it into a gate (exit status 1 when not met).
+// written by `lily logits`): top-1 agreement, max |dlogit|, mean KL; bounds (--min-top1, --max-mean-kl, --max-abs)
+// turn it into a gate (exit status 1 naming each bound missed).
 // `lily perplexity --model DIR --text F | (--model DIR | --synthetic P) --ids F [--window N --stride S]`: sliding-window perplexity.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,10 +30,58 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
   if (!f) throw Error("writing " + path + " failed");
 }
 
+// The bounds of `lily eval`: each given one is checked against the prompt's figures; a miss is named with the
+// figure and the bound. Non-finite logits fail whenever any bound is given.
+struct EvalBounds {
+  bool any = false;
+  bool has_top1 = false, has_kl = false, has_abs = false;
+  double min_top1 = 0, max_mean_kl = 0, max_abs = 0;
+};
+
+EvalBounds parse_bounds(const Args& a) {
+  EvalBounds b;
+  if (a.has("max-kl") && a.has("max-mean-kl")) throw Error("--max-kl is another name of --max-mean-kl: pass one");
+  const char* kl_flag = a.has("max-kl") ? "max-kl" : "max-mean-kl";
+  b.has_top1 = a.has("min-top1");
+  b.has_kl = a.has(kl_flag);
+  b.has_abs = a.has("max-abs");
+  if (b.has_top1) b.min_top1 = a.get_double("min-top1", 0);
+  if (b.has_kl) b.max_mean_kl = a.get_double(kl_flag, 0);
+  if (b.has_abs) b.max_abs = a.get_double("max-abs", 0);
+  if (b.has_top1 && !(b.min_top1 >= 0 && b.min_top1 <= 1))
+    throw Error("--min-top1 must be between 0 and 1 (a fraction of positions)");
+  if (b.has_kl && !(b.max_mean_kl >= 0)) throw Error(std::string("--") + kl_flag + " must be >= 0");
+  if (b.has_abs && !(b.max_abs >= 0)) throw Error("--max-abs must be >= 0");
+  b.any = b.has_top1 || b.has_kl || b.has_abs;
+  return b;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// The misses, each as "figure value <op> --flag bound".
+std::vector<std::string> check_bounds(const EvalBounds& b, const LogitComparison& c) {
+  std::vector<std::string> failed;
+  if (!b.any) return failed;
+  if (c.non_finite > 0) failed.push_back(std::to_string(c.non_finite) + " non-finite logits (inf or NaN)");
+  if (b.has_top1 && !(c.top1_agreement >= b.min_top1))
+    failed.push_back("top-1 agreement " + fmt("%.4f", c.top1_agreement) + " < --min-top1 " + fmt("%g", b.min_top1));
+  if (b.has_kl && !(c.mean_kl <= b.max_mean_kl))
+    failed.push_back("mean KL " + fmt("%.4g", c.mean_kl) + " > --max-mean-kl " + fmt("%g", b.max_mean_kl));
+  if (b.has_abs && !(c.max_abs_err <= b.max_abs))
+    failed.push_back("max |dlogit| " + fmt("%.4g", c.max_abs_err) + " > --max-abs " + fmt("%g", b.max_abs));
+  return failed;
+}
+
 int run_eval(const Args& a) {
   auto known = model_flags();
-  for (const char* k : {"ref", "backend", "prefill-chunk", "min-top1", "max-kl", "max-abs", "json"}) known.push_back(k);
+  for (const char* k : {"ref", "backend", "prefill-chunk", "min-top1", "max-kl", "max-mean-kl", "max-abs", "json"})
+    known.push_back(k);
   a.check_known(known);
+  const EvalBounds bounds = parse_bounds(a);
   if (!a.has("ref")) throw Error("--ref F.safetensors (prompt_ids, prompt_logits) is required");
   auto ref = load_reference_logits(a.get("ref"));
   auto w = open_model(a);
@@ -43,11 +94,14 @@ int run_eval(const Args& a) {
   const int L = int(ref.ids.size());
   auto c = compare_logits(ref.logits.data(), ours.data(), L, ref.vocab, next);
 
-  std::printf("eval %s vs %s (%s), %d positions\n", model_label(a).c_str(), a.get("ref").c_str(), be->name().c_str(), L);
+  const int chunk = be->prefill_chunk_or_default(int(a.get_int("prefill-chunk", 0)));
+  std::printf("eval %s vs %s (%s), %d positions, prefill chunk %d\n", model_label(a).c_str(), a.get("ref").c_str(),
+              be->name().c_str(), L, chunk);
   std::printf("  top-1 agreement  %.4f\n  max |dlogit|     %.6g\n  RMS dlogit       %.6g\n", c.top1_agreement,
               c.max_abs_err, c.rms_err);
   std::printf("  KL(ref||ours)    mean %.6g  max %.6g\n  perplexity       ref %.6g  ours %.6g (%d next tokens)\n",
               c.mean_kl, c.max_kl, c.ppl_ref, c.ppl_ours, c.scored);
+  if (c.non_finite > 0) std::printf("  non-finite       %lld logits are inf or NaN\n", (long long)c.non_finite);
 
   // the long prompt, when the reference has one: one whole prefill, its last rows against the reference's
   LogitComparison lc;
@@ -64,16 +118,14 @@ int run_eval(const Args& a) {
                 R, lc.top1_agreement, lc.max_abs_err, lc.rms_err);
   }
 
-  std::vector<std::string> failed;
-  if (a.has("min-top1") && c.top1_agreement < a.get_double("min-top1", 0)) failed.push_back("top-1 agreement");
-  if (a.has("max-kl") && c.mean_kl > a.get_double("max-kl", 0)) failed.push_back("mean KL");
-  if (a.has("max-abs") && c.max_abs_err > a.get_double("max-abs", 0)) failed.push_back("max |dlogit|");
+  const std::vector<std::string> failed = check_bounds(bounds, c);
   if (a.has("json")) {
     nlohmann::ordered_json j = {{"schema", "lily-eval-1"},
                                 {"model", model_label(a)},
                                 {"reference", a.get("ref")},
                                 {"backend", be->name()},
                                 {"positions", L},
+                                {"prefill_chunk", chunk},
                                 {"top1_agreement", c.top1_agreement},
                                 {"max_abs_err", c.max_abs_err},
                                 {"rms_err", c.rms_err},
@@ -82,6 +134,7 @@ int run_eval(const Args& a) {
                                 {"ppl_ref", c.ppl_ref},
                                 {"ppl_ours", c.ppl_ours},
                                 {"scored", c.scored},
+                                {"non_finite", c.non_finite},
                                 {"long_prompt", has_long ? nlohmann::ordered_json{{"tokens", ref.long_ids.size()},
                                                                                   {"rows", ref.long_rows},
                                                                                   {"top1_agreement", lc.top1_agreement},
@@ -92,7 +145,7 @@ int run_eval(const Args& a) {
                                 {"pass", failed.empty()}};
     write_json(a.get("json"), j);
   }
-  for (const auto& f : failed) std::fprintf(stderr, "lily eval: threshold not met: %s\n", f.c_str());
+  for (const auto& f : failed) std::fprintf(stderr, "lily eval: bound not met: %s\n", f.c_str());
   return failed.empty() ? 0 : 1;
 }
 

@@ -1,15 +1,12 @@
 #include "cpu/phase_profile.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+
+#include "core/env.h"
 
 namespace lily {
 
-PhaseProfile::PhaseProfile() {
-  const char* e = std::getenv("LILY_PROFILE");
-  on = e && std::strcmp(e, "0") != 0;
-}
+PhaseProfile::PhaseProfile() : on(profile_mode_from_env() == ProfileMode::kPhases) {}
 
 PhaseProfile::~PhaseProfile() {
   if (!on) return;

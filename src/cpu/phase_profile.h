@@ -1,4 +1,5 @@
-// Wall time per phase of the CPU forward pass, on when LILY_PROFILE=1 (printed to stderr at destruction).
+// Wall time per phase of the CPU forward pass, on when LILY_PROFILE=1 (printed to stderr at destruction; the
+// trace values of LILY_PROFILE are CUDA stamps, no profile here; another value throws).
 #pragma once
 #include <chrono>
 

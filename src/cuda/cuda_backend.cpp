@@ -13,33 +13,12 @@
 #include "core/error.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/cuda_factory.h"
-#include "cuda/env_switch.h"
 #include "cuda/prefill/prefill_runner.h"
+#include "cuda/weight_upload.h"
 #include "engine/step_sampler.h"
+#include "engine/vocab_trie.h"
 
 namespace lily::cuda {
-
-CudaOptions CudaOptions::from_env() {
-  CudaOptions o;
-  o.graph = env_on("LILY_CUDA_GRAPH", true);
-  o.pdl = env_on("LILY_CUDA_PDL", true);
-  o.profile = env_on("LILY_CUDA_PROFILE", false);
-  if (o.profile) o.graph = false;
-  o.trace = int(env_count("LILY_CUDA_TRACE", 0, 2, 0));
-  o.prefill = env_on("LILY_CUDA_PREFILL", true);
-  o.prefill_max_chunk = int(env_count("LILY_CUDA_PREFILL_MAX_CHUNK", 16, 16384, 0));  // tokens
-  o.device_sampler = env_choice("LILY_CUDA_SAMPLER", {"device", "host"}, 0) == 0;
-  o.prefill_simple = env_on("LILY_CUDA_PREFILL_SIMPLE", false);
-  const char* prec = std::getenv("LILY_CUDA_PREFILL_PRECISION");
-  // Default fp16 (A / 2^(e-15) per row, 11-bit significands, 8x finer than the bf16 operands other engines use):
-  // on the H200, small fixture (real head sizes), prompt logits within 0.05 (bf16 checkpoint) / 0.09 (MLX 4-bit)
-  // of the transformers reference with top-1 1.000; split (two fp16 parts) keeps 0.011 / 0.013 but its second MMA
-  // costs 23% of the 4K prefill (22,964 vs 17,787 tok/s); bf16: 1.07 with top-1 0.875.
-  o.prefill_prec = prec && *prec ? parse_prefill_prec(prec) : kPrecFP16;
-  o.router_y = env_on("LILY_CUDA_ROUTER_Y", true);
-  o.int8_x = env_on("LILY_CUDA_INT8_X", true);
-  return o;
-}
 
 // Device buffers of one sequence: KV cache [n_full][2][nkv][max_ctx][hd] bf16, recurrent state
 // [n_lin][Hv][Dv][Dk] f32, conv ring [n_lin][K][conv_dim] f32.
@@ -106,72 +85,14 @@ void CudaBackend::dev_free(void* p) {
     }
 }
 
-namespace {
-
-// Device layout of a checkpoint matrix (pointers left null).
-DMat describe(const QMatrix& q, const char* what) {
-  if (!q.valid()) throw Error(std::string("cuda: missing weight ") + what);
-  DMat m;
-  m.rows = int(q.rows);
-  m.cols = int(q.cols);
-  if (q.cols % 32) throw Error(std::string("cuda: ") + what + ": cols not a multiple of 32");
-  if (q.kind == QMatrix::Kind::Affine) {
-    if (q.bits != 4 && q.bits != 8) throw Error(std::string("cuda: ") + what + ": only 4/8-bit affine");
-    if (q.group % 32 || q.cols % q.group) throw Error(std::string("cuda: ") + what + ": bad group size");
-    // Scales kept in f32 come from formats repacked at load (GPTQ / AWQ / compressed-tensors int4, GGUF): on
-    // this backend they gave wrong logits against the CPU reference (test_cuda_formats.cpp), so they are refused.
-    if (q.sdtype == DType::F32)
-      throw Error(std::string("cuda: ") + what + ": " + q.format_name() +
-                  " weights with f32 scales (GPTQ, AWQ or compressed-tensors int4, or GGUF, repacked at load) are not "
-                  "supported by the CUDA backend (use --backend cpu, or `lily quantize` to an MLX 4-bit checkpoint)");
-    m.fmt = q.bits == 4 ? kQ4 : kQ8;
-    m.group = q.group;
-    m.row_bytes = q.cols * q.bits / 8;
-    m.sb_row = int(q.cols / q.group);
-  } else if (q.kind == QMatrix::Kind::Dense) {
-    m.fmt = kBF16;
-    m.row_bytes = q.cols * 2;
-  } else {
-    throw Error(std::string("cuda: ") + what + ": " + q.format_name() +
-                " weights are not supported by the CUDA backend (use --backend cpu, or `lily quantize` to an MLX "
-                "4-bit checkpoint)");
-  }
-  return m;
-}
-
-size_t w_bytes(const DMat& m) { return size_t(m.row_bytes) * m.rows; }
-size_t sb_words(const DMat& m) { return size_t(m.sb_row) * m.rows; }
-
-// Copies q into dw (packed rows or bf16) and dsb ((scale, bias) bf16 pairs).
-void copy_to(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
-  if (m.fmt != kBF16) {
-    LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, w_bytes(m), cudaMemcpyHostToDevice));
-    const size_t nsb = sb_words(m);
-    std::vector<uint32_t> sb(nsb);
-    for (size_t i = 0; i < nsb; ++i)
-      sb[i] = uint32_t(f32_to_bf16(decode_scalar(q.scales, q.sdtype, i))) |
-              (uint32_t(f32_to_bf16(decode_scalar(q.biases, q.sdtype, i))) << 16);
-    LILY_CUDA_CHECK(cudaMemcpy(dsb, sb.data(), nsb * 4, cudaMemcpyHostToDevice));
-  } else if (q.dtype == DType::BF16) {
-    LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, w_bytes(m), cudaMemcpyHostToDevice));
-  } else {
-    const size_t n = size_t(q.rows) * q.cols;
-    std::vector<uint16_t> h(n);
-    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(decode_scalar(q.w, q.dtype, i));
-    LILY_CUDA_CHECK(cudaMemcpy(dw, h.data(), n * 2, cudaMemcpyHostToDevice));
-  }
-}
-
-}  // namespace
-
 DMat CudaBackend::upload(const QMatrix& q, const char* what) {
-  DMat m = describe(q, what);
-  uint8_t* dw = static_cast<uint8_t*>(dev_alloc(w_bytes(m)));
-  uint32_t* dsb = m.sb_row ? static_cast<uint32_t*>(dev_alloc(sb_words(m) * 4)) : nullptr;
-  copy_to(q, m, dw, dsb);
+  DMat m = describe_matrix(q, what);
+  uint8_t* dw = static_cast<uint8_t*>(dev_alloc(dmat_w_bytes(m)));
+  uint32_t* dsb = m.sb_row ? static_cast<uint32_t*>(dev_alloc(dmat_sb_words(m) * 4)) : nullptr;
+  copy_matrix(q, m, dw, dsb);
   m.w = dw;
   m.sb = dsb;
-  weight_bytes_ += w_bytes(m) + sb_words(m) * 4;
+  weight_bytes_ += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
   return m;
 }
 
@@ -179,15 +100,15 @@ DMat CudaBackend::upload(const QMatrix& q, const char* what) {
 DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what) {
   if (s.e.empty()) throw Error(std::string("cuda: empty expert stack ") + what);
   DStack st;
-  st.m = describe(s.e[0], what);
-  const size_t E = s.e.size(), wb = w_bytes(st.m), nsb = sb_words(st.m);
+  st.m = describe_matrix(s.e[0], what);
+  const size_t E = s.e.size(), wb = dmat_w_bytes(st.m), nsb = dmat_sb_words(st.m);
   uint8_t* dw = static_cast<uint8_t*>(dev_alloc(wb * E));
   uint32_t* dsb = nsb ? static_cast<uint32_t*>(dev_alloc(nsb * 4 * E)) : nullptr;
   for (size_t e = 0; e < E; ++e) {
-    const DMat m = describe(s.e[e], what);
+    const DMat m = describe_matrix(s.e[e], what);
     if (m.fmt != st.m.fmt || m.rows != st.m.rows || m.cols != st.m.cols || m.group != st.m.group)
       throw Error(std::string("cuda: experts of ") + what + " differ in shape or format");
-    copy_to(s.e[e], m, dw + e * wb, dsb ? dsb + e * nsb : nullptr);
+    copy_matrix(s.e[e], m, dw + e * wb, dsb ? dsb + e * nsb : nullptr);
   }
   st.m.w = dw;
   st.m.sb = dsb;
@@ -303,6 +224,8 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   LILY_CUDA_CHECK(cudaMemset(sw_, 0, samp_work_bytes(c.vocab)));
   LILY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_ids_), kRing * 4, cudaHostAllocMapped));
   LILY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_ids_dev_), host_ids_, 0));
+  mask_ = static_cast<uint32_t*>(dev_alloc(size_t(mask_words(c.vocab)) * 4));
+  LILY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&mask_host_), size_t(mask_words(c.vocab)) * 4));
   for (auto& e : ev_) LILY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   if (c.n_kv_heads > 8) throw Error("cuda: more than 8 kv heads");
   if (opt_.prefill) {
@@ -338,18 +261,19 @@ CudaBackend::~CudaBackend() {
                    100.0 * p.second / tot);
     std::fprintf(stderr, "  %-22s %9.1f us\n", "total", 1e3 * tot / prof_steps_);
   }
-  if (graph_) cudaGraphExecDestroy(graph_);
-  if (graph_samp_) cudaGraphExecDestroy(graph_samp_);
+  for (cudaGraphExec_t g : graphs_)
+    if (g) cudaGraphExecDestroy(g);
   for (auto& e : ev_)
     if (e) cudaEventDestroy(e);
   if (host_ids_) cudaFreeHost(host_ids_);
+  if (mask_host_) cudaFreeHost(mask_host_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (void* p : allocs_) cudaFree(p);
   if (ctl_host_) cudaFreeHost(ctl_host_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-// LILY_CUDA_TRACE: the last step's stamps of the first attention layer + its MoE (slots 0..31, us from the
+// LILY_PROFILE=trace: the last step's stamps of the first attention layer + its MoE (slots 0..31, us from the
 // attention kernel's entry) and of the first DeltaNet layer + its MoE (slots 32..63, us from its in_proj's entry).
 void CudaBackend::print_trace() const {
   unsigned long long t[kTraceSlots] = {};
@@ -483,9 +407,9 @@ void CudaBackend::mark(const char* what) {
   marks_.push_back({what, e});
 }
 
-void CudaBackend::run_step(bool sample) {
+void CudaBackend::run_step(StepPart part) {
   if (!opt_.graph) {
-    enqueue_step(stream_, sample);
+    enqueue_step(stream_, part);
     if (opt_.profile) {
       LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
       for (size_t i = 1; i < marks_.size(); ++i) {
@@ -502,12 +426,12 @@ void CudaBackend::run_step(bool sample) {
     }
     return;
   }
-  cudaGraphExec_t& graph = sample ? graph_samp_ : graph_;
+  cudaGraphExec_t& graph = graphs_[int(part)];
   if (!graph) {
     cudaGraph_t g = nullptr;
     LILY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     try {
-      enqueue_step(stream_, sample);
+      enqueue_step(stream_, part);
     } catch (...) {
       cudaStreamEndCapture(stream_, &g);
       if (g) cudaGraphDestroy(g);
@@ -592,9 +516,16 @@ void CudaBackend::decode_argmax(SeqState& sst, int n_steps, int32_t first_id, in
 // only after on_token(s_j) said continue): the GPU never waits for the host, and a stop leaves exactly one step of
 // lookahead consumed (Backend::decode_sample's contract). The ids come back through mapped pinned memory, each
 // read after its step's event; the ring of kRing inputs is restarted (one drain) every kRing steps.
+// With a mask (constrained decoding) each token takes two launches: the layers and lm_head (kLogits), then the step
+// sampler with the allowed-token mask (kSampleMasked). The forward of step j + 1 is enqueued as soon as s_j is read,
+// before on_token(s_j) and the mask of s_{j+1} run on the host, so the mask is computed while the layers run; its
+// upload and the sampler follow in stream order, and only the id comes back. A mask that allows nothing stops
+// before its token.
 int CudaBackend::decode_sample(SeqState& sst, StepSampler& sampler, int32_t first_id, int max_steps,
-                               const std::function<bool(int32_t)>& on_token, float* last_logits) {
-  if (!opt_.device_sampler) return Backend::decode_sample(sst, sampler, first_id, max_steps, on_token, last_logits);
+                               const std::function<bool(int32_t)>& on_token, float* last_logits,
+                               const TokenMaskFn& mask) {
+  if (!opt_.device_sampler)
+    return Backend::decode_sample(sst, sampler, first_id, max_steps, on_token, last_logits, mask);
   auto& st = dynamic_cast<CudaState&>(sst);
   if (max_steps <= 0) return 0;
   if (st.pos + max_steps > st.max_ctx) throw Error("cuda decode: context full");
@@ -606,27 +537,45 @@ int CudaBackend::decode_sample(SeqState& sst, StepSampler& sampler, int32_t firs
   samp_init(sw_, sampler.params(), sampler.step(), stream_);
   begin(st, 1);
   LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, &first_id, 4, cudaMemcpyHostToDevice, stream_));
-  int enq = 0;  // steps enqueued; step q (0-based) runs at cursor q % kRing
-  auto enqueue = [&] {
+  int enq = 0;  // steps enqueued (with a mask: forward halves); step q (0-based) runs at cursor q % kRing
+  auto enqueue = [&](StepPart part) {
     if (enq > 0 && enq % kRing == 0) {  // ring used up: drain, restart at cursor 0 with the last id as input
       LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
       st.pos = pos0 + enq;
       begin(st, 1);
       LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, in_ids_ + kRing, 4, cudaMemcpyDeviceToDevice, stream_));
     }
-    run_step(true);
+    run_step(part);
     LILY_CUDA_CHECK(cudaEventRecord(ev_[enq % kEvents], stream_));
     ++enq;
   };
+  auto read_id = [&](int j) {  // the id of sampled step j (1-based), after its event
+    LILY_CUDA_CHECK(cudaEventSynchronize(ev_[(j - 1) % kEvents]));
+    const int32_t id = reinterpret_cast<volatile int32_t*>(host_ids_)[(j - 1) % kRing];
+    sampler.record(id);
+    return id;
+  };
   try {
-    enqueue();
-    if (max_steps >= 2) enqueue();
-    for (int j = 1; j <= max_steps; ++j) {
-      LILY_CUDA_CHECK(cudaEventSynchronize(ev_[(j - 1) % kEvents]));
-      const int32_t id = reinterpret_cast<volatile int32_t*>(host_ids_)[(j - 1) % kRing];
-      sampler.record(id);
-      if (!on_token(id)) break;
-      if (j + 2 <= max_steps) enqueue();
+    if (!mask) {
+      enqueue(StepPart::kSample);
+      if (max_steps >= 2) enqueue(StepPart::kSample);
+      for (int j = 1; j <= max_steps; ++j) {
+        const int32_t id = read_id(j);
+        if (!on_token(id)) break;
+        if (j + 2 <= max_steps) enqueue(StepPart::kSample);
+      }
+    } else {
+      const size_t mask_bytes = size_t(mask_words(cfg_.vocab)) * 4;
+      enqueue(StepPart::kLogits);
+      for (int j = 1; j <= max_steps; ++j) {
+        if (!mask(mask_host_)) break;
+        LILY_CUDA_CHECK(cudaMemcpyAsync(mask_, mask_host_, mask_bytes, cudaMemcpyHostToDevice, stream_));
+        run_step(StepPart::kSampleMasked);
+        LILY_CUDA_CHECK(cudaEventRecord(ev_[(j - 1) % kEvents], stream_));
+        const int32_t id = read_id(j);
+        if (j < max_steps) enqueue(StepPart::kLogits);  // consumes id while the host takes it and makes the next mask
+        if (!on_token(id)) break;
+      }
     }
   } catch (...) {
     cudaStreamSynchronize(stream_);

@@ -1,39 +1,17 @@
 // CUDA backend (batch-1 decode): the weights live on the device as they are in the checkpoint (MLX 4/8-bit stay
 // packed, bf16 stays bf16), everything is allocated at load, and one decode step (embed, 40 layers, lm_head +
 // argmax) is captured once as a CUDA graph and replayed per token. Prompts (n > 1) run batched (prefill_runner.h).
-// Options: CudaOptions, read from the LILY_CUDA_* variables once per backend (docs/configuration.md).
+// Options: CudaOptions (cuda_options.h), read from the environment once per backend (docs/configuration.md).
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_options.h"
 #include "cuda/decode/kernels.h"
 #include "engine/backend.h"
 
 namespace lily::cuda {
-
-// The backend's options, parsed from the environment once by from_env (a bad value is an error naming the variable)
-// and passed down; kernels and launchers read no environment.
-struct CudaOptions {
-  bool graph = true;           // LILY_CUDA_GRAPH=0: the step's kernels launched directly, not replayed as a graph
-  bool pdl = true;             // LILY_CUDA_PDL=0: no programmatic dependent launch between the step's kernels
-  bool profile = false;        // LILY_CUDA_PROFILE=1: no graph, events between the decode kernels and per-phase
-                               // prefill times, printed at exit
-  int trace = 0;               // LILY_CUDA_TRACE=1: globaltimer stamps in the first attention and DeltaNet layers
-                               // and at every layer's end, printed at exit; 2: also per-block stamps of the first
-                               // DeltaNet layer's two MoE kernels
-  bool device_sampler = true;  // LILY_CUDA_SAMPLER=host: decode_sample samples on the host (the Backend default)
-  bool prefill = true;         // LILY_CUDA_PREFILL=0: prompts run through the decode step token by token
-  int prefill_max_chunk = 0;   // LILY_CUDA_PREFILL_MAX_CHUNK: prompt tokens per chunk at most (scratch sized by it);
-                               // 0: 4096 on devices with >= 40 GiB, else 2048
-  bool prefill_simple = false; // LILY_CUDA_PREFILL_SIMPLE=1: the reference (non-tensor-core) prefill GEMM/attention
-  int prefill_prec = 1;        // LILY_CUDA_PREFILL_PRECISION=bf16|fp16|split: GEMM operands (prefill.h PrefillPrec)
-  bool router_y = true;        // LILY_CUDA_ROUTER_Y=0: the router's own rows in the MoE kernel (the reference for
-                               // router-from-y, router_y.h, which the layers whose shapes allow it use by default)
-  bool int8_x = true;          // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (reference for the
-                               // int8 hi + lo form with dp4a)
-  static CudaOptions from_env();
-};
 
 // Device copies of one layer's weights (shapes as in model/weights.h).
 struct DLayer {
@@ -82,7 +60,8 @@ class CudaBackend : public Backend {
                const ForwardOptions& opt) override;
   void decode_argmax(SeqState& st, int n_steps, int32_t first_id, int32_t* out_ids) override;
   int decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id, int max_steps,
-                    const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr) override;
+                    const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr,
+                    const TokenMaskFn& mask = {}) override;
 
   size_t weight_bytes() const { return weight_bytes_; }   // device bytes of weights
 
@@ -93,7 +72,12 @@ class CudaBackend : public Backend {
   DMat upload(const QMatrix& m, const char* what);
   DStack upload_stack(const ExpertStack& s, const char* what);
   float* upload_f32(const std::vector<float>& v);
-  void enqueue_step(cudaStream_t s, bool sample);  // the step's launch sequence (decode/cuda_step.cpp)
+  // What one launch of the step runs: the whole step with argmax or with the step sampler, or its two halves for
+  // constrained decoding (the layers and lm_head's logits; then the sampler with the allowed-token mask mask_,
+  // uploaded between the two while the layers run).
+  enum class StepPart { kArgmax, kSample, kLogits, kSampleMasked };
+  static constexpr int kStepParts = 4;
+  void enqueue_step(cudaStream_t s, StepPart part);  // the step's launch sequence (decode/cuda_step.cpp)
   void router_y_sides(const DLayer& d, GemvSide& side_a, GemvSide& side_m) const;
   void enqueue_gdn(const DLayer& d, const GemvSide& side_a, const GemvSide& side_m, cudaStream_t s);
   void enqueue_attn(const DLayer& d, const GemvSide& side_a, const GemvSide& side_m, cudaStream_t s);
@@ -101,7 +85,7 @@ class CudaBackend : public Backend {
   void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s, unsigned long long* trace = nullptr,
                      const GemvSide* side = nullptr);
   void begin(CudaState& st, int n_given);
-  void run_step(bool sample = false);  // sample: lm_head + the device step sampler instead of argmax
+  void run_step(StepPart part = StepPart::kArgmax);  // enqueued directly or replayed from its graph
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
 
   struct Mark {
@@ -119,8 +103,7 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   void setup_router_y();                  // makes each eligible layer's side rows (opt_.router_y)
   bool gdn_split_ = true;                 // the split DeltaNet step (gdn_split_parts(Dv) > 0)
-  cudaGraphExec_t graph_ = nullptr;       // greedy step
-  cudaGraphExec_t graph_samp_ = nullptr;  // sampled step
+  cudaGraphExec_t graphs_[kStepParts] = {};  // per StepPart, captured on first use
   std::vector<void*> allocs_;
   size_t weight_bytes_ = 0;
 
@@ -139,12 +122,12 @@ class CudaBackend : public Backend {
   void* yq_ = nullptr;          // [xq_image_bytes(vd)] bytes: y as an XQ image (split form)
   unsigned int* route_done_ = nullptr;  // router last-block counter
   static constexpr int kTraceSlots = 128;
-  unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_CUDA_TRACE stamps (attention 0-6, its MoE 16-28; first
+  unsigned long long* trace_ = nullptr; // [kTraceSlots] LILY_PROFILE=trace stamps (attention 0-6, its MoE 16-28; first
                                         // DeltaNet layer: in_proj 32-34, gdn 35-38 and 42-43 and 47 and 64-65,
                                         // out_proj 39-41, MoE x prologues 12-14 / 44-46, its MoE 48-63;
                                         // lm_head 66-71; every layer's end 80 + layer)
   unsigned long long* btrace_ = nullptr;  // trace 2: [2][kMoeBtraceBlocks][kMoeBtraceSlots] stamps
-  void print_trace() const;  // LILY_CUDA_TRACE stamps, at exit
+  void print_trace() const;  // LILY_PROFILE=trace stamps, at exit
   void print_btrace(unsigned long long base) const;  // the per-block stamps, as quantiles over the blocks
   void print_step_trace(const unsigned long long* t) const;  // per-layer-kind times and the lm_head's
   float* act_ = nullptr;        // [k I + Is]
@@ -163,6 +146,8 @@ class CudaBackend : public Backend {
   SampWork* sw_ = nullptr;
   int32_t* host_ids_ = nullptr;   // [kRing] mapped pinned: ids written by the sampler, read by the host
   int32_t* host_ids_dev_ = nullptr;
+  uint32_t* mask_ = nullptr;       // [ceil(V / 32)] device: the allowed-token bits of the step being sampled
+  uint32_t* mask_host_ = nullptr;  // [ceil(V / 32)] pinned: filled by the TokenMaskFn, copied to mask_
   static constexpr int kEvents = 4;
   cudaEvent_t ev_[kEvents] = {};
 };

@@ -12,6 +12,11 @@
 
 namespace lily {
 
+// Constrained decoding (json_schema, forced tool calls): fills the allowed-token bitmask of the next token
+// (mask_words(vocab) words, bit i % 32 of word i / 32: engine/vocab_trie.h) and returns true, or returns false when no
+// token may come next (decoding stops there).
+using TokenMaskFn = std::function<bool(uint32_t* words)>;
+
 // Everything one sequence needs to continue: KV cache of the full-attention layers, conv and recurrent
 // state of the DeltaNet layers, and the position. Copyable (clone) for the session cache and speculation.
 struct SeqState {
@@ -79,8 +84,13 @@ class Backend {
   // token and samples on the host; the CUDA backend samples on the device inside the step's graph and reads the ids
   // asynchronously (engine/step_sampler.h has the algorithm). Exceptions from on_token propagate (the state is then
   // unspecified).
+  // mask (optional): called before each token is sampled, after on_token of the one before; the token is sampled
+  // from the allowed ones only (the others' logits count as -inf), and a false return stops decoding before it (the
+  // state has then consumed every token passed to on_token). The CUDA backend uploads the mask and applies it inside
+  // its step sampler (only the id comes back), computing it while the step's layers run.
   virtual int decode_sample(SeqState& st, StepSampler& sampler, int32_t first_id, int max_steps,
-                            const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr);
+                            const std::function<bool(int32_t)>& on_token, float* last_logits = nullptr,
+                            const TokenMaskFn& mask = {});
   // Timing only (`lily bench --decode-context unfilled`): st holds n positions of zeros (KV rows of zeros, the
   // recurrent state as it is) without computing them, so that decoding at a long context can be timed without its
   // prefill; the logits that follow are meaningless. Backends without it throw.

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/json_reply.h"
+#include "engine/vocab_trie.h"
 #include "engine/step_sampler.h"
 #include "engine/stop_strings.h"
 #include "engine/session_cache.h"
@@ -37,6 +38,11 @@ Generator::Generator(Backend& be, const Tokenizer& tok, SessionCache* cache, int
     int32_t id = tok.token_to_id(t);
     if (id >= 0 && std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end()) stop_ids_.push_back(id);
   }
+}
+
+JsonReplyGate::TokenText Generator::json_token_text() const {
+  const Tokenizer& tok = tok_;
+  return [&tok](int32_t id) { return tok.is_special(id) ? std::string() : tok.token_bytes(id); };
 }
 
 void Generator::set_mtp(int k) {
@@ -115,11 +121,9 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
   std::optional<OutputParser> parser;
   if (job.chat) parser.emplace(job.parser);
   std::optional<JsonReplyGate> json;
-  if (job.json_object) {
-    const Tokenizer& tok = tok_;
-    json.emplace([&tok](int32_t id) { return tok.is_special(id) ? std::string() : tok.token_bytes(id); }, stop_ids_,
-                 job.chat && job.parser.thinking_open_at_start && !job.json_after_forced, job.json_schema);
-  }
+  if (job.json_object)
+    json.emplace(json_token_text(), stop_ids_, job.chat && job.parser.thinking_open_at_start && !job.json_after_forced,
+                 job.json_schema);
   // The end-of-turn token that closes a constrained reply (what the chat template renders after it).
   int32_t end_id = stop_ids_.empty() ? -1 : stop_ids_.front();
   if (int32_t im_end = tok_.token_to_id("<|im_end|>");
@@ -192,25 +196,49 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
     return true;
   };
   // Fast path: the backend samples (on the GPU for CUDA: no logits copy, no host round trip per token) with the
-  // step sampler; the host path keeps the features that need the logits on the host.
+  // step sampler; a JSON constraint goes along as the allowed-token mask of each step (JsonReplyGate::allowed_mask).
+  // The host path keeps the features that need the logits on the host (logprobs, the thinking budget).
   // thinking_budget: reasoning tokens so far, and the last bytes (to see "</think>" across tokens).
   bool thinking = job.thinking_budget > 0 && job.chat && job.parser.thinking_open_at_start;
   int thought = 0;
   std::string think_tail;
-  const bool fast = !job.logprobs && !json && budget > 0 && !thinking;
+  const bool fast = !job.logprobs && budget > 0 && !thinking;
   int consumed = 0;  // decode steps the state has taken (tokens of `generated` consumed)
   std::vector<float> last_logits;
   if (fast) {
     if (cancelled && cancelled()) throw Cancelled();
     StepSampler ss(job.sampling, job.prompt, V);
-    const int32_t first = ss.sample(logits.data());
-    if (handle(first, nullptr) && budget > 1) {
-      if (cache_) last_logits.resize(static_cast<size_t>(V));
-      auto on_token = [&](int32_t id) {
-        if (cancelled && cancelled()) throw Cancelled();
-        return handle(id, nullptr);
+    int step = 0;            // index of the token the next mask is for
+    bool json_done = false;  // the object closed: the turn ends without sampling another token
+    TokenMaskFn mask;
+    if (json) {
+      if (!trie_) trie_ = std::make_unique<VocabTrie>(json_token_text(), V);
+      mask = [&](uint32_t* words) {
+        json->begin_step(budget - step++);
+        return json->allowed_mask(*trie_, words) > 0;
       };
-      if (mtp_k_ > 0) {
+    }
+    auto on_token = [&](int32_t id) {
+      if (cancelled && cancelled()) throw Cancelled();
+      if (json) json->accept(id);
+      if (!handle(id, nullptr)) return false;
+      json_done = json && json->complete();
+      return !json_done;
+    };
+    int32_t first = -1;
+    if (!json) {
+      first = ss.sample(logits.data());
+    } else {
+      std::vector<uint32_t> words(static_cast<size_t>(mask_words(V)));
+      if (mask(words.data())) {  // else no token can start the JSON (not with a byte-level vocabulary)
+        std::vector<float> masked(static_cast<size_t>(V));
+        apply_token_mask(logits.data(), words.data(), V, masked.data());
+        first = ss.sample(masked.data());
+      }
+    }
+    if (first >= 0 && on_token(first) && budget > 1) {
+      if (cache_) last_logits.resize(static_cast<size_t>(V));
+      if (mtp_k_ > 0 && !json) {  // a constrained reply decodes one token per step (its mask needs the last token)
         MtpConfig mc;
         mc.k = mtp_k_;
         MtpStats ms;
@@ -220,7 +248,15 @@ GenResult Generator::run(const GenJob& job, const std::function<void(GenChunk&&)
         res.mtp_accepted = ms.accepted;
         res.mtp_switched_off = ms.switched_off;
       } else {
-        consumed = be_.decode_sample(*st, ss, first, budget - 1, on_token, cache_ ? last_logits.data() : nullptr);
+        consumed = be_.decode_sample(*st, ss, first, budget - 1, on_token, cache_ ? last_logits.data() : nullptr, mask);
+      }
+    }
+    if (json_done) {  // as the host path does when it finds the object closed
+      finish = "stop";
+      feed_suffix();
+      if (end_id >= 0) {
+        eos = true;
+        generated.push_back(end_id);
       }
     }
   } else {

@@ -10,7 +10,9 @@
 
 #include "chat/output_parser.h"
 #include "engine/backend.h"
+#include "engine/json_reply.h"
 #include "engine/json_schema.h"
+#include "engine/vocab_trie.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -105,6 +107,8 @@ class Generator {
   int prefill_chunk_;
   int mtp_k_ = 0;
   std::vector<int32_t> stop_ids_;  // end-of-turn / end-of-text ids
+  JsonReplyGate::TokenText json_token_text() const;  // a token's bytes for the JSON gate ("" for special tokens)
+  std::unique_ptr<VocabTrie> trie_;  // the vocabulary's texts (json_token_text), built on the first JSON request
   // Pending reply snapshot of the last run: state whose pos == reply_tokens_.size() - 1 (last not consumed), or
   // == reply_tokens_.size() with reply_logits_ the logits after the last token (decode_sample's lookahead).
   std::unique_ptr<SeqState> reply_state_;

@@ -33,6 +33,7 @@ class JsonConstraint {
   // single byte that lowers it by exactly one.
   int min_close_bytes() const;
   int depth() const { return depth_; }
+  bool operator==(const JsonConstraint&) const = default;  // the same state
 
  private:
   enum class Mode : uint8_t {  // the string modes are Str..StrUtf8, in one block

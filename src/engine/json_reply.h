@@ -22,6 +22,7 @@
 
 #include "engine/json_constraint.h"
 #include "engine/json_schema.h"
+#include "engine/vocab_trie.h"
 
 namespace lily {
 
@@ -40,6 +41,12 @@ class JsonReplyGate {
   bool allows(int32_t id);
   // Records the chosen token.
   void accept(int32_t id);
+  // Every token's allows() at once, as a bitmask of mask_words(trie.vocab()) words (engine/vocab_trie.h): the
+  // allowed-token mask of the step begun by begin_step, for a sampler that applies it to the whole vocabulary (the
+  // CUDA step sampler). `trie` holds the same token texts as this gate's TokenText. Returns the number of allowed
+  // tokens. Unlike allows(), which judges only the tokens a sampler asks about, steered() is set when the budget
+  // rule refuses any token the syntax allows at this step.
+  int allowed_mask(const VocabTrie& trie, uint32_t* words);
 
   bool in_json() const { return in_json_; }   // past the reasoning block (or there was none)
   bool complete() const { return in_json_ && body_.complete(); }
@@ -53,6 +60,7 @@ class JsonReplyGate {
     bool failed() const { return schema ? schema->failed() : json.failed(); }
     bool complete() const { return schema ? schema->complete() : json.complete(); }
     int min_close_bytes() const { return schema ? schema->min_close_bytes() : json.min_close_bytes(); }
+    bool operator==(const Body&) const = default;
   };
   const Body& body() const { return body_; }
 
@@ -70,6 +78,8 @@ class JsonReplyGate {
   bool budget_rule_ = false;
   int left_after_ = 0;       // tokens left after the one being chosen
   bool steered_ = false;
+  std::vector<Body> walk_;      // allowed_mask's state per trie depth (kept: its storage is reused)
+  std::vector<uint8_t> still_;  // allowed_mask: walk_[d] is the step's start state, which plain bytes leave as it is
 };
 
 }  // namespace lily

@@ -78,6 +78,7 @@ class SchemaMatcher {
   bool failed() const { return states_.empty(); }
   bool complete() const;                // the whole value is written
   int min_close_bytes() const;          // fewest bytes to complete (0 when complete; large when failed)
+  bool operator==(const SchemaMatcher& o) const { return s_ == o.s_ && states_ == o.states_; }
 
   struct Frame {       // one open value (or the root) in a parse
     int node = 0;      // SchemaNode index (for keys: the owning object's)
@@ -89,6 +90,7 @@ class SchemaMatcher {
     uint32_t pos = 0;  // literal: bytes matched
     uint64_t seen = 0; // object: properties written
     int count = 0;     // array: items written
+    bool operator==(const Frame&) const = default;
   };
   using Stack = std::vector<Frame>;
 

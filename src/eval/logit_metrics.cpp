@@ -46,6 +46,7 @@ LogitComparison compare_logits(const float* ref, const float* ours, int L, int V
     const float* r = ref + size_t(t) * size_t(V);
     const float* o = ours + size_t(t) * size_t(V);
     for (int v = 0; v < V; ++v) {
+      if (!std::isfinite(o[v])) ++c.non_finite;
       double d = double(r[v]) - double(o[v]);
       sq += d * d;
       c.max_abs_err = std::max(c.max_abs_err, std::fabs(d));

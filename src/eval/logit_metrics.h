@@ -22,6 +22,7 @@ struct LogitComparison {
   // perplexity of each model on next tokens: exp(mean -log p(next[t] | position t)); 0 when next is empty
   double ppl_ref = 0, ppl_ours = 0;
   int scored = 0;              // positions with a next token
+  int64_t non_finite = 0;      // inf / NaN values among `ours` (the other figures are meaningless when > 0)
 };
 
 // ref, ours: [L, V] row-major. next: the token following each position (next[t] = ids[t+1]); it may hold

@@ -15,7 +15,7 @@ std::vector<float> teacher_forced_logits(Backend& be, const std::vector<int32_t>
   if (n == 0) return out;
   auto st = be.new_state(n + 1);
   ForwardOptions fo;
-  fo.prefill_chunk = std::max(1, chunk);
+  fo.prefill_chunk = std::max(0, chunk);  // 0: the backend's own chunk (CUDA: the whole prompt up to 4096 tokens)
   be.forward(*st, ids.data(), n, n, out.data(), fo);
   return out;
 }

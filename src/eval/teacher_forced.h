@@ -9,7 +9,8 @@
 
 namespace lily {
 
-// Logits [n, vocab] of every position of `ids`, fed from position 0 in chunks of `chunk` tokens.
+// Logits [n, vocab] of every position of `ids`, fed from position 0 in chunks of `chunk` tokens (0: the
+// backend's default chunk, as a prompt is run).
 std::vector<float> teacher_forced_logits(Backend& be, const std::vector<int32_t>& ids, int chunk);
 
 // A reference file in the fixtures' format: prompt_ids i32 [L], prompt_logits f32 [L, V].

@@ -19,7 +19,7 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   return r;
 }
 
-// %globaltimer in ns (the in-graph stamps of LILY_CUDA_TRACE use the same clock)
+// %globaltimer in ns (the in-graph stamps of LILY_PROFILE=trace use the same clock)
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -2,11 +2,12 @@
 """Per-token cost of constrained decoding on a running `lily serve`.
 
 For each mode (free text, json_object, json_schema, a forced tool call) it times requests of 1 and of N
-output tokens (greedy, thinking off, same prompt) and reports (T_N - T_1) / (tokens_N - tokens_1): the
-decode time per token, prefill excluded. Free text takes the backend's own sampling path
-(decode_sample: on the GPU for CUDA); the constrained modes sample on the host from the logits.
+output tokens (thinking off, same prompt) and reports (T_N - T_1) / (tokens_N - tokens_1): the decode
+time per token, prefill excluded. Every mode takes the backend's sampling path (decode_sample: on the GPU
+for CUDA); the constrained ones add the allowed-token mask the host computes for each token (uploaded and
+applied inside the device sampler on CUDA). Greedy by default; --temperature T samples (seeded).
 
-  python3 tools/serve/constraint_cost.py --url http://127.0.0.1:8080 [--tokens 128] [--reps 3]
+  python3 tools/serve/constraint_cost.py --url http://127.0.0.1:8080 [--tokens 128] [--reps 3] [--temperature T]
 """
 import argparse
 import json
@@ -51,11 +52,13 @@ def main():
     ap.add_argument("--key", default="none")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--temperature", type=float, default=0.0)
     a = ap.parse_args()
     prompt = [{"role": "user", "content": "Describe a person as JSON: name, age, tags, kind, home."}]
     print(f"{'mode':<12} {'ms/token':>9} {'tokens':>7}")
     for mode, extra in MODES.items():
-        base = {"messages": prompt, "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}, **extra}
+        base = {"messages": prompt, "temperature": a.temperature, "seed": 1,
+                "chat_template_kwargs": {"enable_thinking": False}, **extra}
         best = None
         for _ in range(a.reps):
             t1, n1 = post(a.url, {**base, "max_tokens": 1}, a.key)

@@ -1,4 +1,4 @@
-// The fast CPU matmul: 4-bit affine group-64 matrices go to the integer kernels (AVX-512 VNNI, AVX2 + FMA or
+// The fast CPU matmul: 4-bit affine group-64 and group-32 matrices go to the integer kernels (AVX-512 VNNI, AVX2 + FMA or
 // portable, as fast::active_isa() says); 8-bit affine and bf16 matrices to the AVX-512 / AVX2 f32 kernels; every
 // other matrix (and all of them on the portable tier) is decoded a row at a time and dotted in f32.
 // Rows are split across the thread pool; scratch buffers are per thread and only ever grow.
@@ -8,6 +8,7 @@
 
 #include "cpu/fast/cpu_isa.h"
 #include "cpu/fast/q4_kernels.h"
+#include "cpu/fast/scale_at.h"
 #include "cpu/thread_pool.h"
 
 namespace lily::fast {
@@ -33,10 +34,35 @@ void generic_rows(const QMatrix& W, int64_t r0, int64_t r1, const float* X, int 
   }
 }
 
+// Y[i][r] += Σ x·w over row i's outliers (QuantX: taken out of the codes, kept in f32), r in [r0, r1); W is 4-bit
+// affine with groups of 64 or 32 (is_q4_integer): element c of row r is nibble c & 1 of byte c / 2, w = s·q + b of
+// its group c / W.group.
+void add_outliers(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& q, float* Y) {
+  for (int i = 0; i < q.n; ++i) {
+    const int k = q.n_out[static_cast<size_t>(i)];
+    if (k == 0) continue;
+    const int32_t* col = &q.out_col[static_cast<size_t>(i) * kMaxOutliers];
+    const float* val = &q.out_val[static_cast<size_t>(i) * kMaxOutliers];
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* wr = static_cast<const uint8_t*>(W.w) + r * W.row_bytes();
+      float acc = 0.0f;
+      for (int j = 0; j < k; ++j) {
+        const int c = col[j];
+        const uint8_t byte = wr[c >> 1];
+        const int code = (c & 1) ? byte >> 4 : byte & 0x0F;
+        const int64_t gi = r * (W.cols / W.group) + c / W.group;
+        acc += val[j] * (scale_at(W.scales, W.sdtype, gi) * static_cast<float>(code) + scale_at(W.biases, W.sdtype, gi));
+      }
+      Y[static_cast<size_t>(i) * W.rows + r] += acc;
+    }
+  }
+}
+
 }  // namespace
 
-bool is_q4g64(const QMatrix& W) {
-  return W.kind == QMatrix::Kind::Affine && W.bits == 4 && W.group == 64 && W.cols % 64 == 0 && W.cols / 64 <= 256;
+bool is_q4_integer(const QMatrix& W) {
+  return W.kind == QMatrix::Kind::Affine && W.bits == 4 && (W.group == 64 || W.group == 32) && W.cols % 64 == 0 &&
+         W.cols / 64 <= 256;
 }
 
 void matmul(const QMatrix& W, const float* X, int n, float* Y, bool precise) {
@@ -71,21 +97,28 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
   const int64_t cap = max_n < kTileMinRows ? 512 : 64;
   const int64_t per = max_n < kTileMinRows ? 4 : 8;
   const int64_t block = std::max<int64_t>(4, std::min<int64_t>(cap, total_rows / (per * pool.size()) + 1) / 4 * 4);
+  thread_local std::vector<char> thalves;  // distinct quantisation k also needs the halves' sums (group 32)
+  std::vector<char>& halves = thalves;
+  halves.assign(count, 0);
   for (int j = 0; j < count; ++j) {
     const MatJob& jb = jobs[j];
-    if (is_q4g64(*jb.W)) {
+    if (is_q4_integer(*jb.W)) {
       for (int k = 0; k < j && qidx[j] < 0; ++k)
         if (qidx[k] >= 0 && jobs[k].X == jb.X && jobs[k].n == jb.n && jobs[k].W->cols == jb.W->cols) qidx[j] = qidx[k];
       if (qidx[j] < 0) {
-        quantize_x_prepare(jb.n, static_cast<int>(jb.W->cols), precise, qs[nq]);
         qsrc[nq] = j;
         quant_elems += static_cast<int64_t>(jb.n) * jb.W->cols;
         qidx[j] = nq++;
       }
+      halves[size_t(qidx[j])] |= jb.W->group == 32;
     }
     // the tile GEMM takes 16 weight rows at a time
     blk[j] = (qidx[j] >= 0 && jb.n >= kTileMinRows) ? (block + 15) / 16 * 16 : block;
     first[j + 1] = first[j] + (jb.W->rows + blk[j] - 1) / blk[j];
+  }
+  for (int k = 0; k < nq; ++k) {
+    const MatJob& jb = jobs[qsrc[k]];
+    quantize_x_prepare(jb.n, static_cast<int>(jb.W->cols), precise, qs[k], halves[size_t(k)] != 0);
   }
   // Quantise the activations: in place on this thread when small (decode), else rows in parallel.
   constexpr int kQuantRows = 8;  // rows per task
@@ -122,12 +155,11 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
         q8_bf16_rows_avx2(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
       else
         generic_rows(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
-    } else if (isa == Isa::Avx512) {
-      q4_rows_avx512(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
-    } else if (isa == Isa::Avx2) {
-      q4_rows_avx2(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
     } else {
-      q4_rows_portable(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+      if (isa == Isa::Avx512) q4_rows_avx512(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+      else if (isa == Isa::Avx2) q4_rows_avx2(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+      else q4_rows_portable(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
+      add_outliers(*jb.W, r0, r1, qs[qi[j]], jb.Y);
     }
   });
 }

@@ -6,7 +6,8 @@
 
 namespace lily::fast {
 
-bool is_q4g64(const QMatrix& W);
+// 4-bit affine with groups of 64 or 32 (at most 256 groups of 64 per row): the integer kernels.
+bool is_q4_integer(const QMatrix& W);
 void matmul(const QMatrix& W, const float* X, int n, float* Y, bool precise);
 
 // Several independent products in one pass over the thread pool (one synchronisation instead of one per

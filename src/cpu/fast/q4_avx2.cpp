@@ -89,8 +89,9 @@ LILY_AVX2 void rows_block(const QMatrix& W, int64_t r, const QuantX& X, int i0, 
   }
   for (int j = 0; j < NB; ++j) {
     const float* xs = &X.sum[static_cast<size_t>(i0 + j) * X.G];
+    const float* r8 = &X.res8[static_cast<size_t>(i0 + j) * X.G];
     float bias = 0.0f;
-    for (int g = 0; g < X.G; ++g) bias += b[g] * xs[g];
+    for (int g = 0; g < X.G; ++g) bias += b[g] * xs[g] + s[g] * r8[g];  // quant_x.h: res8 centres the codes
     Y[static_cast<size_t>(i0 + j) * W.rows + r] = reduce_add16_avx2(ae[j], ao[j]) + bias;
   }
 }
@@ -113,6 +114,7 @@ LILY_AVX2 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X, i
   alignas(16) float bias[4] = {0, 0, 0, 0};
   const float* dxg = &X.dxg[static_cast<size_t>(i) * G];
   const float* xs = &X.sum[static_cast<size_t>(i) * G];
+  const float* r8 = &X.res8[static_cast<size_t>(i) * G];
   for (int k = 0; k < nr; ++k) {
     __m256 bacc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};  // the AVX-512 kernel's lanes 0-7, 8-15
     for (int g = 0; g < G; g += 16)
@@ -122,6 +124,7 @@ LILY_AVX2 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X, i
         const __m256 bv = load8(W.biases, W.sdtype, (r + k) * G + gh, valid);
         _mm256_store_ps(&sd[k][gh], _mm256_mul_ps(sv, loadf8(dxg + gh, valid)));
         bacc[h] = _mm256_fmadd_ps(bv, loadf8(xs + gh, valid), bacc[h]);
+        bacc[h] = _mm256_fmadd_ps(sv, loadf8(r8 + gh, valid), bacc[h]);  // quant_x.h: res8 centres the codes
       }
     bias[k] = reduce_add16_avx2(bacc[0], bacc[1]);
   }
@@ -231,8 +234,9 @@ LILY_AVX2 inline void tile_act(const __m256i* wl, const __m256i* wh, const Quant
     else
       f = _mm256_cvtepi32_ps(ih[j]);
     float* a = acc + static_cast<size_t>(j) * kTile8;
-    const __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(f, _mm256_set1_ps(X.dxg[gi])), sv, _mm256_load_ps(a));
-    _mm256_store_ps(a, _mm256_fmadd_ps(bv, _mm256_set1_ps(X.sum[gi]), v));
+    __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(f, _mm256_set1_ps(X.dxg[gi])), sv, _mm256_load_ps(a));
+    v = _mm256_fmadd_ps(bv, _mm256_set1_ps(X.sum[gi]), v);
+    _mm256_store_ps(a, _mm256_fmadd_ps(sv, _mm256_set1_ps(X.res8[gi]), v));  // quant_x.h: res8 centres the codes
   }
 }
 
@@ -303,6 +307,7 @@ LILY_AVX2 void rows_impl(const QMatrix& W, int64_t r0, int64_t r1, const QuantX&
 }  // namespace
 
 void q4_rows_avx2(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y) {
+  if (W.group == 32) return q4_rows_portable(W, r0, r1, X, precise, Y);  // no AVX2 form of group 32 yet
   if (precise)
     rows_impl<true>(W, r0, r1, X, Y);
   else

@@ -1,6 +1,7 @@
-// 4-bit affine (MLX, group 64) matrix x activations with AVX-512 VNNI: nibbles are unpacked in registers
-// and multiplied as u8 x s8 (vpdpbusd) against the quantised activations; per group
-// y += scale·dx·Σ(q·xq) + bias·Σx. Two groups per 512-bit register.
+// 4-bit affine (MLX, group 64; or group 32, GGUF Q4_0 / Q4_1 / Q4_K) matrix x activations with AVX-512 VNNI:
+// nibbles are unpacked in registers and multiplied as u8 x s8 (vpdpbusd) against the quantised activations; per
+// group y += scale·dx·Σ(q·xq) + bias·Σx. Two 64-element groups per 512-bit register; with groups of 32 (SUB = 2)
+// the dword lanes 0-3 / 4-7 of a 64-group (elements 0-31 / 32-63) take their own scale and Σx.
 // GCC 12 reports a false maybe-uninitialized inside its own AVX-512 intrinsic headers (_mm512_undefined_*).
 #if defined(__x86_64__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -53,8 +54,9 @@ LILY_AVX512 void rows_block(const QMatrix& W, int64_t r, const QuantX& X, int i0
   }
   for (int j = 0; j < NB; ++j) {
     const float* xs = &X.sum[static_cast<size_t>(i0 + j) * X.G];
+    const float* r8 = &X.res8[static_cast<size_t>(i0 + j) * X.G];
     float bias = 0.0f;
-    for (int g = 0; g < X.G; ++g) bias += b[g] * xs[g];
+    for (int g = 0; g < X.G; ++g) bias += b[g] * xs[g] + s[g] * r8[g];  // quant_x.h: res8 centres the codes
     Y[static_cast<size_t>(i0 + j) * W.rows + r] = _mm512_reduce_add_ps(acc[j]) + bias;
   }
 }
@@ -73,25 +75,31 @@ LILY_AVX512 inline __m512 load16(const void* p, DType t, int64_t i, int valid) {
   return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
 }
 
-template <bool PRECISE>
+template <bool PRECISE, int SUB>
 LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X, int i, float* Y) {
-  const int G = X.G;
-  alignas(64) float sd[4][256 + 16];
-  // bias terms b·Σx per row, added after the horizontal sums (as the reference kernels do; summing them into
-  // the lanes instead moved the tiny model's greedy-decode error from 0.018 to 0.024 of its 0.02 bound)
+  const int G = X.G, NG = G * SUB;  // activation groups (64), weight groups per row
+  alignas(64) float sd[4][512 + 16];
+  // bias terms b·Σx (and s·res8) per row, added after the horizontal sums (as the reference kernels do; summing
+  // them into the lanes instead moved the tiny model's greedy-decode error from 0.018 to 0.024, uncentred codes)
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   alignas(16) float bias[4] = {0, 0, 0, 0};
   const float* dxg = &X.dxg[static_cast<size_t>(i) * G];
-  const float* xs = &X.sum[static_cast<size_t>(i) * G];
+  const float* xs = SUB == 2 ? &X.sum32[static_cast<size_t>(i) * NG] : &X.sum[static_cast<size_t>(i) * G];
+  const float* r8 = SUB == 2 ? &X.res8_32[static_cast<size_t>(i) * NG] : &X.res8[static_cast<size_t>(i) * G];
+  alignas(64) float dx2[512];  // SUB 2: dx of each weight group (its activation group's)
+  if constexpr (SUB == 2)
+    for (int g = 0; g < NG; ++g) dx2[g] = dxg[g >> 1];
+  const float* dxw = SUB == 2 ? dx2 : dxg;
   for (int k = 0; k < nr; ++k) {
     __m512 bacc = _mm512_setzero_ps();
-    for (int g = 0; g < G; g += 16) {
-      const int valid = G - g;
-      const __m512 sv = load16(W.scales, W.sdtype, (r + k) * G + g, valid);
-      const __m512 bv = load16(W.biases, W.sdtype, (r + k) * G + g, valid);
+    for (int g = 0; g < NG; g += 16) {
+      const int valid = NG - g;
+      const __m512 sv = load16(W.scales, W.sdtype, (r + k) * NG + g, valid);
+      const __m512 bv = load16(W.biases, W.sdtype, (r + k) * NG + g, valid);
       const __mmask16 m = valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << valid) - 1);
-      _mm512_store_ps(&sd[k][g], _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(m, dxg + g)));
+      _mm512_store_ps(&sd[k][g], _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(m, dxw + g)));
       bacc = _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(m, xs + g), bacc);
+      bacc = _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, r8 + g), bacc);  // quant_x.h: res8 centres the codes
     }
     bias[k] = _mm512_reduce_add_ps(bacc);
   }
@@ -112,10 +120,13 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
       le = _mm512_loadu_si512(xl + p * 128);
       lo_ = _mm512_loadu_si512(xl + p * 128 + 64);
     }
-    const __m512i idx = _mm512_set_epi32(2 * (p & 7) + 1, 2 * (p & 7) + 1, 2 * (p & 7) + 1, 2 * (p & 7) + 1,
-                                         2 * (p & 7) + 1, 2 * (p & 7) + 1, 2 * (p & 7) + 1, 2 * (p & 7) + 1,
-                                         2 * (p & 7), 2 * (p & 7), 2 * (p & 7), 2 * (p & 7), 2 * (p & 7),
-                                         2 * (p & 7), 2 * (p & 7), 2 * (p & 7));
+    // lane l of pair p takes weight group 2p + l / 8 (SUB 1) or 4p + l / 4 (SUB 2): its index in sd's 16-float chunk
+    const int j0 = (2 * SUB * p) & 15;
+    const __m512i idx = SUB == 2 ? _mm512_set_epi32(j0 + 3, j0 + 3, j0 + 3, j0 + 3, j0 + 2, j0 + 2, j0 + 2, j0 + 2,
+                                                     j0 + 1, j0 + 1, j0 + 1, j0 + 1, j0, j0, j0, j0)
+                                 : _mm512_set_epi32(j0 + 1, j0 + 1, j0 + 1, j0 + 1, j0 + 1, j0 + 1, j0 + 1, j0 + 1,
+                                                    j0, j0, j0, j0, j0, j0, j0, j0);
+    const int chunk = (2 * SUB * p) & ~15;
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       // 4 rows = 4 short streams 1 KiB apart, too short for the hardware prefetcher: fetch the same spot of
@@ -132,7 +143,7 @@ LILY_AVX512 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X,
         il = _mm512_dpbusd_epi32(il, hi, lo_);
         f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_set1_ps(1.0f / 254.0f), f);
       }
-      const __m512 sv = _mm512_permutexvar_ps(idx, _mm512_load_ps(&sd[k][(p >> 3) * 16]));
+      const __m512 sv = _mm512_permutexvar_ps(idx, _mm512_load_ps(&sd[k][chunk]));
       acc[k] = _mm512_fmadd_ps(f, sv, acc[k]);
     }
   }
@@ -189,61 +200,68 @@ LILY_AVX512 inline void tile_codes(const uint8_t* base, int64_t rb, __m512i* wl,
   }
 }
 
-// NB activation rows against the group's 16 rows held in wl / wh; acc [NB][16] in memory.
-template <bool PRECISE, int NB>
-LILY_AVX512 inline void tile_act(const __m512i* wl, const __m512i* wh, const QuantX& X, int i, int g, __m512 sv,
-                                 __m512 bv, float* acc) {
+// NB activation rows against the group's 16 rows held in wl / wh; acc [NB][16] in memory. SUB 2: dwords 0-3 and
+// 4-7 (elements 0-31, 32-63) are two weight groups, with sv[h], bv[h] and the halves' Σx.
+template <bool PRECISE, int NB, int SUB>
+LILY_AVX512 inline void tile_act(const __m512i* wl, const __m512i* wh, const QuantX& X, int i, int g,
+                                 const __m512* sv, const __m512* bv, float* acc) {
   const int8_t* xh[NB];
   const int8_t* xl[NB];
   __m512i ih[NB], il[NB];
   for (int j = 0; j < NB; ++j) {
     xh[j] = X.hi_at(i + j, g);
     if constexpr (PRECISE) xl[j] = X.lo_at(i + j, g);
-    ih[j] = _mm512_setzero_si512();
-    il[j] = _mm512_setzero_si512();
   }
-#pragma GCC unroll 8
-  for (int q = 0; q < 8; ++q)
+  for (int h = 0; h < SUB; ++h) {
     for (int j = 0; j < NB; ++j) {
-      if constexpr (PRECISE) {
-        ih[j] = _mm512_dpbusd_epi32(ih[j], wl[q], _mm512_set1_epi32(load_i32(xh[j] + 4 * q)));
-        il[j] = _mm512_dpbusd_epi32(il[j], wl[q], _mm512_set1_epi32(load_i32(xl[j] + 4 * q)));
-        ih[j] = _mm512_dpbusd_epi32(ih[j], wh[q], _mm512_set1_epi32(load_i32(xh[j] + 64 + 4 * q)));
-        il[j] = _mm512_dpbusd_epi32(il[j], wh[q], _mm512_set1_epi32(load_i32(xl[j] + 64 + 4 * q)));
-      } else {  // two chains per row (even / odd) so that 4 rows keep 8 vpdpbusd in flight
-        ih[j] = _mm512_dpbusd_epi32(ih[j], wl[q], _mm512_set1_epi32(load_i32(xh[j] + 4 * q)));
-        il[j] = _mm512_dpbusd_epi32(il[j], wh[q], _mm512_set1_epi32(load_i32(xh[j] + 64 + 4 * q)));
-      }
+      ih[j] = _mm512_setzero_si512();
+      il[j] = _mm512_setzero_si512();
     }
-  for (int j = 0; j < NB; ++j) {
-    const size_t gi = static_cast<size_t>(i + j) * X.G + g;
-    __m512 f;
-    if constexpr (PRECISE)
-      f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il[j]), _mm512_set1_ps(1.0f / 254.0f), _mm512_cvtepi32_ps(ih[j]));
-    else
-      f = _mm512_cvtepi32_ps(_mm512_add_epi32(ih[j], il[j]));
-    float* a = acc + static_cast<size_t>(j) * kTile;
-    __m512 v = _mm512_fmadd_ps(_mm512_mul_ps(f, _mm512_set1_ps(X.dxg[gi])), sv, _mm512_load_ps(a));
-    _mm512_store_ps(a, _mm512_fmadd_ps(bv, _mm512_set1_ps(X.sum[gi]), v));
+#pragma GCC unroll 8
+    for (int q = h * 8 / SUB; q < (h + 1) * 8 / SUB; ++q)
+      for (int j = 0; j < NB; ++j) {
+        if constexpr (PRECISE) {
+          ih[j] = _mm512_dpbusd_epi32(ih[j], wl[q], _mm512_set1_epi32(load_i32(xh[j] + 4 * q)));
+          il[j] = _mm512_dpbusd_epi32(il[j], wl[q], _mm512_set1_epi32(load_i32(xl[j] + 4 * q)));
+          ih[j] = _mm512_dpbusd_epi32(ih[j], wh[q], _mm512_set1_epi32(load_i32(xh[j] + 64 + 4 * q)));
+          il[j] = _mm512_dpbusd_epi32(il[j], wh[q], _mm512_set1_epi32(load_i32(xl[j] + 64 + 4 * q)));
+        } else {  // two chains per row (even / odd) so that 4 rows keep 8 vpdpbusd in flight
+          ih[j] = _mm512_dpbusd_epi32(ih[j], wl[q], _mm512_set1_epi32(load_i32(xh[j] + 4 * q)));
+          il[j] = _mm512_dpbusd_epi32(il[j], wh[q], _mm512_set1_epi32(load_i32(xh[j] + 64 + 4 * q)));
+        }
+      }
+    for (int j = 0; j < NB; ++j) {
+      const size_t gi = static_cast<size_t>(i + j) * X.G + g;
+      __m512 f;
+      if constexpr (PRECISE)
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il[j]), _mm512_set1_ps(1.0f / 254.0f), _mm512_cvtepi32_ps(ih[j]));
+      else
+        f = _mm512_cvtepi32_ps(_mm512_add_epi32(ih[j], il[j]));
+      const float xs = SUB == 2 ? X.sum32[2 * gi + h] : X.sum[gi], r8 = SUB == 2 ? X.res8_32[2 * gi + h] : X.res8[gi];
+      float* a = acc + static_cast<size_t>(j) * kTile;
+      __m512 v = _mm512_fmadd_ps(_mm512_mul_ps(f, _mm512_set1_ps(X.dxg[gi])), sv[h], _mm512_load_ps(a));
+      v = _mm512_fmadd_ps(bv[h], _mm512_set1_ps(xs), v);
+      _mm512_store_ps(a, _mm512_fmadd_ps(sv[h], _mm512_set1_ps(r8), v));  // quant_x.h: res8 centres the codes
+    }
   }
 }
 
 // Rows [r, r + 16) against every activation row: Y[i][r..r+16).
-template <bool PRECISE>
+template <bool PRECISE, int SUB>
 LILY_AVX512 void tile_rows(const QMatrix& W, int64_t r, const QuantX& X, float* Y) {
-  const int G = X.G;
+  const int G = X.G, NG = G * SUB;
   const int64_t rb = static_cast<int64_t>(W.row_bytes());
-  // the tile's scales and biases as f32, [k][G] (row k of the tile), read per group by a strided gather
-  alignas(64) float s[kTile * 256], b[kTile * 256];
+  // the tile's scales and biases as f32, [k][NG] (row k of the tile), read per group by a strided gather
+  alignas(64) float s[kTile * 256 * SUB], b[kTile * 256 * SUB];
   for (int k = 0; k < kTile; ++k)
-    for (int g = 0; g < G; g += 16) {
-      const int valid = std::min(16, G - g);
+    for (int g = 0; g < NG; g += 16) {
+      const int valid = std::min(16, NG - g);
       const __mmask16 m = valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << valid) - 1);
-      _mm512_mask_storeu_ps(&s[k * G + g], m, load16(W.scales, W.sdtype, (r + k) * G + g, valid));
-      _mm512_mask_storeu_ps(&b[k * G + g], m, load16(W.biases, W.sdtype, (r + k) * G + g, valid));
+      _mm512_mask_storeu_ps(&s[k * NG + g], m, load16(W.scales, W.sdtype, (r + k) * NG + g, valid));
+      _mm512_mask_storeu_ps(&b[k * NG + g], m, load16(W.biases, W.sdtype, (r + k) * NG + g, valid));
     }
   const __m512i gidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32(G));
+                                          _mm512_set1_epi32(NG));
   alignas(64) float acc[kActBlock * kTile];
   const uint8_t* w0 = static_cast<const uint8_t*>(W.w) + r * rb;
   for (int i0 = 0; i0 < X.n; i0 += kActBlock) {
@@ -255,11 +273,14 @@ LILY_AVX512 void tile_rows(const QMatrix& W, int64_t r, const QuantX& X, float* 
           _mm_prefetch(reinterpret_cast<const char*>(w0 + k * rb + (g + 4) * 32), _MM_HINT_T0);
       __m512i wl[8], wh[8];
       tile_codes(w0 + g * 32, rb, wl, wh);
-      const __m512 sv = _mm512_i32gather_ps(gidx, s + g, 4);
-      const __m512 bv = _mm512_i32gather_ps(gidx, b + g, 4);
+      __m512 sv[SUB], bv[SUB];
+      for (int h = 0; h < SUB; ++h) {
+        sv[h] = _mm512_i32gather_ps(gidx, s + g * SUB + h, 4);
+        bv[h] = _mm512_i32gather_ps(gidx, b + g * SUB + h, 4);
+      }
       int i = i0;
-      for (; i + 4 <= i1; i += 4) tile_act<PRECISE, 4>(wl, wh, X, i, g, sv, bv, acc + (i - i0) * kTile);
-      for (; i < i1; ++i) tile_act<PRECISE, 1>(wl, wh, X, i, g, sv, bv, acc + (i - i0) * kTile);
+      for (; i + 4 <= i1; i += 4) tile_act<PRECISE, 4, SUB>(wl, wh, X, i, g, sv, bv, acc + (i - i0) * kTile);
+      for (; i < i1; ++i) tile_act<PRECISE, 1, SUB>(wl, wh, X, i, g, sv, bv, acc + (i - i0) * kTile);
     }
     for (int i = i0; i < i1; ++i)
       _mm512_storeu_ps(Y + static_cast<size_t>(i) * W.rows + r, _mm512_load_ps(acc + (i - i0) * kTile));
@@ -268,18 +289,29 @@ LILY_AVX512 void tile_rows(const QMatrix& W, int64_t r, const QuantX& X, float* 
 
 template <bool PRECISE>
 LILY_AVX512 void rows_impl(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, float* Y) {
+  const bool g32 = W.group == 32;
   if (X.n < 4) {  // decode: 4 weight rows at a time against each activation row
     for (int64_t r = r0; r < r1; r += 4) {
       const int nr = static_cast<int>(std::min<int64_t>(4, r1 - r));
-      for (int i = 0; i < X.n; ++i) gemv_quad<PRECISE>(W, r, nr, X, i, Y);
+      for (int i = 0; i < X.n; ++i) {
+        if (g32) gemv_quad<PRECISE, 2>(W, r, nr, X, i, Y);
+        else gemv_quad<PRECISE, 1>(W, r, nr, X, i, Y);
+      }
     }
     return;
   }
   // prefill: activation rows in blocks that stay in L2 (64 rows x 2048 cols x 2 B = 256 KB), each weight row
   // unpacked once per block and multiplied with 8 activation rows at a time
   if (X.n >= kTileMinRows) {  // 16 rows at a time, the rest (rows % 16) below
-    for (; r0 + kTile <= r1; r0 += kTile) tile_rows<PRECISE>(W, r0, X, Y);
+    for (; r0 + kTile <= r1; r0 += kTile) {
+      if (g32) tile_rows<PRECISE, 2>(W, r0, X, Y);
+      else tile_rows<PRECISE, 1>(W, r0, X, Y);
+    }
     if (r0 == r1) return;
+  }
+  if (g32) {  // the last rows % 16 of a group-32 matrix: the portable kernel
+    q4_rows_portable(W, r0, r1, X, PRECISE, Y);
+    return;
   }
   constexpr int kXBlock = 64;
   float s[256], b[256];  // one row's scales and biases (G <= 256 checked by the caller)

@@ -14,7 +14,7 @@
 
 namespace lily::fast {
 
-void quantize_x_prepare(int n, int cols, bool precise, QuantX& q) {
+void quantize_x_prepare(int n, int cols, bool precise, QuantX& q, bool halves) {
   q.n = n;
   q.G = cols / 64;
   q.P = (q.G + 1) / 2;
@@ -24,6 +24,16 @@ void quantize_x_prepare(int n, int cols, bool precise, QuantX& q) {
   if (q.dx.size() < pairs * 16) q.dx.resize(pairs * 16);
   if (q.sum.size() < static_cast<size_t>(n) * q.G) q.sum.resize(static_cast<size_t>(n) * q.G);
   if (q.dxg.size() < static_cast<size_t>(n) * q.G) q.dxg.resize(static_cast<size_t>(n) * q.G);
+  q.halves = halves;
+  if (halves && q.sum32.size() < static_cast<size_t>(n) * 2 * q.G) q.sum32.resize(static_cast<size_t>(n) * 2 * q.G);
+  if (q.res8.size() < static_cast<size_t>(n) * q.G) q.res8.resize(static_cast<size_t>(n) * q.G);
+  if (halves && q.res8_32.size() < static_cast<size_t>(n) * 2 * q.G)
+    q.res8_32.resize(static_cast<size_t>(n) * 2 * q.G);
+  q.n_out.assign(static_cast<size_t>(n), 0);
+  if (q.out_col.size() < static_cast<size_t>(n) * kMaxOutliers) {
+    q.out_col.resize(static_cast<size_t>(n) * kMaxOutliers);
+    q.out_val.resize(static_cast<size_t>(n) * kMaxOutliers);
+  }
 }
 
 namespace {
@@ -46,8 +56,9 @@ struct GroupOut {
   int half, i, g;
 };
 
-// Walks the groups of rows [i0, i1), two per 128-byte pair, calling f(GroupOut) for each; the second half of a pair
-// past the last group (odd group count) is zeroed. Inlined into each ISA's caller (the callee is a subset target).
+// Walks the groups of rows [i0, i1) (X points at row i0), two per 128-byte pair, calling f(GroupOut) for each; the
+// second half of a pair past the last group (odd group count) is zeroed. Inlined into each ISA's caller (the callee
+// is a subset target).
 template <class F>
 __attribute__((always_inline)) inline void for_each_group(const float* X, int i0, int i1, int cols, bool precise,
                                                           QuantX& q, F&& f) {
@@ -63,7 +74,7 @@ __attribute__((always_inline)) inline void for_each_group(const float* X, int i0
           empty_half(hi, lo, dxl, half);
           continue;
         }
-        f(GroupOut{X + static_cast<size_t>(i) * cols + static_cast<size_t>(g) * 64, hi, lo, dxl, half, i, g});
+        f(GroupOut{X + static_cast<size_t>(i - i0) * cols + static_cast<size_t>(g) * 64, hi, lo, dxl, half, i, g});
       }
     }
 }
@@ -196,25 +207,174 @@ void rows_isa(Isa isa, const float* X, int i0, int i1, int cols, bool precise, Q
 #endif
   rows_scalar(X, i0, i1, cols, precise, q);
 }
+
+// Σx per 32 elements, in order (every tier the same), where the matrices have groups of 32; and the rounding
+// residuals res8 (res8_32) from the stored codes (every tier the same: the codes are bit-identical). X points at
+// row i0 (as rows_isa's).
+void group_sums(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
+  for (int i = i0; i < i1; ++i)
+    for (int g = 0; g < q.G; ++g) {
+      const float* x = X + static_cast<size_t>(i - i0) * cols + static_cast<size_t>(g) * 64;
+      const size_t pi = static_cast<size_t>(i) * q.P + static_cast<size_t>(g / 2);
+      const int8_t* hi = &q.hi[pi * 128];
+      const int8_t* lo = precise ? &q.lo[pi * 128] : nullptr;
+      const double dx = q.dxg[static_cast<size_t>(i) * q.G + g];
+      double r[2] = {0.0, 0.0};
+      float s[2] = {0.0f, 0.0f};
+      for (int k = 0; k < 64; ++k) {
+        const int slot = (k & 1) * 64 + (g % 2) * 32 + (k >> 1);  // quant_x's layout (rows_scalar)
+        const double xq = lo ? hi[slot] + lo[slot] / 254.0 : hi[slot];
+        r[k / 32] += double(x[k]) - dx * xq;
+        s[k / 32] += x[k];
+      }
+      q.res8[static_cast<size_t>(i) * q.G + g] = static_cast<float>(8.0 * (r[0] + r[1]));
+      if (q.halves)
+        for (int h = 0; h < 2; ++h) {
+          q.sum32[(static_cast<size_t>(i) * q.G + g) * 2 + h] = s[h];
+          q.res8_32[(static_cast<size_t>(i) * q.G + g) * 2 + h] = static_cast<float>(8.0 * r[h]);
+        }
+    }
+}
+
+// rows [i0, i1) (X at row i0): codes and scales, then the sums and residuals
+void quantize_run(Isa isa, const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
+  rows_isa(isa, X, i0, i1, cols, precise, q);
+  group_sums(X, i0, i1, cols, precise, q);
+}
+
+// max |x| and Σ|x| of a row (find_outliers' first pass)
+struct AbsStats {
+  float amax = 0.0f, asum = 0.0f;
+};
+AbsStats abs_stats_scalar(const float* x, int c0, int cols, AbsStats st) {
+  for (int c = c0; c < cols; ++c) {
+    const float a = std::fabs(x[c]);
+    st.amax = std::max(st.amax, a);
+    st.asum += a;
+  }
+  return st;
+}
+#if defined(__x86_64__)
+LILY_AVX512 AbsStats abs_stats_avx512(const float* x, int cols) {
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  __m512 m = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
+  int c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    const __m512 v = _mm512_and_ps(_mm512_loadu_ps(x + c), absmask);
+    m = _mm512_max_ps(m, v);
+    sm = _mm512_add_ps(sm, v);
+  }
+  return abs_stats_scalar(x, c, cols, AbsStats{_mm512_reduce_max_ps(m), _mm512_reduce_add_ps(sm)});
+}
+LILY_AVX2 AbsStats abs_stats_avx2(const float* x, int cols) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 m = _mm256_setzero_ps(), sm = _mm256_setzero_ps();
+  int c = 0;
+  for (; c + 8 <= cols; c += 8) {
+    const __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + c), absmask);
+    m = _mm256_max_ps(m, v);
+    sm = _mm256_add_ps(sm, v);
+  }
+  alignas(32) float lm[8], ls[8];
+  _mm256_store_ps(lm, m);
+  _mm256_store_ps(ls, sm);
+  AbsStats st;
+  for (int k = 0; k < 8; ++k) {
+    st.amax = std::max(st.amax, lm[k]);
+    st.asum += ls[k];
+  }
+  return abs_stats_scalar(x, c, cols, st);
+}
+#endif
+AbsStats abs_stats(const float* x, int cols) {
+#if defined(__x86_64__)
+  switch (active_isa()) {
+    case Isa::Avx512: return abs_stats_avx512(x, cols);
+    case Isa::Avx2: return abs_stats_avx2(x, cols);
+    default: break;
+  }
+#endif
+  return abs_stats_scalar(x, 0, cols, AbsStats{});
+}
 }  // namespace
 
+int find_outliers(const float* x, int cols, int32_t* col, float* val) {
+  if (cols <= 2 * kMaxOutliers) return 0;
+  // early out: typical >= (Σ|x| - k·max) / (cols - k), so max <= ratio · that bound means no element is an outlier
+  const AbsStats st = abs_stats(x, cols);
+  const float amax = st.amax, asum = st.asum;
+  if (!(amax > 0.0f) || !std::isfinite(asum)) return 0;
+  const float rest = float(cols - kMaxOutliers);
+  if (amax <= kOutlierRatio * std::max(0.0f, asum - kMaxOutliers * amax) / rest) return 0;
+  // the kMaxOutliers largest |x| (insertion into a short sorted list, largest first)
+  int idx[kMaxOutliers];
+  float mag[kMaxOutliers];
+  int m = 0;
+  for (int c = 0; c < cols; ++c) {
+    const float a = std::fabs(x[c]);
+    if (m == kMaxOutliers && a <= mag[m - 1]) continue;
+    int j = m < kMaxOutliers ? m++ : m - 1;
+    while (j > 0 && mag[j - 1] < a) {
+      mag[j] = mag[j - 1];
+      idx[j] = idx[j - 1];
+      --j;
+    }
+    mag[j] = a;
+    idx[j] = c;
+  }
+  float top = 0.0f;
+  for (int j = 0; j < m; ++j) top += mag[j];
+  const float typical = std::max(0.0f, asum - top) / rest;
+  int k = 0;
+  for (int j = 0; j < m; ++j)
+    if (mag[j] > kOutlierRatio * typical) {
+      col[k] = idx[j];
+      val[k] = x[idx[j]];
+      ++k;
+    }
+  return k;
+}
+
 void quantize_x_rows(const float* X, int i0, int i1, int cols, bool precise, QuantX& q) {
-  rows_isa(active_isa(), X, i0, i1, cols, precise, q);
+  const Isa isa = active_isa();
+  thread_local std::vector<float> row;
+  int run = i0;  // rows [run, i) have no outliers and are not yet quantised
+  for (int i = i0; i < i1; ++i) {
+    const float* x = X + static_cast<size_t>(i) * cols;
+    const size_t o = static_cast<size_t>(i) * kMaxOutliers;
+    const int k = find_outliers(x, cols, &q.out_col[o], &q.out_val[o]);
+    q.n_out[static_cast<size_t>(i)] = k;
+    if (k == 0) {
+      if (i + 1 - run >= 4) {  // quantise while the rows are still in cache
+        quantize_run(isa, X + static_cast<size_t>(run) * cols, run, i + 1, cols, precise, q);
+        run = i + 1;
+      }
+      continue;
+    }
+    if (run < i) quantize_run(isa, X + static_cast<size_t>(run) * cols, run, i, cols, precise, q);
+    row.assign(x, x + cols);
+    for (int j = 0; j < k; ++j) row[static_cast<size_t>(q.out_col[o + j])] = 0.0f;
+    quantize_run(isa, row.data(), i, i + 1, cols, precise, q);  // codes, Σx and residuals without the outliers
+    run = i + 1;
+  }
+  if (run < i1) quantize_run(isa, X + static_cast<size_t>(run) * cols, run, i1, cols, precise, q);
 }
 
-void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q) {
-  quantize_x_prepare(n, cols, precise, q);
+void quantize_x_isa(Isa isa, const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
+  quantize_x_prepare(n, cols, precise, q, halves);
   rows_isa(isa, X, 0, n, cols, precise, q);
+  group_sums(X, 0, n, cols, precise, q);
 }
 
-void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q) {
-  quantize_x_prepare(n, cols, precise, q);
+void quantize_x(const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
+  quantize_x_prepare(n, cols, precise, q, halves);
   quantize_x_rows(X, 0, n, cols, precise, q);
 }
 
-void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q) {
-  quantize_x_prepare(n, cols, precise, q);
+void quantize_x_ref(const float* X, int n, int cols, bool precise, QuantX& q, bool halves) {
+  quantize_x_prepare(n, cols, precise, q, halves);
   rows_scalar(X, 0, n, cols, precise, q);
+  group_sums(X, 0, n, cols, precise, q);
 }
 
 }  // namespace lily::fast

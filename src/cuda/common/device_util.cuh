@@ -47,7 +47,7 @@ void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_
   if (e != cudaSuccess) ::lily::cuda::cuda_fail(e, "cudaLaunchKernelEx", __FILE__, __LINE__);
 }
 
-// ---- in-graph timing (LILY_CUDA_TRACE=1): %globaltimer stamps written by one thread into trace[i] ----
+// ---- in-graph timing (LILY_PROFILE=trace): %globaltimer stamps written by one thread into trace[i] ----
 __device__ __forceinline__ unsigned long long globaltimer() {  // ns
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -57,7 +57,7 @@ __device__ __forceinline__ void trace_at(unsigned long long* trace, int i) {
   if (!trace) return;
   trace[i] = globaltimer();
 }
-// Per-block stamp (LILY_CUDA_TRACE=2): thread 0 of each block writes bt[blockIdx.x * slots + i] (b < nb).
+// Per-block stamp (LILY_PROFILE=trace-blocks): thread 0 of each block writes bt[blockIdx.x * slots + i] (b < nb).
 __device__ __forceinline__ void btrace_at(unsigned long long* bt, int nb, int slots, int i) {
   if (!bt || threadIdx.x != 0 || int(blockIdx.x) >= nb) return;
   bt[blockIdx.x * slots + i] = globaltimer();
@@ -364,7 +364,7 @@ __device__ __forceinline__ float head_sum(const HeadNorm& hn, int g) {
 // norm_w may point to global or (staged by stage_vec) shared memory.
 // out2 (optional, f32 form): the same values also written there, from the same loads and norm.
 // hn (optional: hn.ss != null, with norm_w == null): per-head scale (HeadNorm in kernels.h), its sums loaded with x.
-// tr (optional, LILY_CUDA_TRACE): stamps when this thread's x loads have landed (tr[0]) and the norm is reduced (tr[1]).
+// tr (optional, LILY_PROFILE=trace): stamps when this thread's x loads have landed (tr[0]) and the norm is reduced (tr[1]).
 // r_out (optional): receives the RMS factor rsqrt(mean(x^2)+eps) (1 without norm_w), in every thread.
 // raw2: out2 receives x as loaded (no norm, no head scale), times w2 when given (global or staged like norm_w).
 // keep_last: the thread's last cp.async group is not waited for (copies committed after stage_vec's).

@@ -1,5 +1,5 @@
 // PhaseTimer: GPU time per named phase of a stream's work, from CUDA events recorded at phase boundaries
-// (prefill, with LILY_CUDA_PROFILE=1). mark(name, s) closes the phase opened by the previous mark and opens `name`;
+// (prefill, with LILY_PROFILE=1). mark(name, s) closes the phase opened by the previous mark and opens `name`;
 // collect() (after the stream is synchronised) adds the intervals to the totals; report() prints them.
 #pragma once
 #include <cuda_runtime_api.h>

@@ -77,7 +77,7 @@ void CudaBackend::enqueue_gdn(const DLayer& d, const GemvSide& side_a, const Gem
   const int cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
   GemvSeg segs[4] = {{d.qkv, proj_, 0}, {d.z, proj_ + cd, 0}, {d.b, proj_ + cd + vd, 0},
                      {d.a, proj_ + cd + vd + hv, 0}};
-  unsigned long long* gtr = trace_ && d.lin_idx == 0 ? trace_ + 32 : nullptr;  // LILY_CUDA_TRACE slots 32..
+  unsigned long long* gtr = trace_ && d.lin_idx == 0 ? trace_ + 32 : nullptr;  // LILY_PROFILE=trace slots 32..
   gemv_shared_x(segs, 4, d.in_norm, s, gtr, &side_a);
   mark("gdn in_proj gemv");
   GdnArgs g;
@@ -169,7 +169,7 @@ void CudaBackend::enqueue_moe(const DLayer& d, cudaStream_t s) {
   m.logits = rlogits_;
   m.shg = shg_;
   m.route_done = route_done_;
-  m.trace = nullptr;  // LILY_CUDA_TRACE: MoE of the first attention (slots 16..) and DeltaNet (48..) layers
+  m.trace = nullptr;  // LILY_PROFILE=trace: MoE of the first attention (slots 16..) and DeltaNet (48..) layers
   if (trace_ && d.is_full && d.full_idx == 0) m.trace = trace_ + 16;
   if (trace_ && !d.is_full && d.lin_idx == 0) m.trace = trace_ + 48;
   m.trace_x = m.trace ? m.trace - 4 : nullptr;  // slots 12..14 / 44..46 (free in the mixer's range)
@@ -210,26 +210,13 @@ void CudaBackend::enqueue_moe(const DLayer& d, cudaStream_t s) {
   mark("moe down");
 }
 
-// One decode step: embed in_ids[cursor], all layers, lm_head + argmax (advances cursor and pos on the device).
-void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
+// One decode step: embed in_ids[cursor], all layers, lm_head + argmax or the step sampler (advances cursor and pos
+// on the device); kLogits stops after lm_head's logits, kSampleMasked is the sampler alone, with the mask.
+void CudaBackend::enqueue_step(cudaStream_t s, StepPart part) {
   const ModelConfig& c = cfg_;
   const float eps = c.rms_eps;
   const bool pdl = opt_.pdl;
-  set_decode_int8_x(opt_.int8_x);  // the launchers below read it (this backend's choice, not the last constructed)
-  mark(nullptr);
-  embed(embed_, in_ids_, ctl_, x_, s, false);
-  mark("embed");
-  for (const DLayer& d : layers_) {
-    GemvSide side_a, side_m;
-    router_y_sides(d, side_a, side_m);
-    if (d.is_full) enqueue_attn(d, side_a, side_m, s);
-    else enqueue_gdn(d, side_a, side_m, s);
-    enqueue_moe(d, s);
-  }
-  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, sample ? nullptr : out_ids_, ctl_, s, pdl,
-                 trace_ ? trace_ + 66 : nullptr);
-  mark("lm_head argmax");
-  if (sample) {
+  auto sampler_args = [&] {
     SampArgs a;
     a.logits = logits_;
     a.adj = adj_;
@@ -240,7 +227,31 @@ void CudaBackend::enqueue_step(cudaStream_t s, bool sample) {
     a.out_ids = out_ids_;
     a.host_ids = host_ids_dev_;
     a.ctl = ctl_;
-    sample_step(a, s, pdl);
+    return a;
+  };
+  mark(nullptr);
+  if (part == StepPart::kSampleMasked) {
+    SampArgs a = sampler_args();
+    a.mask = mask_;
+    sample_step(a, s, pdl, false);  // first in its launch: no kernel before it to overlap
+    mark("step sampler");
+    return;
+  }
+  set_decode_int8_x(opt_.int8_x);  // the launchers below read it (this backend's choice, not the last constructed)
+  embed(embed_, in_ids_, ctl_, x_, s, false);
+  mark("embed");
+  for (const DLayer& d : layers_) {
+    GemvSide side_a, side_m;
+    router_y_sides(d, side_a, side_m);
+    if (d.is_full) enqueue_attn(d, side_a, side_m, s);
+    else enqueue_gdn(d, side_a, side_m, s);
+    enqueue_moe(d, s);
+  }
+  lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, part == StepPart::kArgmax ? out_ids_ : nullptr,
+                 ctl_, s, pdl, trace_ ? trace_ + 66 : nullptr);
+  mark("lm_head argmax");
+  if (part == StepPart::kSample) {
+    sample_step(sampler_args(), s, pdl);
     mark("step sampler");
   }
 }

@@ -20,7 +20,7 @@ struct GemvParams {  // passed by value (kernel parameter space)
   const float* norm_w;
   float eps;
   int cols;
-  unsigned long long* trace;  // LILY_CUDA_TRACE: [3] entry and x loaded (block 0), last block done; or null
+  unsigned long long* trace;  // LILY_PROFILE=trace: [3] entry and x loaded (block 0), last block done; or null
   HeadNorm hn;                // per-head scale of x (hn.ss null: none)
   GemvSide side;              // side rows (side.rows 0: none)
 };

@@ -79,7 +79,7 @@ bool use_int8_x(int fmt, int cols);  // the int8 path serves this matrix shape (
 // ---- launchers (all asynchronous on `s`; they check the launch) ----
 // Row-parallel fused GEMV over up to kMaxSegs matrices sharing x (cols): optional RMSNorm prologue
 // (xn = x / rms(x) * norm_w when norm_w != null). All segments must have the same fmt and cols.
-// trace (LILY_CUDA_TRACE): [3] globaltimer stamps (block 0 entry, block 0 x loaded, last block done) or null.
+// trace (LILY_PROFILE=trace): [3] globaltimer stamps (block 0 entry, block 0 x loaded, last block done) or null.
 // hn (optional): x is read as consecutive heads of hn->dim elements, head h scaled by
 // rsqrt(sum_p hn->ss[h * hn->parts + p] / dim + eps) (the DeltaNet gated norm finished by its out_proj).
 constexpr int kHeadNormMaxParts = 8;
@@ -117,7 +117,7 @@ void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, c
 // lm_head with final RMSNorm, logits out [V], argmax; the last block writes out_ids[cursor] = argmax, feeds it to
 // in_ids[cursor+1] when cursor+1 >= n_given, and advances cursor and pos.
 // out_ids == null: logits only (the last block just resets the accumulators; sample_step then picks the id).
-// trace (LILY_CUDA_TRACE): [6] globaltimer stamps: block 0 entry, block 0 after pdl_wait, last block's rows done,
+// trace (LILY_PROFILE=trace): [6] globaltimer stamps: block 0 entry, block 0 after pdl_wait, last block's rows done,
 // (scratch), last block's entry, first block's entry.
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
                     int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl, unsigned long long* trace = nullptr);
@@ -139,10 +139,13 @@ struct SampArgs {
   int32_t* out_ids = nullptr;
   int32_t* host_ids = nullptr;    // device pointer of mapped pinned memory, or null
   StepCtl* ctl = nullptr;
+  const uint32_t* mask = nullptr; // [ceil(V / 32)] allowed-token bits (bit i % 32 of word i / 32), or null: every
+                                  // token; a token not allowed gets the adjusted logit -inf (constrained decoding)
 };
 // Sets the parameters and the draw counter, clears the accumulators (params copied before it returns).
 void samp_init(SampWork* w, const samp::StepParams& params, uint64_t step, cudaStream_t s);
-void sample_step(const SampArgs& a, cudaStream_t s, bool pdl);
+// pdl_first: the first kernel too waits through PDL (false when it starts a graph of its own).
+void sample_step(const SampArgs& a, cudaStream_t s, bool pdl, bool pdl_first = true);
 
 // MoE decode, three kernels:
 //  router: logits[E] = router . xn, shg[1] = shared-gate . xn (xn = rmsnorm(x) * norm_w); the last block does the
@@ -155,7 +158,7 @@ constexpr int kMoePreStride = 16, kMoePreMaxParts = 12;
 // The part-major layout of the same buffer (MoeArgs::pre_ps > 1): part p of element e at p * kMoePrePartStride + e,
 // so a block's threads read each part as one coalesced row ((E + 1) <= kMoePrePartStride; 12 parts fit the buffer).
 constexpr int kMoePrePartStride = 264;
-// LILY_CUDA_TRACE=2 per-block stamps (MoeArgs::btrace): blocks b < kMoeBtraceBlocks of each MoE kernel,
+// LILY_PROFILE=trace-blocks per-block stamps (MoeArgs::btrace): blocks b < kMoeBtraceBlocks of each MoE kernel,
 // kMoeBtraceSlots stamps each. Fused kernel: 0 entry, 1 after pdl_wait, 2 parts summed, 3 routing ranked, 4 first
 // routed rows requested, 5 x prologue done, 6 routing published, 7 first routed pair done, 8 block done. Down:
 // 0 entry, 1 routing flag seen, 2 rows requested, 3 after pdl_wait, 4 act prologue done, 5 first row done, 8 block
@@ -176,10 +179,10 @@ struct MoeArgs {
   int32_t* route_idx = nullptr;    // [k]
   float* route_w = nullptr;        // [k]
   float* out = nullptr;            // residual [H], accumulated by down
-  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-14; fused: 6-7 last block, down 8-9, 15)
-  unsigned long long* trace_x = nullptr;  // LILY_CUDA_TRACE: [3] fused x loads landed, x norm reduced, down act landed (b0)
-  unsigned long long* trace_end = nullptr;  // LILY_CUDA_TRACE: [1] the layer's end (down's last block), every layer
-  unsigned long long* btrace = nullptr;   // LILY_CUDA_TRACE=2: per-block stamps [kMoeBtraceBlocks][slots] of the fused
+  unsigned long long* trace = nullptr;  // LILY_PROFILE=trace: [16] globaltimer stamps (router 0-5, gate_up 6-9, down 10-14; fused: 6-7 last block, down 8-9, 15)
+  unsigned long long* trace_x = nullptr;  // LILY_PROFILE=trace: [3] fused x loads landed, x norm reduced, down act landed (b0)
+  unsigned long long* trace_end = nullptr;  // LILY_PROFILE=trace: [1] the layer's end (down's last block), every layer
+  unsigned long long* btrace = nullptr;   // LILY_PROFILE=trace-blocks: per-block stamps [kMoeBtraceBlocks][slots] of the fused
                                           // kernel, then the same of down (thread 0 of each block; kernels.h)
   int router_xf = 0;               // fused: router blocks quantise x (int8 form) after their barrier arrival (set by
                                    // the launcher where the experts are 4-bit on the int8 x)
@@ -225,7 +228,7 @@ struct GdnArgs {
   void* yq = nullptr;           // split form only, optional: y written as an XQ image (xq_image_bytes(Hv*Dv))
                                 // instead of y, for a 4-bit out_proj on the int8-x path (HeadNorm::xq)
   const StepCtl* ctl = nullptr; // pos, S, conv
-  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: block 0 entry, after wait, rows done [0..2]; last block
+  unsigned long long* trace = nullptr;  // LILY_PROFILE=trace: block 0 entry, after wait, rows done [0..2]; last block
                                         // done [3]; block 0 conv done, norms done [7..8] ([4..6]: out_proj's);
                                         // split form: block 0 before its pdl_wait [12], after its StepCtl
                                         // read [29], its pre-wait loads issued [30]
@@ -260,7 +263,7 @@ struct AttnArgs {
   int merge_levels = 0;         // 0 (default): the merge spread over the split blocks; 2: groups of kAttnGroup splits
                                 // merged first, then the groups; 1: the last block merges all (references for the
                                 // tests; attn_decode falls back to 2 where the split blocks cannot all be resident)
-  unsigned long long* trace = nullptr;  // LILY_CUDA_TRACE: [8] globaltimer stamps of block (0,0) and the last block
+  unsigned long long* trace = nullptr;  // LILY_PROFILE=trace: [8] globaltimer stamps of block (0,0) and the last block
 };
 void attn_decode(const AttnArgs& a, cudaStream_t s, bool pdl);
 

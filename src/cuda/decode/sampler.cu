@@ -193,7 +193,7 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
 
 // ---- step sampler (algorithm: engine/step_sampler.h; the host reference there must give the same ids) ----
 // Nine kernels over the vocabulary in blocks of 1024 ids (256 threads x 4 consecutive ids):
-//  prep: adjusted logits -> adj[], argmax, top-k radix digit 0 (histogram of key >> 24); the last block finds mx
+//  prep: adjusted logits -> adj[] (-inf where a constraint's mask refuses the token), argmax, top-k radix digit 0 (histogram of key >> 24); the last block finds mx
 //        and the min-p threshold and picks the top-k digit;
 //  topk<1..3>: the next 8 bits of the k-th largest key (only when top-k is on);
 //  topp<0..3>: the same radix select on the candidates' fixed-point mass for the nucleus threshold (top-p on);
@@ -308,7 +308,8 @@ __global__ void __launch_bounds__(kST) k_samp_prep(SampArgs a) {
   for (int j = 0; j < kSPer; ++j) {
     const int i = base + j;
     if (i >= a.V) break;
-    const float v = samp::adjust_logit(a.logits[i], a.table[i], p);
+    float v = samp::adjust_logit(a.logits[i], a.table[i], p);
+    if (a.mask && !((a.mask[i >> 5] >> (i & 31)) & 1u)) v = __int_as_float(0xff800000);  // -inf
     a.adj[i] = v;
     const uint32_t k = samp::key_of(v);
     best = max(best, (static_cast<unsigned long long>(k) << 32) | ~static_cast<uint32_t>(i));
@@ -558,10 +559,10 @@ void samp_init(SampWork* w, const samp::StepParams& params, uint64_t step, cudaS
   LILY_CUDA_CHECK(cudaGetLastError());
 }
 
-void sample_step(const SampArgs& a, cudaStream_t s, bool pdl) {
+void sample_step(const SampArgs& a, cudaStream_t s, bool pdl, bool pdl_first) {
   const int nb = (a.V + kSChunk - 1) / kSChunk;
   if (nb > kSMaxBlocks) throw std::runtime_error("cuda sampler: vocabulary too large");
-  launch(k_samp_prep, dim3(nb), dim3(kST), 0, s, pdl, a);
+  launch(k_samp_prep, dim3(nb), dim3(kST), 0, s, pdl && pdl_first, a);
   launch(k_samp_topk<1>, dim3(nb), dim3(kST), 0, s, pdl, a);
   launch(k_samp_topk<2>, dim3(nb), dim3(kST), 0, s, pdl, a);
   launch(k_samp_topk<3>, dim3(nb), dim3(kST), 0, s, pdl, a);

@@ -38,7 +38,7 @@ class PrefillRunner {
                 int prec = kPrecFP16, bool profile = false);
   int max_chunk() const { return max_chunk_; }
   int prec() const { return prec_; }
-  ~PrefillRunner() { timer_.report("prefill profile (LILY_CUDA_PROFILE)"); }
+  ~PrefillRunner() { timer_.report("prefill profile (LILY_PROFILE=1)"); }
   // Consumes ids (host) [0, n) at positions pos0.. (n <= max_chunk); logits of chunk rows [n - n_logits, n) to
   // out (host, [n_logits][vocab]). Synchronises the stream only when logits are copied out.
   void run(const PrefillState& st, const int32_t* ids, int n, int pos0, int n_logits, float* out, cudaStream_t s);

@@ -1,0 +1,24 @@
+// The device form of a checkpoint matrix (DMat in decode/kernels.h) and its copy to the device, shared by the
+// backend's upload and the kernel tests (which go through the same path as a loaded model).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/decode/kernels.h"
+#include "model/weights.h"
+
+namespace lily::cuda {
+
+// The device layout of q (pointers left null): affine 4/8-bit with any group that is a multiple of 32 dividing
+// cols (scales of any type), or dense and FP8 e4m3 blocks (BF16 on the device: FP8 is dequantised and rounded to
+// bf16 on upload, 2 bytes per weight). Throws naming `what` for any other matrix.
+DMat describe_matrix(const QMatrix& q, const char* what);
+
+size_t dmat_w_bytes(const DMat& m);   // bytes of the packed rows / bf16 elements
+size_t dmat_sb_words(const DMat& m);  // (scale, bias) words
+
+// Copies q into dw (packed rows, or bf16: dense types and FP8 blocks rounded to nearest) and dsb (one word per group: affine_pair_at's bf16 scale and bias,
+// model/affine_pair.h).
+void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb);
+
+}  // namespace lily::cuda

@@ -1,0 +1,48 @@
+// One affine group's (scale, bias) as two bf16, the form the CUDA backend keeps for every affine matrix (a 32-bit
+// word: scale in the low half, bias in the high half; w = scale * q + bias).
+//
+// bf16 sources (MLX) pass unchanged. Scales kept in f32 (the formats repacked at load: GPTQ / AWQ /
+// compressed-tensors int4, GGUF Q4_0 / Q4_1 / Q4_K / Q5_x / Q8_0) are rounded to the nearest bf16, and where the
+// bias is an integer multiple of the scale, bias = -z * scale with |z| <= 256 (GPTQ, AWQ and compressed-tensors
+// zero points; Q4_0's 8, Q5_0's 16, Q8_0's 128), the bias is -z times the rounded scale, then rounded. So the zero
+// point stays on a code: a symmetric format (z a power of two) becomes exactly (q - z) * bf16(scale), the error of
+// one bf16 rounding per weight, and an asymmetric one adds at most 2^-9 |z * scale| per group. Rounding the two
+// halves on their own instead moves every weight of a Q8_0 group by up to 128 * scale * 2^-9 = scale / 4, a quarter
+// of a quantisation step in the same direction. Formats with an independent bias (Q4_K / Q5_K's -dmin * m, Q4_1 /
+// Q5_1's m) get both halves rounded to nearest.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+
+namespace lily {
+
+struct Bf16Pair {
+  uint16_t scale = 0, bias = 0;
+  uint32_t word() const { return uint32_t(scale) | (uint32_t(bias) << 16); }
+};
+
+inline Bf16Pair affine_pair_bf16(float scale, float bias) {
+  Bf16Pair p;
+  p.scale = f32_to_bf16(scale);
+  p.bias = f32_to_bf16(bias);
+  if (scale == 0.0f || !std::isfinite(scale) || !std::isfinite(bias)) return p;
+  const float z = std::nearbyint(-bias / scale);
+  if (std::fabs(z) <= 256.0f && -z * scale == bias) p.bias = f32_to_bf16(-z * bf16_to_f32(p.scale));
+  return p;
+}
+
+// The pair of group i of an affine matrix's scales/biases of type t (BF16 kept bit for bit).
+inline Bf16Pair affine_pair_at(const void* scales, const void* biases, DType t, size_t i) {
+  if (t == DType::BF16) {
+    Bf16Pair p;
+    std::memcpy(&p.scale, static_cast<const uint8_t*>(scales) + 2 * i, 2);
+    std::memcpy(&p.bias, static_cast<const uint8_t*>(biases) + 2 * i, 2);
+    return p;
+  }
+  return affine_pair_bf16(decode_scalar(scales, t, i), decode_scalar(biases, t, i));
+}
+
+}  // namespace lily

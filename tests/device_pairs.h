@@ -1,0 +1,64 @@
+// The "device twin" of a loaded model: every affine matrix whose scales are not bf16 gets new f32 scale/bias
+// arrays holding the bf16 pair the CUDA backend stores for it (model/affine_pair.h), every FP8 block matrix the
+// bf16 rows the backend uploads for it, everything else shared. The
+// CPU reference path on the twin computes what the CUDA kernels should compute, so CUDA tests compare against it
+// at the kernels' own bounds, and CPU tests measure what the bf16 pairs cost against the exact repack.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "model/affine_pair.h"
+#include "model/weights.h"
+#include "quant_test_util.h"
+
+namespace lily_test {
+
+// Returns the twin; `changed` (optional) receives the number of matrices given new pairs. naive: both halves rounded
+// to nearest on their own instead (what affine_pair_bf16 improves on; for comparison only).
+inline std::shared_ptr<lily::ModelWeights> device_twin(const std::shared_ptr<lily::ModelWeights>& src,
+                                                       int* changed = nullptr, bool naive = false) {
+  auto w = std::make_shared<lily::ModelWeights>(*src);
+  w->keep_alive.push_back(src);  // the codes stay where the source keeps them
+  int n = 0;
+  for_each_matrix(*w, [&](lily::QMatrix& m) {
+    if (m.kind == lily::QMatrix::Kind::Fp8Block) {  // the device's bf16 rows of the dequantised blocks
+      auto h = std::make_shared<std::vector<uint16_t>>(size_t(m.rows) * size_t(m.cols));
+      std::vector<float> row(size_t(m.cols));
+      for (int64_t r = 0; r < m.rows; ++r) {
+        lily::dequant_row(m, r, row.data());
+        for (int64_t i = 0; i < m.cols; ++i) (*h)[size_t(r * m.cols + i)] = lily::f32_to_bf16(row[size_t(i)]);
+      }
+      lily::QMatrix d;
+      d.kind = lily::QMatrix::Kind::Dense;
+      d.dtype = lily::DType::BF16;
+      d.rows = m.rows;
+      d.cols = m.cols;
+      d.w = h->data();
+      m = d;
+      w->keep_alive.push_back(h);
+      ++n;
+      return;
+    }
+    if (m.kind != lily::QMatrix::Kind::Affine || m.sdtype == lily::DType::BF16) return;
+    const size_t ng = size_t(m.rows) * size_t(m.cols / m.group);
+    auto buf = std::make_shared<std::vector<float>>(2 * ng);
+    for (size_t i = 0; i < ng; ++i) {
+      lily::Bf16Pair p = lily::affine_pair_at(m.scales, m.biases, m.sdtype, i);
+      if (naive) {
+        p.scale = lily::f32_to_bf16(lily::decode_scalar(m.scales, m.sdtype, i));
+        p.bias = lily::f32_to_bf16(lily::decode_scalar(m.biases, m.sdtype, i));
+      }
+      (*buf)[i] = lily::bf16_to_f32(p.scale);
+      (*buf)[ng + i] = lily::bf16_to_f32(p.bias);
+    }
+    m.scales = buf->data();
+    m.biases = buf->data() + ng;
+    m.sdtype = lily::DType::F32;
+    w->keep_alive.push_back(buf);
+    ++n;
+  });
+  if (changed) *changed = n;
+  return w;
+}
+
+}  // namespace lily_test
