@@ -1,6 +1,6 @@
 // Test helper: writes the tiny bf16 fixture as a GGUF file laid out as llama.cpp's converter lays out a
 // qwen35moe model (names, +1 on RMSNorm weights except the gated norm, -exp(A_log), squeezed conv1d, value
-// heads in tiled order, experts split into ffn_gate_exps / ffn_up_exps, 1-D shared-expert gate, qwen35moe.*
+// heads in tiled order, experts split into ffn_gate_exps / ffn_up_exps, shared-expert gate [1, H], qwen35moe.*
 // metadata). Matrices get `type` (optionally stored as F32 after a quantise/decode round trip, giving the
 // "dequantised" twin of a quantised file); 1-D tensors, the router and conv1d stay F32, as the converter
 // and llama-quantize keep them.
@@ -128,7 +128,7 @@ inline void convert_tiny_to_gguf(const std::string& dir, const std::string& out,
     matrix(b + "ffn_gate_shexp.weight", {Is, H}, get(p + "mlp.shared_expert.gate_proj.weight"));
     matrix(b + "ffn_up_shexp.weight", {Is, H}, get(p + "mlp.shared_expert.up_proj.weight"));
     matrix(b + "ffn_down_shexp.weight", {H, Is}, get(p + "mlp.shared_expert.down_proj.weight"));
-    f32_tensor(b + "ffn_gate_inp_shexp.weight", {H}, get(p + "mlp.shared_expert_gate.weight"));
+    f32_tensor(b + "ffn_gate_inp_shexp.weight", {1, H}, get(p + "mlp.shared_expert_gate.weight"));  // as the converter
   }
   w.write(out);
 }

@@ -2,7 +2,6 @@
 // random-weight checkpoint with the real shapes (see synth/checkpoint_writer.h).
 // `lily synth --gguf FILE [--preset NAME] [--seed N]`: the same weights as a Q4_K_M-like llama.cpp GGUF file
 // (see synth/gguf_checkpoint.h).
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -11,7 +10,6 @@
 #include "core/progress.h"
 #include "synth/checkpoint_writer.h"
 #include "synth/gguf_checkpoint.h"
-#include "synth/synth_tokenizer.h"
 #include "synth/presets.h"
 #include "synth/synthetic_model.h"
 
@@ -38,9 +36,7 @@ int run_synth(const Args& a) {
   }
   auto t1 = std::chrono::steady_clock::now();
   if (a.has("gguf")) {
-    const int bpe = std::max(256, opt.bpe_vocab > 0 ? opt.bpe_vocab : w->cfg.vocab / 4096 * 4096);
-    if (bpe > w->cfg.vocab) throw Error("tokenizer BPE size " + std::to_string(bpe) + " exceeds vocab_size");
-    const std::string tok = make_synthetic_tokenizer(bpe, std::min(33, w->cfg.vocab - bpe)).dump();
+    const std::string tok = synthetic_gguf_tokenizer(preset, w->cfg.vocab);
     Progress bar("writing", 1);
     write_gguf_checkpoint(*w, a.get("gguf"), tok, [&](uint64_t d, uint64_t t) { bar.update(d, t); });
     bar.finish();

@@ -38,7 +38,7 @@ void k_scale_min(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m);
 //   Q4_1: scale d, bias m (4 bits)                          Q8_0: scale d, bias -128d, codes q+128 (8 bits)
 //   Q5_K: as Q4_K with 5-bit codes (8 bits)                 Q5_0: scale d, bias -16d (8 bits)
 //   Q5_1: scale d, bias m (8 bits)                          Q8_K: scale d, bias -128d, codes q+128 (8 bits)
-// Q6_K (sub-blocks of 16, signed scales) has no exact group-32 form: the loader dequantises it.
+// Q6_K (sub-blocks of 16, signed scales) has no exact group-32 form: it stays in its blocks (QMatrix::Kind::Ggml).
 bool gguf_repackable(uint32_t type);
 int gguf_repack_bits(uint32_t type);  // 4 or 8
 void gguf_repack_row(uint32_t type, const uint8_t* src, int64_t n, uint32_t* words, float* scales, float* biases);

@@ -89,9 +89,16 @@ class Builder {
  public:
   Builder(const GgufModel& m, ModelWeights& w) : m_(m), w_(w) {}
 
+  // Shapes compare as ggml compares them: leading size-1 dimensions do not count (llama.cpp's converter writes
+  // the shared-expert gate as [1, H], llama-quantize as [H]).
+  static std::vector<int64_t> squeezed(std::vector<int64_t> s) {
+    while (s.size() > 1 && s.front() == 1) s.erase(s.begin());
+    return s;
+  }
+
   const GgufTensor& tensor(const std::string& name, const std::vector<int64_t>& shape) {
     const GgufTensor& t = m_.get(name);
-    if (t.shape() != shape)
+    if (squeezed(t.shape()) != squeezed(shape))
       throw Error(t.file + ": tensor '" + name + "': expected shape " + shape_str(shape) + ", found " +
                   shape_str(t.shape()));
     used_.insert(name);
@@ -174,23 +181,48 @@ class Builder {
     }
     if (!dense && !gguf_can_decode(t.type))
       throw Error(t.file + ": tensor '" + name + "': type " + ggml_type_name(t.type) + " is not supported");
-    // Dense copy with rows/columns moved (F32/F16/BF16 keep their type), or dequantised to BF16.
-    const DType odt = dense ? dt : DType::BF16;
+    if (!dense && (!col_block || col_block % ti.block == 0)) {
+      // Other quantised types (Q6_K) stay in their blocks, decoded a row at a time by the kernels (exact);
+      // moved rows and whole-block column runs are copied.
+      QMatrix q;
+      q.kind = QMatrix::Kind::Ggml;
+      q.gtype = t.type;
+      q.dtype = DType::U8;
+      q.rows = rows;
+      q.cols = cols;
+      const bool moved = rows_from || col_block;
+      note(name, t.type, moved ? "its own blocks (rows reordered), decoded in the kernels"
+                               : "its own blocks (in place), decoded in the kernels");
+      const uint8_t* base = t.data;
+      if (moved) {
+        uint8_t* buf = own<uint8_t>(size_t(n * rows) * src_row_bytes);
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t r = 0; r < rows; ++r) {
+            uint8_t* dst = buf + size_t(k * rows + r) * src_row_bytes;
+            std::memcpy(dst, src_row(k, r), src_row_bytes);
+            permute_cols(dst, size_t(col_block / ti.block) * size_t(ti.bytes));
+          }
+        base = buf;
+      }
+      for (int64_t k = 0; k < n; ++k) {
+        out[size_t(k)] = q;
+        out[size_t(k)].w = base + size_t(k * rows) * src_row_bytes;
+      }
+      return out;
+    }
+    // Dense copy with rows/columns moved (F32/F16/BF16 keep their type), or, when column blocks split the
+    // quantisation blocks, dequantised to F32 (exact).
+    const DType odt = dense ? dt : DType::F32;
     const size_t es = dtype_size(odt), orb = size_t(cols) * es;
-    note(name, t.type, dense ? std::string(dtype_name(dt)) + " (copied, heads reordered)" : "BF16 (dequantised)");
+    note(name, t.type, dense ? std::string(dtype_name(dt)) + " (copied, heads reordered)" : "F32 (dequantised)");
     auto buf = own<uint8_t>(size_t(n * rows) * orb);
-    std::vector<float> tmp(static_cast<size_t>(cols));
     for (int64_t k = 0; k < n; ++k) {
       for (int64_t r = 0; r < rows; ++r) {
         uint8_t* dst = buf + size_t(k * rows + r) * orb;
         if (dense) {
           std::memcpy(dst, src_row(k, r), orb);
         } else {
-          gguf_dequant_row(t.type, src_row(k, r), cols, tmp.data());
-          for (int64_t j = 0; j < cols; ++j) {
-            const uint16_t h = f32_to_bf16(tmp[size_t(j)]);
-            std::memcpy(dst + size_t(j) * 2, &h, 2);
-          }
+          gguf_dequant_row(t.type, src_row(k, r), cols, reinterpret_cast<float*>(dst));
         }
         permute_cols(dst, size_t(col_block) * es);
       }

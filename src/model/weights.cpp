@@ -4,11 +4,18 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_quants.h"
 
 namespace lily {
 
 size_t QMatrix::row_bytes() const {
   if (kind == Kind::Dense || kind == Kind::Fp8Block) return size_t(cols) * dtype_size(dtype);
+  if (kind == Kind::Ggml) {
+    GgmlTypeInfo ti;
+    if (!ggml_type_info(gtype, &ti) || ti.block <= 0) return 0;
+    return size_t(cols / ti.block) * size_t(ti.bytes);
+  }
   return size_t(cols) * size_t(bits) / 8;
 }
 
@@ -25,6 +32,7 @@ std::string QMatrix::format_name() const {
     case Kind::Dense: return dtype_name(dtype);
     case Kind::Affine: return "affine " + std::to_string(bits) + "-bit group " + std::to_string(group);
     case Kind::Fp8Block: return "FP8 e4m3 " + std::to_string(group) + "x" + std::to_string(group) + " blocks";
+    case Kind::Ggml: return "GGUF " + ggml_type_name(gtype) + " blocks";
   }
   return "?";
 }
@@ -50,6 +58,13 @@ void dequant_row(const QMatrix& m, int64_t row, float* out) {
       const int64_t end = std::min<int64_t>(m.cols, (bc + 1) * m.group);
       for (int64_t j = bc * m.group; j < end; ++j) out[j] = f8e4m3_to_f32(w[j]) * s;
     }
+    return;
+  }
+  if (m.kind == QMatrix::Kind::Ggml) {
+    GgmlTypeInfo ti;
+    if (!ggml_type_info(m.gtype, &ti) || !gguf_can_decode(m.gtype) || ti.block <= 0 || m.cols % ti.block != 0)
+      throw Error("dequant_row: unsupported matrix " + m.format_name());
+    gguf_dequant_row(m.gtype, w, m.cols, out);
     return;
   }
   if (m.bits < 2 || m.bits > 8 || m.bits == 7 || m.group <= 0 || m.cols % m.group != 0 || (m.cols * m.bits) % 8 != 0)

@@ -20,8 +20,10 @@ namespace lily {
 //    loading, bits is 4 or 8 (other MLX widths are repacked to 8 at load); dequant_row reads 2..8 (not 7).
 //  Fp8Block: `w` points to rows*cols F8_E4M3 bytes (dtype F8_E4M3), `scales` to [ceil(rows/group),
 //    ceil(cols/group)] of `sdtype` (F32/BF16) block scales (weight_scale_inv); w = fp8 * scale of its block.
+//  Ggml: `w` points to [rows, row_bytes()] of GGUF quantisation blocks of type `gtype` (the GGUF types that do
+//    not map onto the affine form, e.g. Q6_K), decoded a row at a time by the GGUF row decoder (exact).
 struct QMatrix {
-  enum class Kind { Dense, Affine, Fp8Block };
+  enum class Kind { Dense, Affine, Fp8Block, Ggml };
   Kind kind = Kind::Dense;
   DType dtype = DType::BF16;   // Dense element type (F8_E4M3 for Fp8Block)
   DType sdtype = DType::BF16;  // Affine scale/bias type, Fp8Block scale type
@@ -30,6 +32,7 @@ struct QMatrix {
   const void* biases = nullptr;
   int bits = 0;     // Affine: 4 or 8 after loading
   int group = 0;    // Affine: 32, 64 or 128; Fp8Block: the block edge (128)
+  uint32_t gtype = 0;  // Ggml: the GgmlType id of the blocks
   int64_t rows = 0, cols = 0;
 
   bool valid() const { return w != nullptr && rows > 0 && cols > 0; }

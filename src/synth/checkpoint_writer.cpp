@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "synth/presets.h"
 #include "synth/module_plan.h"
 #include "synth/synth_tokenizer.h"
 
@@ -42,8 +43,7 @@ nlohmann::ordered_json checkpoint_config(const ModelConfig& c, bool quantized, i
   using J = nlohmann::ordered_json;
   J layer_types = J::array();
   for (bool f : c.is_full) layer_types.push_back(f ? "full_attention" : "linear_attention");
-  const int half = c.rope_dim / 2;  // mrope sections split the rotary frequencies (t, h, w)
-  const int s0 = (half + 2) / 3, s1 = (half - s0 + 1) / 2, s2 = half - s0 - s1;
+  const auto [s0, s1, s2] = default_mrope_sections(c.rope_dim);
   const double prf = c.head_dim ? double(c.rope_dim) / double(c.head_dim) : 0.25;
   const int eot = bpe_vocab, im_end = bpe_vocab + 2;
   J t;

@@ -1,12 +1,15 @@
 // ModelWeights -> qwen35moe GGUF (layout and type mix in gguf_checkpoint.h).
 #include "synth/gguf_checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
 #include "io/gguf_quants.h"
 #include "io/gguf_writer.h"
+#include "synth/presets.h"
+#include "synth/synth_tokenizer.h"
 #include "tokenizer/gguf_tokenizer.h"
 
 namespace lily {
@@ -23,6 +26,8 @@ void gguf_add_model_metadata(const ModelConfig& c, GgufWriter& w) {
   w.add_u32(a + "attention.value_length", uint32_t(c.head_dim));
   w.add_f32(a + "rope.freq_base", float(c.rope_theta));
   w.add_u32(a + "rope.dimension_count", uint32_t(c.rope_dim));
+  const auto sec = default_mrope_sections(c.rope_dim);  // llama.cpp's qwen35moe loader requires the key
+  w.add_i32s(a + "rope.dimension_sections", {sec[0], sec[1], sec[2], 0});
   w.add_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   w.add_u32(a + "expert_count", uint32_t(c.n_experts));
   w.add_u32(a + "expert_used_count", uint32_t(c.top_k));
@@ -99,7 +104,7 @@ void write_gguf_checkpoint(const ModelWeights& mw, const std::string& path, cons
   const ModelConfig& c = mw.cfg;
   GgufWriter w;
   gguf_add_model_metadata(c, w);
-  gguf_add_tokenizer(tokenizer_json, w);
+  gguf_add_tokenizer(tokenizer_json, w, "qwen35", mw.cfg.vocab);
   Streamer s{w, 0, nullptr};
   const int64_t H = c.hidden, Hk = c.lin_k_heads, Hv = c.lin_v_heads, r = Hv / Hk, Dv = c.lin_v_dim;
   const int64_t qk = 2 * int64_t(c.key_dim()), K = c.conv_kernel;
@@ -155,6 +160,13 @@ void write_gguf_checkpoint(const ModelWeights& mw, const std::string& path, cons
   };
   // The producers run inside write() and read s.tick then.
   w.write(path);
+}
+
+std::string synthetic_gguf_tokenizer(const std::string& preset, int vocab) {
+  const int preset_bpe = synthetic_bpe_vocab(preset);
+  const int bpe = std::max(256, preset_bpe > 0 ? preset_bpe : vocab / 4096 * 4096);
+  if (bpe > vocab) throw Error("tokenizer BPE size " + std::to_string(bpe) + " exceeds vocab_size");
+  return make_synthetic_tokenizer(bpe, std::min(33, vocab - bpe)).dump();
 }
 
 }  // namespace lily

@@ -21,4 +21,7 @@ void gguf_add_model_metadata(const ModelConfig& c, GgufWriter& w);
 void write_gguf_checkpoint(const ModelWeights& w, const std::string& path, const std::string& tokenizer_json,
                            const std::function<void(uint64_t done, uint64_t total)>& progress = {});
 
+// The tokenizer.json `lily synth --gguf` embeds for `preset` (`vocab`: the model's vocab_size).
+std::string synthetic_gguf_tokenizer(const std::string& preset, int vocab);
+
 }  // namespace lily

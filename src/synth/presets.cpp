@@ -54,4 +54,10 @@ int synthetic_bpe_vocab(const std::string& preset) {
   return preset == "qwen3.6-35b-a3b" ? 248044 : 4096;
 }
 
+std::array<int, 3> default_mrope_sections(int rope_dim) {
+  const int half = rope_dim / 2;
+  const int s0 = (half + 2) / 3, s1 = (half - s0 + 1) / 2;
+  return {s0, s1, half - s0 - s1};
+}
+
 }  // namespace lily

@@ -1,5 +1,6 @@
 // Named model shapes for synthetic weights: the real Qwen3.6-35B-A3B and scaled-down ones for tests.
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -14,5 +15,9 @@ std::vector<std::string> synthetic_presets();
 
 // Number of BPE tokens (byte-level) the preset's tokenizer has before the added special tokens.
 int synthetic_bpe_vocab(const std::string& preset);
+
+// Interleaved MRoPE sections (t, h, w) splitting the rotary half rope_dim / 2 as Qwen3.5 does ([11, 11, 10] for
+// rope_dim 64); text positions are equal in all three, so they only matter to other engines' loaders.
+std::array<int, 3> default_mrope_sections(int rope_dim);
 
 }  // namespace lily

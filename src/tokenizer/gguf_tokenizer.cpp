@@ -1,6 +1,7 @@
 // tokenizer.ggml.* metadata -> tokenizer.json text -> Tokenizer.
 #include "tokenizer/gguf_tokenizer.h"
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -86,7 +87,7 @@ std::string gguf_tokenizer_json(const GgufModel& m) {
   return j.dump();
 }
 
-void gguf_add_tokenizer(const std::string& tokenizer_json, GgufWriter& w, const std::string& pre) {
+void gguf_add_tokenizer(const std::string& tokenizer_json, GgufWriter& w, const std::string& pre, int64_t vocab_size) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(tokenizer_json);
@@ -97,7 +98,7 @@ void gguf_add_tokenizer(const std::string& tokenizer_json, GgufWriter& w, const 
   for (const auto& [tok, id] : j.at("model").at("vocab").items()) by_id[id.get<int64_t>()] = {tok, 1};
   for (const auto& a : j.at("added_tokens")) by_id[a.at("id").get<int64_t>()] = {a.at("content"), a.at("special") ? 3 : 4};
   if (by_id.empty() || by_id.begin()->first < 0) throw Error("tokenizer.json: no tokens, or a negative id");
-  const int64_t n = by_id.rbegin()->first + 1;
+  const int64_t n = std::max(by_id.rbegin()->first + 1, vocab_size);
   std::vector<std::string> tokens(static_cast<size_t>(n));
   std::vector<int32_t> types(static_cast<size_t>(n), 5);
   for (int64_t i = 0; i < n; ++i) tokens[size_t(i)] = "[PAD" + std::to_string(i) + "]";

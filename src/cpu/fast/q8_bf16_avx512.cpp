@@ -8,7 +8,7 @@ namespace lily::fast {
 
 bool q8_bf16_supported(const QMatrix& W) {
   if (W.kind == QMatrix::Kind::Affine) return W.bits == 8 && W.group % 16 == 0 && W.cols % W.group == 0;
-  return W.dtype == DType::BF16 && W.cols % 16 == 0;
+  return W.kind == QMatrix::Kind::Dense && W.dtype == DType::BF16 && W.cols % 16 == 0;
 }
 
 }  // namespace lily::fast
