@@ -1,6 +1,6 @@
 // The "device twin" of a loaded model: every affine matrix whose scales are not bf16 gets new f32 scale/bias
-// arrays holding the bf16 pair the CUDA backend stores for it (model/affine_pair.h), every FP8 block matrix the
-// bf16 rows the backend uploads for it, everything else shared. The
+// arrays holding the bf16 pair the CUDA backend stores for it (model/affine_pair.h), every FP8 / GGUF block matrix
+// the bf16 rows the backend uploads for it, everything else shared. The
 // CPU reference path on the twin computes what the CUDA kernels should compute, so CUDA tests compare against it
 // at the kernels' own bounds, and CPU tests measure what the bf16 pairs cost against the exact repack.
 #pragma once
@@ -21,7 +21,7 @@ inline std::shared_ptr<lily::ModelWeights> device_twin(const std::shared_ptr<lil
   w->keep_alive.push_back(src);  // the codes stay where the source keeps them
   int n = 0;
   for_each_matrix(*w, [&](lily::QMatrix& m) {
-    if (m.kind == lily::QMatrix::Kind::Fp8Block) {  // the device's bf16 rows of the dequantised blocks
+    if (m.kind == lily::QMatrix::Kind::Fp8Block || m.kind == lily::QMatrix::Kind::Ggml) {  // the device's bf16 rows
       auto h = std::make_shared<std::vector<uint16_t>>(size_t(m.rows) * size_t(m.cols));
       std::vector<float> row(size_t(m.cols));
       for (int64_t r = 0; r < m.rows; ++r) {

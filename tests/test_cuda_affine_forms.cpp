@@ -22,6 +22,7 @@
 #include "cuda/cuda_factory.h"
 #include "cuda/decode/kernels.h"
 #include "cuda/prefill/prefill.h"
+#include "int8x_model.h"
 
 using namespace lily;
 using testcuda::Dev;
@@ -47,7 +48,9 @@ std::string form_name(const Form& f) {
 }
 
 // GEMV (two segments, the second accumulating, RMSNorm prologue; 2048 columns, and 4096 where 4-bit rows take the
-// whole-row kernel), with f32 x and (4-bit) int8 x; the bounds of CudaGemv.MatchesReferenceMatvec.
+// whole-row kernel), with f32 x (1e-5) and (4-bit) int8 x: the int8 model (int8x_model.h) within 1e-5 and exact f32
+// within 2e-4, CudaMoeDecode's bound (these centred weights give small sums, so the relative error of the int8 x
+// sits above CudaGemv's 5e-5 on uncentred ones).
 TEST_P(CudaAffineForms, GemvMatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const auto [bits, group, origin] = GetParam();
@@ -79,7 +82,15 @@ TEST_P(CudaAffineForms, GemvMatchesReference) {
       cuda::gemv(segs, 2, dev.up(x), dev.up(nw), 1e-6f, nullptr, false);
       CK(cudaDeviceSynchronize());
       const auto got0 = down(dy0, 300), got1 = down(dy1, 77);
-      const double bound = int8x ? 5e-5 : 1e-5;
+      if (int8x) {  // the int8 activation model (int8x_model.h) up to f32 rounding, and near exact (as the MoE test)
+        std::vector<float> q0(300), q1(77);
+        testing_int8x::matvec_hilo(a.twin[0], xn.data(), q0.data());
+        testing_int8x::matvec_hilo(b.twin[0], xn.data(), q1.data());
+        for (int i = 0; i < 77; ++i) q1[size_t(i)] += y1[size_t(i)];
+        EXPECT_LT(testmetrics::rms_rel_err(got0, q0), 1e-5);
+        EXPECT_LT(testmetrics::rms_rel_err(got1, q1), 1e-5);
+      }
+      const double bound = int8x ? 2e-4 : 1e-5;
       EXPECT_LT(testmetrics::rms_rel_err(got0, want0), bound);
       EXPECT_LT(testmetrics::rms_rel_err(got1, want1), bound);
       std::printf("[ gemv %s cols %d %s ] vs twin %.2e, twin vs exact source %.2e\n", form_name(GetParam()).c_str(),
@@ -113,7 +124,13 @@ TEST_P(CudaAffineForms, LmHeadAndEmbedMatchReference) {
   cuda::lm_head_argmax(m.d.m, dev.up(x), dev.up(nw), 1e-6f, dl, din, dout, dc, nullptr, false);
   CK(cudaDeviceSynchronize());
   const std::vector<float> got = down(dl, size_t(rows));
-  EXPECT_LT(testmetrics::rms_rel_err(got, want), bits == 4 && cuda::decode_int8_x() ? 5e-5 : 1e-5);
+  const bool int8x = bits == 4 && cuda::decode_int8_x();
+  if (int8x) {  // the int8 activation model up to f32 rounding; near exact: these centred weights' sums are small
+    std::vector<float> wq(static_cast<size_t>(rows));
+    testing_int8x::matvec_hilo(m.twin[0], xn.data(), wq.data());
+    EXPECT_LT(testmetrics::rms_rel_err(got, wq), 1e-5);
+  }
+  EXPECT_LT(testmetrics::rms_rel_err(got, want), int8x ? 2e-4 : 1e-5);
   int best = 0;
   for (int i = 1; i < rows; ++i)
     if (got[size_t(i)] > got[size_t(best)]) best = i;
@@ -204,9 +221,10 @@ TEST_P(CudaAffineForms, MoeMatchesReference) {
           make_form(sg, 1, Is, H, bits, group, origin, rng, dev);
           make_form(su, 1, Is, H, bits, group, origin, rng, dev);
           make_form(sd, 1, H, Is, dform, group, origin, rng, dev);
-          std::vector<float> x(H), nw(H), xn(H), logits(E), want(x);
+          std::vector<float> x(H), nw(H), xn(H), logits(E);
           for (auto& v : x) v = 2.f * u(rng);
           for (auto& v : nw) v = 1.f + 0.3f * u(rng);
+          std::vector<float> want(x);  // the residual the MoE adds into
           ref::rmsnorm(x.data(), nw.data(), H, 1e-6f, xn.data());
           ref::matvec(router.twin[0], xn.data(), logits.data());
           float shg = 0.f;

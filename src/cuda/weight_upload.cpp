@@ -29,8 +29,8 @@ DMat describe_matrix(const QMatrix& q, const char* what) {
     m.group = q.group;
     m.row_bytes = q.cols * q.bits / 8;
     m.sb_row = int(q.cols / q.group);
-  } else if (q.kind == QMatrix::Kind::Dense || q.kind == QMatrix::Kind::Fp8Block) {
-    m.fmt = kBF16;  // FP8 blocks: dequantised and rounded to bf16 on upload (no FP8 kernels)
+  } else if (q.kind == QMatrix::Kind::Dense || q.kind == QMatrix::Kind::Fp8Block || q.kind == QMatrix::Kind::Ggml) {
+    m.fmt = kBF16;  // FP8 and GGUF (Q6_K) blocks: dequantised and rounded to bf16 on upload (no kernels of their own)
     m.row_bytes = q.cols * 2;
   } else {
     throw Error(std::string("cuda: ") + what + ": " + q.format_name() +
@@ -52,7 +52,7 @@ void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
     LILY_CUDA_CHECK(cudaMemcpy(dsb, sb.data(), nsb * 4, cudaMemcpyHostToDevice));
   } else if (q.kind == QMatrix::Kind::Dense && q.dtype == DType::BF16) {
     LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, dmat_w_bytes(m), cudaMemcpyHostToDevice));
-  } else if (q.kind == QMatrix::Kind::Fp8Block) {
+  } else if (q.kind == QMatrix::Kind::Fp8Block || q.kind == QMatrix::Kind::Ggml) {
     const size_t C = size_t(q.cols);
     std::vector<float> row(C);
     std::vector<uint16_t> h(C);
