@@ -7,7 +7,8 @@
 # samples instead of greedy decoding (the default).
 #   scripts/constraint-cost.sh [MODEL_DIR|demo] [BACKEND]
 # No MODEL_DIR: the synthetic full-size checkpoint (random weights, real shapes) written once by `lily synth`
-# to ${TMPDIR:-/tmp}/lily-synth-qwen36 (about 20 GB). `demo`: the bundled tiny model.
+# to ${TMPDIR:-/tmp}/lily-synth-qwen36 (about 20 GB; SYNTH_DIR and SYNTH_PRESET=small|... choose another), with the
+# Qwen3.5 chat template of tests/fixtures added. `demo`: the bundled tiny model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LILY=${LILY_BIN:-build/lily}
@@ -16,8 +17,10 @@ BACKEND=${2:-auto}
 args=()
 if [ "$MODEL" != demo ]; then
   if [ -z "$MODEL" ]; then
-    MODEL=${TMPDIR:-/tmp}/lily-synth-qwen36
-    [ -f "$MODEL/config.json" ] || "$LILY" synth --out "$MODEL" --preset qwen3.6-35b-a3b
+    MODEL=${SYNTH_DIR:-${TMPDIR:-/tmp}/lily-synth-qwen36}
+    [ -f "$MODEL/config.json" ] || "$LILY" synth --out "$MODEL" --preset "${SYNTH_PRESET:-qwen3.6-35b-a3b}"
+    # lily synth writes no chat template: the server needs one (the Qwen3.5 template the tests use)
+    [ -f "$MODEL/chat_template.jinja" ] || cp tests/fixtures/qwen35-chat/Qwen3.5-4B.jinja "$MODEL/chat_template.jinja"
   fi
   args=(--model "$MODEL")
 fi
