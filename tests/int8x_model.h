@@ -30,13 +30,12 @@ inline std::vector<float> quant_hilo(const float* x, int n, int chunk = 32) {  /
   return q;
 }
 
-// y = W x for a 4-bit affine QMatrix (bf16 scales/biases) with x already quantised (xq, by quant_hilo, possibly as
+// y = W x for a 4-bit affine QMatrix (scales/biases of any stored type: the device twins keep f32) with x
+// already quantised (xq, by quant_hilo, possibly as
 // part of a longer vector) and the exact x for the bias sums.
 inline void matvec_hilo_prequant(const QMatrix& m, const float* xq, const float* x, float* y) {
   const int cols = int(m.cols), G = m.group;
   const auto* w = static_cast<const uint32_t*>(m.w);
-  const auto* s = static_cast<const uint16_t*>(m.scales);
-  const auto* b = static_cast<const uint16_t*>(m.biases);
   for (int64_t r = 0; r < m.rows; ++r) {
     double acc = 0;
     for (int g = 0; g < cols / G; ++g) {
@@ -47,7 +46,7 @@ inline void matvec_hilo_prequant(const QMatrix& m, const float* xq, const float*
         sx += x[c];
       }
       const size_t gi = size_t(r) * (cols / G) + size_t(g);
-      acc += double(bf16_to_f32(s[gi])) * sq + double(bf16_to_f32(b[gi])) * sx;
+      acc += double(decode_scalar(m.scales, m.sdtype, gi)) * sq + double(decode_scalar(m.biases, m.sdtype, gi)) * sx;
     }
     y[r] = float(acc);
   }
