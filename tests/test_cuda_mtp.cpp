@@ -1,7 +1,7 @@
 // The CUDA backend's speculative-decoding pieces on the tiny fixture with its MTP block: verify + accept(m) leave the
 // device state (KV rows, DeltaNet recurrent and conv states, position) equal to the state of forwarding only the m
-// kept tokens, bit for bit (LILY_CUDA_VERIFY=decode: against plain decode steps; batched: against a verify of the m
-// tokens alone); clone / assign carry the MTP cache; the greedy output of a speculative decode does not depend on k
+// kept tokens, bit for bit (LILY_CUDA_VERIFY=decode: against plain decode steps; batched: against one batched
+// forward of the m tokens); clone / assign carry the MTP cache; the greedy output of a speculative decode does not depend on k
 // or on how many drafts are accepted. The logits and the 520-token comparison with plain decoding are in
 // test_mtp.cpp / test_speculative.cpp.
 #include <gtest/gtest.h>
@@ -117,9 +117,10 @@ TEST_P(CudaMtp, AcceptLeavesThePlainState) {
     if (decode) {  // plain decoding: one decode step per token
       for (int i = 0; i < m; ++i)
         be->forward(*plain, &run[i], 1, 1, plain_logits.data() + size_t(i) * size_t(V), ForwardOptions{});
-    } else {  // the batched path on the m tokens alone
-      auto u = be->verify(*plain, run, m, plain_logits.data(), nullptr);
-      be->accept(*plain, *u, m);
+    } else {  // the batched path on the m tokens alone (a hidden-state hook keeps even one token on it)
+      ForwardOptions fo;
+      fo.on_hidden = [](const float*, int, int) {};
+      be->forward(*plain, run, m, m, plain_logits.data(), fo);
     }
     auto spec = base->clone();
     std::vector<float> vlog(size_t(4) * size_t(V)), hid(size_t(4) * size_t(c.hidden));

@@ -4,11 +4,11 @@
 //  - verify: a device copy of the DeltaNet recurrent + conv states (the only state a forward changes in place; KV
 //    rows past the kept position are simply overwritten later), then the n rows through the prefill runner in one
 //    batched forward with the logits and final-normed hidden state of every row (CudaOptions::verify_batched), or
-//    as n decode steps (LILY_CUDA_VERIFY=decode: plain decoding's kernels);
+//    as n decode steps (LILY_CUDA_VERIFY=decode: plain decoding's kernels); a verify of one token (a plain step of
+//    the speculative loop, which auto-off times as plain decoding's cost) is always one decode step;
 //  - accept(m < n): the copy restored and the m kept rows forwarded again the same way (recompute).
 // Numerics: the batched runner and the decode step differ in the last bits (prefill precision modes,
-// docs/architecture.md "Speculative decoding"); within one request every token of a speculative decode comes from
-// verify rows or their recompute, i.e. from one path.
+// docs/architecture.md "Speculative decoding").
 #include <algorithm>
 #include <cstring>
 
@@ -164,7 +164,7 @@ std::unique_ptr<VerifyUndo> CudaBackend::verify(SeqState& s, const int32_t* ids,
     LILY_CUDA_CHECK(cudaMemcpyAsync(st.S_bak, st.S, st.s_bytes, cudaMemcpyDeviceToDevice, stream_));
     LILY_CUDA_CHECK(cudaMemcpyAsync(st.conv_bak, st.conv, st.conv_bytes, cudaMemcpyDeviceToDevice, stream_));
   }
-  if (opt_.verify_batched) {
+  if (opt_.verify_batched && n > 1) {
     const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
     prefill_->run(ps, ids, n, st.pos, n, logits, stream_, hidden);
     LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
