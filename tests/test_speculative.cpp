@@ -17,6 +17,7 @@
 #include "engine/step_sampler.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
+#include "test_backends.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace lily;
@@ -106,7 +107,8 @@ class SpecGreedy : public ::testing::TestWithParam<std::tuple<const char*, int, 
 // draft replaced by the plain token with probability p (most drafts accepted: the accept path runs too).
 TEST_P(SpecGreedy, IdenticalToPlainDecoding) {
   const auto [backend, k, p] = GetParam();
-  auto be = make_backend(backend, fx().w);
+  if (!test_backend_usable(backend)) GTEST_SKIP() << "no CUDA device";
+  auto be = make_test_backend(backend, fx().w);
   constexpr int kSteps = 520;
   std::vector<int32_t> plain = plain_greedy(*be, kSteps + 1);
   const int32_t after = plain.back();  // the token plain decoding picks after the compared run
@@ -144,17 +146,28 @@ TEST_P(SpecGreedy, IdenticalToPlainDecoding) {
   EXPECT_EQ(int(std::max_element(a.begin(), a.end()) - a.begin()), after);
 }
 
+std::string spec_greedy_name(const ::testing::TestParamInfo<std::tuple<const char*, int, double>>& i) {
+  std::string s = std::get<0>(i.param);
+  std::replace(s.begin(), s.end(), '-', '_');
+  const double p = std::get<2>(i.param);
+  return s + "_k" + std::to_string(std::get<1>(i.param)) +
+         (p < 0 ? std::string("_own_drafts") : "_p" + std::to_string(int(p * 100 + 0.5)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Cpu, SpecGreedy,
                          ::testing::Values(std::make_tuple("cpu", 1, -1.0), std::make_tuple("cpu", 3, -1.0),
                                            std::make_tuple("cpu", 2, 0.7), std::make_tuple("cpu", 4, 0.86),
                                            std::make_tuple("cpu-ref", 3, 0.7)),
-                         [](const auto& i) {
-                           std::string s = std::get<0>(i.param);
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           const double p = std::get<2>(i.param);
-                           return s + "_k" + std::to_string(std::get<1>(i.param)) +
-                                  (p < 0 ? std::string("_own_drafts") : "_p" + std::to_string(int(p * 100 + 0.5)));
-                         });
+                         spec_greedy_name);
+// cuda: verify rows through the batched prefill runner (the default) and as decode steps (LILY_CUDA_VERIFY=decode)
+INSTANTIATE_TEST_SUITE_P(Cuda, SpecGreedy,
+                         ::testing::Values(std::make_tuple("cuda", 1, -1.0), std::make_tuple("cuda", 2, -1.0),
+                                           std::make_tuple("cuda", 3, -1.0), std::make_tuple("cuda", 4, -1.0),
+                                           std::make_tuple("cuda", 1, 0.5), std::make_tuple("cuda", 2, 0.7),
+                                           std::make_tuple("cuda", 3, 0.86), std::make_tuple("cuda", 4, 1.0),
+                                           std::make_tuple("cuda-verify-decode", 2, -1.0),
+                                           std::make_tuple("cuda-verify-decode", 4, 0.86)),
+                         spec_greedy_name);
 
 TEST(SpecAccept, RuleKeepsTheTargetDistribution) {
   const std::vector<double> p = {0.05, 0.4, 0.3, 0.2, 0.05}, q = {0.3, 0.1, 0.3, 0.0, 0.3};
@@ -181,14 +194,15 @@ TEST(SpecAccept, RuleKeepsTheTargetDistribution) {
   EXPECT_GT(bad, chi2_critical(df2));
 }
 
-class SpecSampled : public ::testing::TestWithParam<double> {};
+class SpecSampled : public ::testing::TestWithParam<std::tuple<const char*, double>> {};
 
 // The joint distribution of the first two sampled tokens after the prompt (temperature 1, top-k 4) with speculation
 // (one draft: accepted -> bonus, rejected -> correction then a plain step) against the exact target computed with
 // plain forwards.
 TEST_P(SpecSampled, JointOfTwoTokensMatchesPlainSampling) {
-  const double p_emu = GetParam();
-  auto be = make_backend("cpu", fx().w);
+  const auto [backend, p_emu] = GetParam();
+  if (!test_backend_usable(backend)) GTEST_SKIP() << "no CUDA device";
+  auto be = make_test_backend(backend, fx().w);
   const int V = be->config().vocab;
   Prefilled pf = prefill(*be, 256);
   SamplerParams sp;
@@ -252,8 +266,8 @@ TEST_P(SpecSampled, JointOfTwoTokensMatchesPlainSampling) {
     if (!expect.count(key)) outside += c;
   EXPECT_EQ(outside, 0) << "tokens outside the target's support";
   const auto [stat, df] = chi2(e, o);
-  std::printf("[ sampled p_emu=%.2f ] chi-square %.2f (df %d, 0.1%% point %.2f), drafts accepted %lld of %d\n", p_emu,
-              stat, df, chi2_critical(df), static_cast<long long>(accepted), N);
+  std::printf("[ %s sampled p_emu=%.2f ] chi-square %.2f (df %d, 0.1%% point %.2f), drafts accepted %lld of %d\n",
+              backend, p_emu, stat, df, chi2_critical(df), static_cast<long long>(accepted), N);
   EXPECT_LT(stat, chi2_critical(df));
   if (p_emu >= 0) {
     EXPECT_GT(accepted, N / 10);
@@ -261,9 +275,17 @@ TEST_P(SpecSampled, JointOfTwoTokensMatchesPlainSampling) {
 }
 
 // -1: the MTP block's own drafts (sampled from its distribution); 1: every draft the target's most likely token.
-INSTANTIATE_TEST_SUITE_P(Cpu, SpecSampled, ::testing::Values(-1.0, 1.0), [](const auto& i) {
-  return std::string(i.param < 0 ? "own_drafts" : "emulated_target_argmax");
-});
+std::string spec_sampled_name(const ::testing::TestParamInfo<std::tuple<const char*, double>>& i) {
+  std::string s = std::get<0>(i.param);
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s + (std::get<1>(i.param) < 0 ? "_own_drafts" : "_emulated_target_argmax");
+}
+INSTANTIATE_TEST_SUITE_P(Cpu, SpecSampled,
+                         ::testing::Values(std::make_tuple("cpu", -1.0), std::make_tuple("cpu", 1.0)),
+                         spec_sampled_name);
+INSTANTIATE_TEST_SUITE_P(Cuda, SpecSampled,
+                         ::testing::Values(std::make_tuple("cuda", -1.0), std::make_tuple("cuda", 1.0)),
+                         spec_sampled_name);
 
 namespace {
 struct GenOut {

@@ -1,5 +1,6 @@
 // `lily run`: generation from a prompt (greedy unless --temperature; sampled by Backend::decode_sample, on the GPU
-// for the CUDA backend), streamed to stdout, then prompt and decode speed on stderr.
+// for the CUDA backend, or by speculative decoding with the MTP block: --mtp K|off, cli/mtp_args.h), streamed to
+// stdout, then prompt and decode speed (and the drafts accepted) on stderr.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -7,12 +8,14 @@
 
 #include "app/make_backend.h"
 #include "cli/model_assets.h"
+#include "cli/mtp_args.h"
 #include "chat/template.h"
 #include "core/progress.h"
 #include "cli/model_source.h"
 #include "cli/registry.h"
 #include "core/error.h"
 #include "engine/backend.h"
+#include "engine/speculative.h"
 #include "engine/step_sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,12 +35,14 @@ std::vector<int32_t> stop_ids(const ModelConfig& c, const Tokenizer& tok) {
 
 int run(const Args& a) {
   a.check_known({"model", "prompt", "chat", "max-tokens", "backend", "prefill-chunk", "no-think", "ctx",
-                 "temperature", "top-p", "top-k", "min-p", "seed"});
+                 "temperature", "top-p", "top-k", "min-p", "seed", "mtp", "mtp-from"});
   if (!a.has("prompt")) throw Error("--prompt TEXT is required");
   const std::string dir = model_dir_or_demo(a);
   auto w = load_model(dir);
+  const MtpChoice mtp_choice = load_mtp_for(a, *w);
   auto tok = load_model_tokenizer(dir);
   auto be = make_backend(a.get("backend", "auto"), w);
+  const int mtp_k = mtp_for_backend(mtp_choice, *be, "run");
   std::string text = a.get("prompt");
   if (a.has("chat")) {
     nlohmann::ordered_json ctx;
@@ -64,6 +69,8 @@ int run(const Args& a) {
     bar.emplace("prefill", ids.size());
     opt.progress = [&](int done, int) { bar->set(static_cast<uint64_t>(done)); };
   }
+  MtpCarry carry;  // with --mtp: the MTP rows of the prompt and its last hidden state
+  if (mtp_k > 0) opt.on_hidden = mtp_prefill_hook(*be, *st, ids, carry);
   auto t0 = Clock::now();
   be->forward(*st, ids.data(), static_cast<int>(ids.size()), 1, logits.data(), opt);
   if (bar) bar->finish();
@@ -77,6 +84,7 @@ int run(const Args& a) {
   sp.has_seed = a.has("seed");
   sp.seed = uint64_t(a.get_int("seed", 0));
   StepSampler smp(sp, ids, V);
+  MtpStats mtp_stats;
   int generated = 0;
   auto emit = [&](int32_t next) {
     if (std::find(stops.begin(), stops.end(), next) != stops.end()) return false;
@@ -87,22 +95,35 @@ int run(const Args& a) {
   };
   if (max_new > 0) {
     const int32_t first = smp.sample(logits.data());
-    if (emit(first) && max_new > 1) be->decode_sample(*st, smp, first, max_new - 1, emit);
+    if (emit(first) && max_new > 1) {
+      if (mtp_k > 0) {
+        MtpConfig mc;
+        mc.k = mtp_k;
+        mtp_decode(*be, *st, smp, first, max_new - 1, emit, nullptr, &carry, mc, &mtp_stats);
+      } else {
+        be->decode_sample(*st, smp, first, max_new - 1, emit);
+      }
+    }
   }
   std::fputs(dec.flush().c_str(), stdout);
   std::fputs("\n", stdout);
   auto t2 = Clock::now();
   double ps = std::chrono::duration<double>(t1 - t0).count(), ds = std::chrono::duration<double>(t2 - t1).count();
-  std::fprintf(stderr, "[%s] prompt %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s)\n",
+  std::string mtp_note;
+  if (mtp_stats.drafted > 0)
+    mtp_note = "; mtp k=" + std::to_string(mtp_k) + ": " + std::to_string(mtp_stats.accepted) + "/" +
+               std::to_string(mtp_stats.drafted) + " drafts accepted" +
+               (mtp_stats.switched_off ? " (then off: no gain)" : "");
+  std::fprintf(stderr, "[%s] prompt %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s)%s\n",
                be->name().c_str(), ids.size(), ps, ids.size() / std::max(ps, 1e-9), generated, ds,
-               generated / std::max(ds, 1e-9));
+               generated / std::max(ds, 1e-9), mtp_note.c_str());
   return 0;
 }
 
 }  // namespace
 
 LILY_COMMAND("run", "generation: --prompt TEXT [--chat] [--max-tokens N] [--model DIR] [--temperature T --top-p P "
-             "--top-k K --min-p M --seed S]", run,
+             "--top-k K --min-p M --seed S] [--mtp K|off] [--mtp-from DIR]", run,
              {"chat", "no-think"});
 
 }  // namespace lily

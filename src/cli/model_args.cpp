@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "synth/synthetic_model.h"
+#include "synth/synthetic_mtp.h"
 
 namespace lily {
 
@@ -18,6 +19,8 @@ std::shared_ptr<ModelWeights> open_model(const Args& a) {
     bar.update(done, total);
   });
   bar.finish();
+  // with --mtp (not off): a random MTP block of the same shapes (synth/synthetic_mtp.h), for timing
+  if (a.has("mtp") && a.get("mtp") != "off" && !a.has("mtp-from")) add_synthetic_mtp(*w, uint64_t(seed));
   return w;
 }
 

@@ -25,6 +25,8 @@ MtpChoice load_mtp_for(const Args& a, ModelWeights& w) {
   }
   if (a.has("mtp-from")) {
     load_mtp(w, a.get("mtp-from"));
+  } else if (w.mtp) {
+    // already made with the model (a synthetic model's random block)
   } else if (!w.mtp_tensors.empty()) {
     load_mtp(w);
   } else {

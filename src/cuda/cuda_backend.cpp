@@ -13,60 +13,13 @@
 #include "core/error.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/cuda_factory.h"
+#include "cuda/cuda_state.h"
 #include "cuda/prefill/prefill_runner.h"
 #include "cuda/weight_upload.h"
 #include "engine/step_sampler.h"
 #include "engine/vocab_trie.h"
 
 namespace lily::cuda {
-
-// Device buffers of one sequence: KV cache [n_full][2][nkv][max_ctx][hd] bf16, recurrent state
-// [n_lin][Hv][Dv][Dk] f32, conv ring [n_lin][K][conv_dim] f32.
-class CudaState : public SeqState {
- public:
-  CudaState(CudaBackend* be, const ModelConfig& c, int max_ctx) : be_(be) {
-    this->max_ctx = max_ctx;
-    int n_full = 0;
-    for (bool f : c.is_full) n_full += f ? 1 : 0;
-    const int n_lin = c.n_layers - n_full;
-    kv_bytes = size_t(n_full) * 2 * c.n_kv_heads * size_t(max_ctx) * c.head_dim * 2;
-    s_bytes = size_t(n_lin) * c.lin_v_heads * c.lin_v_dim * size_t(c.lin_k_dim) * 4;
-    conv_bytes = size_t(n_lin) * c.conv_kernel * size_t(c.conv_dim()) * 4;
-    kv = static_cast<uint16_t*>(be->dev_alloc(std::max<size_t>(kv_bytes, 16)));
-    S = static_cast<float*>(be->dev_alloc(std::max<size_t>(s_bytes, 16)));
-    conv = static_cast<float*>(be->dev_alloc(std::max<size_t>(conv_bytes, 16)));
-    LILY_CUDA_CHECK(cudaMemset(S, 0, s_bytes));
-    LILY_CUDA_CHECK(cudaMemset(conv, 0, conv_bytes));
-  }
-  ~CudaState() override {
-    be_->dev_free(kv);
-    be_->dev_free(S);
-    be_->dev_free(conv);
-  }
-  std::unique_ptr<SeqState> clone() const override {
-    auto c = std::make_unique<CudaState>(be_, be_->config(), max_ctx);
-    c->pos = pos;
-    LILY_CUDA_CHECK(cudaDeviceSynchronize());
-    LILY_CUDA_CHECK(cudaMemcpy(c->S, S, s_bytes, cudaMemcpyDeviceToDevice));
-    LILY_CUDA_CHECK(cudaMemcpy(c->conv, conv, conv_bytes, cudaMemcpyDeviceToDevice));
-    if (pos > 0) {  // the KV cache is [layer][K/V][head][ctx][hd]: copy every (layer, K/V, head) slab's prefix
-      const ModelConfig& cf = be_->config();
-      const size_t slab = size_t(max_ctx) * cf.head_dim * 2, used = size_t(pos) * cf.head_dim * 2;
-      size_t n_full = 0;
-      for (bool f : cf.is_full) n_full += f ? 1 : 0;
-      const size_t nslab = n_full * 2 * cf.n_kv_heads;
-      LILY_CUDA_CHECK(cudaMemcpy2D(c->kv, slab, kv, slab, used, nslab, cudaMemcpyDeviceToDevice));
-    }
-    return c;
-  }
-  size_t bytes() const override { return kv_bytes + s_bytes + conv_bytes; }
-
-  CudaBackend* be_;
-  uint16_t* kv = nullptr;
-  float* S = nullptr;
-  float* conv = nullptr;
-  size_t kv_bytes = 0, s_bytes = 0, conv_bytes = 0;
-};
 
 void* CudaBackend::dev_alloc(size_t bytes) {
   void* p = nullptr;
@@ -125,6 +78,43 @@ float* CudaBackend::upload_f32(const std::vector<float>& v) {
   return d;
 }
 
+// One decoder layer's weights on the device; n_lin / n_full count the layers of each kind so far (its slot).
+DLayer CudaBackend::upload_layer(const LayerWeights& L, int& n_lin, int& n_full) {
+  DLayer d;
+  d.is_full = L.is_full;
+  d.in_norm = upload_f32(L.in_norm);
+  d.post_norm = upload_f32(L.post_norm);
+  if (L.is_full) {
+    d.full_idx = n_full++;
+    d.q = upload(L.attn.q, "q_proj");
+    d.k = upload(L.attn.k, "k_proj");
+    d.v = upload(L.attn.v, "v_proj");
+    d.o = upload(L.attn.o, "o_proj");
+    d.q_norm = upload_f32(L.attn.q_norm);
+    d.k_norm = upload_f32(L.attn.k_norm);
+  } else {
+    d.lin_idx = n_lin++;
+    d.qkv = upload(L.lin.in_qkv, "in_proj_qkv");
+    d.z = upload(L.lin.in_z, "in_proj_z");
+    d.b = upload(L.lin.in_b, "in_proj_b");
+    d.a = upload(L.lin.in_a, "in_proj_a");
+    d.out = upload(L.lin.out, "out_proj");
+    d.conv_w = upload_f32(L.lin.conv);
+    d.dt_bias = upload_f32(L.lin.dt_bias);
+    d.a_neg = upload_f32(L.lin.a_neg);
+    d.gnorm = upload_f32(L.lin.norm);
+  }
+  d.router = upload(L.moe.router, "router");
+  d.shg = upload(L.moe.sh_gate_w, "shared_expert_gate");
+  d.gate = upload_stack(L.moe.gate, "experts.gate");
+  d.up = upload_stack(L.moe.up, "experts.up");
+  d.down = upload_stack(L.moe.down, "experts.down");
+  d.sh_gate = upload(L.moe.sh_gate, "shared_expert.gate");
+  d.sh_up = upload(L.moe.sh_up, "shared_expert.up");
+  d.sh_down = upload(L.moe.sh_down, "shared_expert.down");
+  return d;
+}
+
 CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(std::move(w)), opt_(opt) {
   cfg_ = w_->cfg;
   const ModelConfig& c = cfg_;
@@ -137,40 +127,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   Progress bar("uploading", uint64_t(c.n_layers));  // drawn only on a terminal
   for (int i = 0; i < c.n_layers; ++i) {
     bar.add(1);
-    const LayerWeights& L = w_->layers[size_t(i)];
-    DLayer d;
-    d.is_full = L.is_full;
-    d.in_norm = upload_f32(L.in_norm);
-    d.post_norm = upload_f32(L.post_norm);
-    if (L.is_full) {
-      d.full_idx = n_full++;
-      d.q = upload(L.attn.q, "q_proj");
-      d.k = upload(L.attn.k, "k_proj");
-      d.v = upload(L.attn.v, "v_proj");
-      d.o = upload(L.attn.o, "o_proj");
-      d.q_norm = upload_f32(L.attn.q_norm);
-      d.k_norm = upload_f32(L.attn.k_norm);
-    } else {
-      d.lin_idx = n_lin++;
-      d.qkv = upload(L.lin.in_qkv, "in_proj_qkv");
-      d.z = upload(L.lin.in_z, "in_proj_z");
-      d.b = upload(L.lin.in_b, "in_proj_b");
-      d.a = upload(L.lin.in_a, "in_proj_a");
-      d.out = upload(L.lin.out, "out_proj");
-      d.conv_w = upload_f32(L.lin.conv);
-      d.dt_bias = upload_f32(L.lin.dt_bias);
-      d.a_neg = upload_f32(L.lin.a_neg);
-      d.gnorm = upload_f32(L.lin.norm);
-    }
-    d.router = upload(L.moe.router, "router");
-    d.shg = upload(L.moe.sh_gate_w, "shared_expert_gate");
-    d.gate = upload_stack(L.moe.gate, "experts.gate");
-    d.up = upload_stack(L.moe.up, "experts.up");
-    d.down = upload_stack(L.moe.down, "experts.down");
-    d.sh_gate = upload(L.moe.sh_gate, "shared_expert.gate");
-    d.sh_up = upload(L.moe.sh_up, "shared_expert.up");
-    d.sh_down = upload(L.moe.sh_down, "shared_expert.down");
-    layers_.push_back(d);
+    layers_.push_back(upload_layer(w_->layers[size_t(i)], n_lin, n_full));
   }
   const int G = c.n_kv_heads ? c.n_q_heads / c.n_kv_heads : 1;
   const size_t proj = std::max<size_t>(size_t(c.conv_dim()) + c.value_dim() + 2 * c.lin_v_heads,
@@ -247,6 +204,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
                                                opt_.prefill_simple, opt_.prefill_prec, opt_.profile);
   }
   if (opt_.router_y) setup_router_y();
+  upload_mtp();
   LILY_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -373,7 +331,7 @@ void CudaBackend::print_btrace(unsigned long long base) const {
 
 std::unique_ptr<SeqState> CudaBackend::new_state(int max_ctx) {
   if (max_ctx < 1) throw Error("cuda: max_ctx must be positive");
-  return std::make_unique<CudaState>(this, cfg_, max_ctx);
+  return std::make_unique<CudaState>(this, cfg_, max_ctx, has_mtp_);
 }
 
 void CudaBackend::fill_context_for_timing(SeqState& sst, int n) {
@@ -455,16 +413,20 @@ void CudaBackend::forward(SeqState& sst, const int32_t* ids, int n, int n_logits
     throw Error("cuda forward: context full (" + std::to_string(st.pos + n) + " > " + std::to_string(st.max_ctx) + ")");
   for (int i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab) throw Error("cuda forward: token id out of range: " + std::to_string(ids[i]));
-  if (n > 1 && prefill_) {  // batched prefill, chunk by chunk
+  // batched prefill, chunk by chunk; with the MTP block also for one token when the hidden states are asked for
+  const bool hook = opt.on_hidden && has_mtp_;
+  if ((n > 1 || hook) && prefill_) {
     const int chunk = std::min(prefill_chunk_or_default(opt.prefill_chunk), prefill_->max_chunk());
     const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
+    std::vector<float> hid(hook ? size_t(std::min(chunk, n)) * cfg_.hidden : 0);
     for (int done = 0; done < n;) {
       if (opt.cancelled && opt.cancelled()) throw Cancelled();
       const int m = std::min(chunk, n - done);
       const int lo = std::max(done, n - n_logits), want = std::max(0, done + m - lo);
       prefill_->run(ps, ids + done, m, st.pos, want, want ? out + size_t(lo - (n - n_logits)) * cfg_.vocab : nullptr,
-                    stream_);
+                    stream_, hook ? hid.data() : nullptr);
       LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (hook) opt.on_hidden(hid.data(), st.pos, m);
       st.pos += m;
       done += m;
       if (opt.progress) opt.progress(done, n);

@@ -65,6 +65,18 @@ class CudaBackend : public Backend {
 
   size_t weight_bytes() const { return weight_bytes_; }   // device bytes of weights
 
+  // Speculative decoding (cuda_mtp.cpp): the MTP block runs through the prefill runner (run_mtp) with its own KV
+  // cache in the CudaState; verify forwards the rows batched (or as decode steps: CudaOptions::verify_batched)
+  // after a device copy of the DeltaNet states, accept restores that copy and forwards the kept rows again.
+  bool mtp_available() const override { return has_mtp_; }
+  std::string mtp_unavailable_reason() const override;
+  void mtp_forward(SeqState& st, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
+                   float* logits, float* hidden_out) override;
+  int mtp_rows(const SeqState& st) const override;
+  void mtp_truncate(SeqState& st, int rows) override;
+  std::unique_ptr<VerifyUndo> verify(SeqState& st, const int32_t* ids, int n, float* logits, float* hidden) override;
+  void accept(SeqState& st, VerifyUndo& undo, int m) override;
+
   void* dev_alloc(size_t bytes);  // owned by the backend, freed with it
   void dev_free(void* p);
 
@@ -72,6 +84,7 @@ class CudaBackend : public Backend {
   DMat upload(const QMatrix& m, const char* what);
   DStack upload_stack(const ExpertStack& s, const char* what);
   float* upload_f32(const std::vector<float>& v);
+  DLayer upload_layer(const LayerWeights& L, int& n_lin, int& n_full);
   // What one launch of the step runs: the whole step with argmax or with the step sampler, or its two halves for
   // constrained decoding (the layers and lm_head's logits; then the sampler with the allowed-token mask mask_,
   // uploaded between the two while the layers run).
@@ -102,6 +115,11 @@ class CudaBackend : public Backend {
   CudaOptions opt_;
   cudaStream_t stream_ = nullptr;
   void setup_router_y();                  // makes each eligible layer's side rows (opt_.router_y)
+  void upload_mtp();                      // the MTP block, when loaded (cuda_mtp.cpp)
+  // verify as decode steps: n steps from st.pos, the logits of each to logits [n][V], the final-normed hidden
+  // state of each to hidden [n][H] (may be null); st.pos += n
+  void verify_decode_steps(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden);
+  void replay_kept(CudaState& st, const int32_t* ids, int m);  // accept's recompute of the kept rows
   bool gdn_split_ = true;                 // the split DeltaNet step (gdn_split_parts(Dv) > 0)
   cudaGraphExec_t graphs_[kStepParts] = {};  // per StepPart, captured on first use
   std::vector<void*> allocs_;
@@ -110,6 +128,14 @@ class CudaBackend : public Backend {
   DMat embed_, lm_head_;
   float* final_norm_ = nullptr;
   std::vector<DLayer> layers_;
+  // the MTP block (has_mtp_): fc [H, 2H], norms [H], its decoder layer (full attention, full_idx 0 of the state's
+  // MTP KV cache)
+  bool has_mtp_ = false;
+  DMat mtp_fc_;
+  float *mtp_norm_e_ = nullptr, *mtp_norm_h_ = nullptr, *mtp_norm_ = nullptr;
+  DLayer mtp_layer_;
+  float* vhid_ = nullptr;       // [kMaxVerifyDecode][H] final-normed hidden rows of a decode-step verify
+  static constexpr int kMaxVerifyDecode = 16;
 
   // scratch (device), sizes in elements
   float* x_ = nullptr;          // [H] residual

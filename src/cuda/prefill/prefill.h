@@ -84,6 +84,9 @@ void prefill_rmsnorm_bf16(const float* x, int ldx, const float* w, int n, int H,
 // the same into operand rows of precision prec (bf16: out.hi only)
 void prefill_rmsnorm_act(const float* x, int ldx, const float* w, int n, int H, float eps, int prec,
                          const ActRows& out, cudaStream_t s);
+// out[t][0..H) (ldo apart) = rmsnorm(x[t]) * w in f32 (prefill_norm_f32.cu)
+void prefill_rmsnorm_f32(const float* x, int ldx, const float* w, int n, int H, float eps, float* out, int ldo,
+                         cudaStream_t s);
 // f32 rows x[t][0..K) (ldx apart) -> operand rows of precision prec (row scale: see PrefillPrec)
 void prefill_quant_rows(const float* x, int ldx, int n, int K, int prec, const ActRows& out, cudaStream_t s);
 

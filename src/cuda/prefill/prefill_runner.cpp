@@ -172,7 +172,7 @@ void PrefillRunner::attn_layer(const DLayer& d, const PrefillState& st, int n, i
   a.qb = qb_;
   if (prec_ == kPrecBF16) a.out = ya_.hi;
   else a.out_f = stage_;
-  a.precise = attn_precise_[size_t(&d - m_.layers->data())] != 0;
+  a.precise = &d == mtp_.layer ? mtp_precise_ : attn_precise_[size_t(&d - m_.layers->data())] != 0;
   prefill_attn(a, s, simple_);
   timer_.mark("attn.out", s);
   to_act(n, c.n_q_heads * hd, ya_, s);
@@ -254,8 +254,29 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   prefill_moe_combine(x_, shd_, sg_, 1, yd_, rw_, slot_row_, n, k, H, s);
 }
 
+void PrefillRunner::head(const float* norm, int n, int n_logits, float* out, float* hidden_out, cudaStream_t s) {
+  const ModelConfig& c = *m_.cfg;
+  const int H = c.hidden;
+  const float eps = c.rms_eps;
+  if (hidden_out) {
+    if (!hout_) throw Error("prefill: hidden states asked without the MTP scratch (set_mtp)");
+    prefill_rmsnorm_f32(x_, H, norm, n, H, eps, hout_, H, s);
+    LILY_CUDA_CHECK(cudaMemcpyAsync(hidden_out, hout_, size_t(n) * H * 4, cudaMemcpyDeviceToHost, s));
+  }
+  timer_.mark("lm_head", s);
+  for (int r0 = n - n_logits; r0 < n; r0 += kLogitRows) {
+    const int rows = std::min(kLogitRows, n - r0);
+    prefill_rmsnorm_act(x_ + int64_t(r0) * H, H, norm, rows, H, eps, prec_, xa_, s);
+    gemm(xa_, H, rows, m_.lm_head, logits_, c.vocab, kGemmStore, s);
+    LILY_CUDA_CHECK(cudaMemcpyAsync(out + size_t(r0 - (n - n_logits)) * c.vocab, logits_,
+                                    size_t(rows) * c.vocab * 4, cudaMemcpyDeviceToHost, s));
+    LILY_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  if (hidden_out) LILY_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
 void PrefillRunner::run(const PrefillState& st, const int32_t* ids, int n, int pos0, int n_logits, float* out,
-                        cudaStream_t s) {
+                        cudaStream_t s, float* hidden_out) {
   if (n <= 0) return;
   if (n > max_chunk_) throw Error("prefill: chunk larger than allocated");
   const ModelConfig& c = *m_.cfg;
@@ -273,15 +294,7 @@ void PrefillRunner::run(const PrefillState& st, const int32_t* ids, int n, int p
     prefill_rmsnorm_act(x_, H, d.post_norm, n, H, eps, prec_, xa_, s);
     moe_layer(d, n, s);
   }
-  timer_.mark("lm_head", s);
-  for (int r0 = n - n_logits; r0 < n; r0 += kLogitRows) {
-    const int rows = std::min(kLogitRows, n - r0);
-    prefill_rmsnorm_act(x_ + int64_t(r0) * H, H, m_.final_norm, rows, H, eps, prec_, xa_, s);
-    gemm(xa_, H, rows, m_.lm_head, logits_, c.vocab, kGemmStore, s);
-    LILY_CUDA_CHECK(cudaMemcpyAsync(out + size_t(r0 - (n - n_logits)) * c.vocab, logits_,
-                                    size_t(rows) * c.vocab * 4, cudaMemcpyDeviceToHost, s));
-    LILY_CUDA_CHECK(cudaStreamSynchronize(s));
-  }
+  head(m_.final_norm, n, n_logits, out, hidden_out, s);
   if (timer_.on()) {
     timer_.mark(nullptr, s);
     LILY_CUDA_CHECK(cudaStreamSynchronize(s));

@@ -28,6 +28,15 @@ struct PrefillState {
   int max_ctx = 0;
 };
 
+// The multi-token-prediction block for PrefillRunner::run_mtp: fc [H, 2H] (input [embedding half | hidden half]),
+// its norms [H], its decoder layer (full attention, full_idx 0: the PrefillState given to run_mtp holds its KV
+// cache alone).
+struct PrefillMtp {
+  DMat fc;
+  const float *norm_e = nullptr, *norm_h = nullptr, *norm = nullptr;
+  const DLayer* layer = nullptr;
+};
+
 class PrefillRunner {
  public:
   static constexpr int kLogitRows = 64;  // lm_head rows per pass
@@ -41,12 +50,24 @@ class PrefillRunner {
   ~PrefillRunner() { timer_.report("prefill profile (LILY_PROFILE=1)"); }
   // Consumes ids (host) [0, n) at positions pos0.. (n <= max_chunk); logits of chunk rows [n - n_logits, n) to
   // out (host, [n_logits][vocab]). Synchronises the stream only when logits are copied out.
-  void run(const PrefillState& st, const int32_t* ids, int n, int pos0, int n_logits, float* out, cudaStream_t s);
+  // hidden_out (host [n][H], optional; needs set_mtp): every row's hidden state after the final norm, in f32.
+  void run(const PrefillState& st, const int32_t* ids, int n, int pos0, int n_logits, float* out, cudaStream_t s,
+           float* hidden_out = nullptr);
+  // Multi-token prediction (prefill_mtp.cpp). set_mtp keeps the block and allocates its scratch for max_chunk rows.
+  void set_mtp(const PrefillMtp& m, const std::function<void*(size_t)>& alloc);
+  // The MTP block on n rows at positions pos0..: x = fc(concat(norm_e(embed(ids[i])), norm_h(hidden[i]))) (hidden:
+  // host [n][H]), its decoder layer over st's KV cache, mtp.norm; logits of the last n_logits rows to logits (host
+  // [n_logits][V]), the normed rows to hidden_out (host [n][H], may be null). Synchronises the stream.
+  void run_mtp(const PrefillState& st, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
+               float* logits, float* hidden_out, cudaStream_t s);
 
  private:
   void gdn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
   void attn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
   void moe_layer(const DLayer& d, int n, cudaStream_t s);
+  // RMSNorm(x_ rows; norm) of the last n_logits of n rows -> lm_head -> out (host); f32 normed rows of all n to
+  // hidden_out (host) when set
+  void head(const float* norm, int n, int n_logits, float* out, float* hidden_out, cudaStream_t s);
   void gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode, cudaStream_t s);
   void set_a(GemmArgs& g, const ActRows& A) const;
   // f32 rows in stage_ -> operand rows dst (no-op in bf16 mode, where the producers write bf16 directly)
@@ -71,6 +92,12 @@ class PrefillRunner {
   int32_t *ridx_ = nullptr, *counts_ = nullptr, *fill_ = nullptr, *tiles_ = nullptr, *ntiles_ = nullptr;
   int32_t *row_token_ = nullptr, *slot_row_ = nullptr;
   PhaseTimer timer_;  // GPU time per phase (profile)
+  // multi-token prediction (set_mtp): the block, fp16 Q K^T safe for its layer, scratch [max_chunk] rows of the
+  // uploaded hidden states [H] f32, the concatenated input [2H] f32 and as operand rows, the normed output [H] f32
+  PrefillMtp mtp_;
+  bool mtp_precise_ = false;
+  float *hid_ = nullptr, *cat_ = nullptr, *hout_ = nullptr;
+  ActRows cata_;
 };
 
 }  // namespace lily::cuda

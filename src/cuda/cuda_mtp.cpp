@@ -1,0 +1,193 @@
+// The CUDA backend's speculative-decoding pieces (engine/backend.h, engine/speculative.h):
+//  - the MTP block on the device (upload_mtp) and its forward through the prefill runner (run_mtp) with the
+//    block's own KV cache in the CudaState (rows stored at their position; mtp_rows of them in use);
+//  - verify: a device copy of the DeltaNet recurrent + conv states (the only state a forward changes in place; KV
+//    rows past the kept position are simply overwritten later), then the n rows through the prefill runner in one
+//    batched forward with the logits and final-normed hidden state of every row (CudaOptions::verify_batched), or
+//    as n decode steps (LILY_CUDA_VERIFY=decode: plain decoding's kernels); a verify of one token (a plain step of
+//    the speculative loop, which auto-off times as plain decoding's cost) is always one decode step;
+//  - accept(m < n): the copy restored and the m kept rows forwarded again the same way (recompute).
+// Numerics: the batched runner and the decode step differ in the last bits (prefill precision modes,
+// docs/architecture.md "Speculative decoding").
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/cuda_state.h"
+#include "cuda/prefill/prefill_runner.h"
+
+namespace lily::cuda {
+
+namespace {
+
+CudaState& cuda_state(SeqState& s) {
+  auto* st = dynamic_cast<CudaState*>(&s);
+  if (!st) throw Error("cuda backend: state was made by another backend");
+  return *st;
+}
+
+struct CudaUndo final : VerifyUndo {
+  const CudaState* st = nullptr;  // the state whose snapshot (S_bak, conv_bak) this undo restores
+  int pos = 0;
+  std::vector<int32_t> ids;
+};
+
+}  // namespace
+
+void CudaBackend::upload_mtp() {
+  if (!w_->mtp || !prefill_) return;
+  const MtpWeights& m = *w_->mtp;
+  if (!m.layer.is_full) throw Error("cuda: the MTP decoder layer is not a full-attention layer");
+  mtp_fc_ = upload(m.fc, "mtp.fc");
+  mtp_norm_e_ = upload_f32(m.pre_norm_e);
+  mtp_norm_h_ = upload_f32(m.pre_norm_h);
+  mtp_norm_ = upload_f32(m.norm);
+  int n_lin = 0, n_full = 0;
+  mtp_layer_ = upload_layer(m.layer, n_lin, n_full);  // full_idx 0: the state's MTP KV cache
+  PrefillMtp pm;
+  pm.fc = mtp_fc_;
+  pm.norm_e = mtp_norm_e_;
+  pm.norm_h = mtp_norm_h_;
+  pm.norm = mtp_norm_;
+  pm.layer = &mtp_layer_;
+  prefill_->set_mtp(pm, [this](size_t b) { return dev_alloc(b); });
+  vhid_ = static_cast<float*>(dev_alloc(size_t(kMaxVerifyDecode) * cfg_.hidden * 4));
+  has_mtp_ = true;
+}
+
+std::string CudaBackend::mtp_unavailable_reason() const {
+  if (w_->mtp_tensors.empty() && !w_->mtp)
+    return "the checkpoint has no multi-token-prediction weights (mtp.*); --mtp-from DIR reads them from another "
+           "checkpoint of the model";
+  if (!w_->mtp) return "the multi-token-prediction weights were not loaded (--mtp off)";
+  return "cuda: multi-token prediction runs through the batched prefill, which LILY_CUDA_PREFILL=decode turns off";
+}
+
+int CudaBackend::mtp_rows(const SeqState& s) const {
+  const auto* st = dynamic_cast<const CudaState*>(&s);
+  if (!st) throw Error("cuda backend: state was made by another backend");
+  if (!has_mtp_) throw Error(mtp_unavailable_reason());
+  return st->mtp_rows;
+}
+
+void CudaBackend::mtp_truncate(SeqState& s, int rows) {
+  CudaState& st = cuda_state(s);
+  if (!has_mtp_) throw Error(mtp_unavailable_reason());
+  if (rows < 0 || rows > st.mtp_rows)
+    throw Error("mtp_truncate: " + std::to_string(rows) + " rows asked, the cache holds " + std::to_string(st.mtp_rows));
+  st.mtp_rows = rows;  // the rows beyond are overwritten by the next ones
+}
+
+void CudaBackend::mtp_forward(SeqState& s, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
+                              float* logits, float* hidden_out) {
+  if (!has_mtp_) throw Error(mtp_unavailable_reason());
+  CudaState& st = cuda_state(s);
+  const ModelConfig& c = cfg_;
+  if (n < 1 || n_logits < 0 || n_logits > n) throw Error("mtp_forward: bad row/logit counts");
+  if (pos0 < 0 || pos0 + n > st.max_ctx)
+    throw Error("mtp_forward: positions " + std::to_string(pos0) + ".." + std::to_string(pos0 + n - 1) +
+                " do not fit the state's " + std::to_string(st.max_ctx));
+  for (int i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= c.vocab)
+      throw Error("token id " + std::to_string(ids[i]) + " out of range [0, " + std::to_string(c.vocab) + ")");
+  // Rows live at their position: rows past pos0 are dropped; a gap (a state whose last positions have no MTP
+  // rows, e.g. resumed from the session cache) is filled with zero rows, which the attention reads as empty keys.
+  if (pos0 > st.mtp_rows) {
+    const size_t slab = size_t(st.max_ctx) * c.head_dim * 2;
+    LILY_CUDA_CHECK(cudaMemset2DAsync(st.mtp_kv + size_t(st.mtp_rows) * c.head_dim, slab, 0,
+                                      size_t(pos0 - st.mtp_rows) * c.head_dim * 2, size_t(2) * c.n_kv_heads,
+                                      stream_));
+  }
+  const PrefillState ps{st.mtp_kv, nullptr, nullptr, st.max_ctx};
+  const int chunk = prefill_->max_chunk(), H = c.hidden;
+  for (int done = 0; done < n;) {
+    const int m = std::min(chunk, n - done);
+    const int lo = std::max(done, n - n_logits), want = std::max(0, done + m - lo);
+    prefill_->run_mtp(ps, ids + done, hidden + size_t(done) * H, m, pos0 + done, want,
+                      want ? logits + size_t(lo - (n - n_logits)) * c.vocab : nullptr,
+                      hidden_out ? hidden_out + size_t(done) * H : nullptr, stream_);
+    done += m;
+  }
+  st.mtp_rows = pos0 + n;
+}
+
+void CudaBackend::verify_decode_steps(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden) {
+  if (n > kMaxVerifyDecode)
+    throw Error("cuda verify: " + std::to_string(n) + " rows, at most " + std::to_string(kMaxVerifyDecode) +
+                " as decode steps");
+  const int H = cfg_.hidden;
+  begin(st, n);
+  LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, ids, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
+  for (int i = 0; i < n; ++i) {
+    run_step(StepPart::kArgmax);
+    if (logits)
+      LILY_CUDA_CHECK(cudaMemcpyAsync(logits + size_t(i) * cfg_.vocab, logits_, size_t(cfg_.vocab) * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+    if (hidden) prefill_rmsnorm_f32(x_, H, final_norm_, 1, H, cfg_.rms_eps, vhid_ + size_t(i) * H, H, stream_);
+  }
+  if (hidden)
+    LILY_CUDA_CHECK(cudaMemcpyAsync(hidden, vhid_, size_t(n) * H * 4, cudaMemcpyDeviceToHost, stream_));
+  LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  st.pos += n;
+}
+
+void CudaBackend::replay_kept(CudaState& st, const int32_t* ids, int m) {
+  if (opt_.verify_batched) {
+    const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
+    prefill_->run(ps, ids, m, st.pos, 0, nullptr, stream_);
+    LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    st.pos += m;
+  } else {
+    verify_decode_steps(st, ids, m, nullptr, nullptr);
+  }
+}
+
+std::unique_ptr<VerifyUndo> CudaBackend::verify(SeqState& s, const int32_t* ids, int n, float* logits, float* hidden) {
+  if (!has_mtp_) throw Error(mtp_unavailable_reason());
+  CudaState& st = cuda_state(s);
+  if (n < 1) throw Error("verify: expected at least one token, got " + std::to_string(n));
+  if (!logits) throw Error("verify: the logits of every row are required");
+  if (n > prefill_->max_chunk())
+    throw Error("verify: " + std::to_string(n) + " rows, more than a prefill chunk (" +
+                std::to_string(prefill_->max_chunk()) + ")");
+  if (st.pos + n > st.max_ctx)
+    throw Error("cuda verify: context full (" + std::to_string(st.pos + n) + " > " + std::to_string(st.max_ctx) + ")");
+  for (int i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= cfg_.vocab) throw Error("cuda verify: token id out of range: " + std::to_string(ids[i]));
+  auto u = std::make_unique<CudaUndo>();
+  u->st = &st;
+  u->pos = st.pos;
+  u->ids.assign(ids, ids + n);
+  if (n > 1) {  // with one token there is nothing to rewind to
+    st.ensure_backup();
+    LILY_CUDA_CHECK(cudaMemcpyAsync(st.S_bak, st.S, st.s_bytes, cudaMemcpyDeviceToDevice, stream_));
+    LILY_CUDA_CHECK(cudaMemcpyAsync(st.conv_bak, st.conv, st.conv_bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  if (opt_.verify_batched && n > 1) {
+    const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
+    prefill_->run(ps, ids, n, st.pos, n, logits, stream_, hidden);
+    LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    st.pos += n;
+  } else {
+    verify_decode_steps(st, ids, n, logits, hidden);
+  }
+  return u;
+}
+
+void CudaBackend::accept(SeqState& s, VerifyUndo& undo, int m) {
+  CudaState& st = cuda_state(s);
+  auto* u = dynamic_cast<CudaUndo*>(&undo);
+  if (!u) throw Error("accept: the undo record was made by another backend");
+  if (u->st != &st) throw Error("accept: the undo record belongs to another state");
+  const int n = static_cast<int>(u->ids.size());
+  if (m < 1 || m > n) throw Error("accept: " + std::to_string(m) + " tokens kept of " + std::to_string(n));
+  if (st.pos != u->pos + n) throw Error("accept: the state moved since its verify");
+  if (m == n) return;
+  LILY_CUDA_CHECK(cudaMemcpyAsync(st.S, st.S_bak, st.s_bytes, cudaMemcpyDeviceToDevice, stream_));
+  LILY_CUDA_CHECK(cudaMemcpyAsync(st.conv, st.conv_bak, st.conv_bytes, cudaMemcpyDeviceToDevice, stream_));
+  st.pos = u->pos;
+  replay_kept(st, u->ids.data(), m);
+}
+
+}  // namespace lily::cuda
