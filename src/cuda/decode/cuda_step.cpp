@@ -188,8 +188,9 @@ void CudaBackend::enqueue_moe(const DLayer& d, cudaStream_t s) {
   m.route_idx = ridx_;
   m.route_w = rw_;
   m.out = x_;
-  // router and gate_up as one launch where the router reads the experts' input (every layer of the model)
-  const bool fused = m.router.cols == m.gate.m.cols;
+  // router and gate_up as one launch where the router reads the experts' input (every layer of the model; routers
+  // in 8-bit codes with f32 scales, which no checkpoint has, take the two launches)
+  const bool fused = m.router.cols == m.gate.m.cols && !fmt_code8(m.router.fmt);
   m.early_route = fused;
   if (fused && ry) {
     m.pre = pre_;
