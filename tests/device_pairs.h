@@ -1,12 +1,14 @@
 // The "device twin" of a loaded model: every affine matrix whose scales are not bf16 gets new f32 scale/bias
-// arrays holding the bf16 pair the CUDA backend stores for it (model/affine_pair.h), every FP8 / GGUF block matrix
-// the bf16 rows the backend uploads for it, everything else shared. The
+// arrays holding the bf16 pair the CUDA backend stores for it (model/affine_pair.h), every GGUF block matrix the
+// backend widens (any but Q6_K) the bf16 rows it uploads for it, everything else shared (FP8 blocks and Q6_K are
+// kept exactly: 8-bit codes with f32 scales). The
 // CPU reference path on the twin computes what the CUDA kernels should compute, so CUDA tests compare against it
 // at the kernels' own bounds, and CPU tests measure what the bf16 pairs cost against the exact repack.
 #pragma once
 #include <memory>
 #include <vector>
 
+#include "io/gguf.h"
 #include "model/affine_pair.h"
 #include "model/weights.h"
 #include "quant_test_util.h"
@@ -21,7 +23,7 @@ inline std::shared_ptr<lily::ModelWeights> device_twin(const std::shared_ptr<lil
   w->keep_alive.push_back(src);  // the codes stay where the source keeps them
   int n = 0;
   for_each_matrix(*w, [&](lily::QMatrix& m) {
-    if (m.kind == lily::QMatrix::Kind::Fp8Block || m.kind == lily::QMatrix::Kind::Ggml) {  // the device's bf16 rows
+    if (m.kind == lily::QMatrix::Kind::Ggml && m.gtype != uint32_t(lily::GgmlType::Q6_K)) {  // the device's bf16 rows
       auto h = std::make_shared<std::vector<uint16_t>>(size_t(m.rows) * size_t(m.cols));
       std::vector<float> row(size_t(m.cols));
       for (int64_t r = 0; r < m.rows; ++r) {

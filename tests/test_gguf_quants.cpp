@@ -166,6 +166,28 @@ TEST(GgufQuants, Q6_K) {
     }
 }
 
+// The int8 form of Q6_K the CUDA backend keeps (codes q - 32, scales d * sc per 16): scale * code equals the
+// decoder's value bit for bit on random blocks (every code and scale, f16 scales of several magnitudes).
+TEST(GgufQuants, Q6_KInt8CodesAreExact) {
+  std::mt19937 rng(11);
+  const int n = 256 * 6;
+  std::vector<uint8_t> b(210 * 6);
+  for (int k = 0; k < 6; ++k) {
+    for (int i = 0; i < 208; ++i) b[size_t(210 * k + i)] = uint8_t(rng());
+    put16(b, size_t(210 * k + 208), f32_to_f16(std::ldexp(1.3f + 0.1f * float(k), -3 * k - 2)));
+  }
+  const auto y = decode(GgmlType::Q6_K, b, n);
+  std::vector<int8_t> codes(n);
+  std::vector<float> sc(n / 16);
+  gguf_q6k_codes_row(b.data(), n, codes.data(), sc.data());
+  for (int e = 0; e < n; ++e) {
+    ASSERT_GE(codes[size_t(e)], -32);
+    ASSERT_LE(codes[size_t(e)], 31);
+    ASSERT_EQ(sc[size_t(e / 16)] * float(codes[size_t(e)]), y[size_t(e)]) << e;
+  }
+  EXPECT_THROW(gguf_q6k_codes_row(b.data(), 100, codes.data(), sc.data()), Error);
+}
+
 TEST(GgufQuants, FloatTypes) {
   std::vector<uint8_t> b(8);
   put16(b, 0, kHalf);

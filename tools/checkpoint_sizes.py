@@ -2,7 +2,7 @@
 """Bytes of the Qwen3.6-35B-A3B text weights in each checkpoint layout lily loads, computed from the model's
 shapes (hidden 2048, 40 layers of which every 4th is full attention, 16 q / 2 kv heads of 256, DeltaNet 16 key /
 32 value heads of 128, 256 experts of 512 + a shared expert of 512, vocabulary 248320). Vision and MTP tensors
-are not counted; the formats' per-group scales are.
+are not counted; the formats' per-group scales are. Columns: on disk, in memory after loading, on the GPU.
 
     python3 tools/checkpoint_sizes.py
 """
@@ -62,6 +62,23 @@ def loaded(layout):
     return size(layout)
 
 
+def on_cuda(layout):
+    """Bytes of the weights on the GPU: FP8 as e4m3 codes with the block scale repeated per row (f32, one per 128
+    columns); the affine forms with one bf16 (scale, bias) word per group (f32 repacks included); the rest as
+    loaded."""
+    total = 0
+    for _, r, c, n, kind in matrices():
+        if layout == "fp8":
+            b = r * c * 2 if kind != "big" else r * c + r * ((c + 127) // 128) * 4
+        elif layout == "int4":
+            b = r * c * 2 if kind != "big" else r * c / 2 + r * (c // 64) * 4
+        else:
+            return loaded(layout)
+        total += b * n
+    return total
+
+
 if __name__ == "__main__":
     for layout in ("bf16", "fp8", "mlx-4bit", "mlx-5bit", "mlx-6bit", "mlx-8bit", "int4"):
-        print(f"{layout:9s} disk {size(layout) / GiB:6.1f} GiB   loaded {loaded(layout) / GiB:6.1f} GiB")
+        print(f"{layout:9s} disk {size(layout) / GiB:6.1f} GiB   loaded {loaded(layout) / GiB:6.1f} GiB   "
+              f"on the GPU {on_cuda(layout) / GiB:6.1f} GiB")

@@ -33,7 +33,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 }
 
 int run(const Args& a) {
-  a.check_known({"model", "synthetic", "seed", "ids", "decode", "prefill-chunk", "out", "backend"});
+  a.check_known({"model", "synthetic", "seed", "synthetic-format", "ids", "decode", "prefill-chunk", "out", "backend"});
   if (!a.has("out")) throw Error("--out F.safetensors is required");
   auto ids = parse_ids(a.get("ids"));
   const int n_dec = static_cast<int>(a.get_int("decode", 0));

@@ -15,6 +15,10 @@ const FlagHelp kSynthetic{"synthetic", "PRESET",
                           "random weights built in memory instead of --model: qwen3.6-35b-a3b (the real shapes, "
                           "19.5 GB), small or tiny"};
 const FlagHelp kSeed{"seed", "N", "seed of the --synthetic weights (default 1)"};
+const FlagHelp kSynthFormat{"synthetic-format", "F",
+                            "layout of the --synthetic weights: mlx4 (MLX affine 4-bit, default) or fp8 (the FP8 "
+                            "release's: e4m3 with 128x128 block scales, bf16 embeddings, lm_head, routers, "
+                            "in_proj_a/b)"};
 const FlagHelp kBackendAuto{"backend", "KIND",
                             "auto (CUDA when built and a GPU is present, else cpu), cuda, cpu, cpu-ref (default auto)"};
 const FlagHelp kPrefillChunk{"prefill-chunk", "N", "prompt tokens per forward chunk (default 0: the backend's own)"};
@@ -31,7 +35,7 @@ const std::vector<CommandHelp>& table() {
   static const std::vector<CommandHelp> t = {
       {"bench",
        "bench (--model DIR | --synthetic PRESET) [flags]   or   bench --plot F.svg --series A.json,B.json",
-       {kModel, kSynthetic, kSeed, kBackendAuto,
+       {kModel, kSynthetic, kSeed, kSynthFormat, kBackendAuto,
         {"prefill-lengths", "L,..", "prompt lengths to time (K = 1024; default 256,512,1K,2K,4K,8K,16K,32K,64K,128K)"},
         {"decode-contexts", "C,..", "contexts to time 64 decode steps after (default: the same list)"},
         {"decode-steps", "N", "decode steps timed after each context (default 64)"},
@@ -65,7 +69,7 @@ const std::vector<CommandHelp>& table() {
         kMtp, kMtpFrom}},
       {"eval",
        "eval (--model DIR | --synthetic PRESET) --ref F.safetensors [flags]",
-       {kModel, kSynthetic, kSeed,
+       {kModel, kSynthetic, kSeed, kSynthFormat,
         {"ref", "F.safetensors", "reference logits: prompt_ids i32 [L], prompt_logits f32 [L, V] (required)"},
         kBackendAuto, kPrefillChunk,
         {"min-top1", "X", "exit 1 when the top-1 agreement is below X (0..1)"},
@@ -75,7 +79,7 @@ const std::vector<CommandHelp>& table() {
         {"json", "F", "write the figures as JSON to F"}}},
       {"logits",
        "logits [--model DIR | --synthetic PRESET] --ids 1,2,3 --out F.safetensors [flags]",
-       {kModelOrDemo, kSynthetic, kSeed,
+       {kModelOrDemo, kSynthetic, kSeed, kSynthFormat,
         {"ids", "I,I,..", "prompt token ids (required)"},
         {"decode", "N", "also N greedy steps: greedy_ids i32 [N] and greedy_logits f32 [N, V] (default 0)"},
         kPrefillChunk,
@@ -83,7 +87,7 @@ const std::vector<CommandHelp>& table() {
         {"backend", "KIND", "cpu, cpu-ref, cuda or auto (default cpu)"}}},
       {"perplexity",
        "perplexity (--model DIR | --synthetic PRESET) (--text F | --ids F) [flags]",
-       {kModel, kSynthetic, kSeed,
+       {kModel, kSynthetic, kSeed, kSynthFormat,
         {"text", "F", "text file, tokenized with the model's tokenizer.json (needs --model)"},
         {"ids", "F", "token ids, separated by spaces or commas"},
         kBackendAuto,

@@ -46,6 +46,11 @@ DMat CudaBackend::upload(const QMatrix& q, const char* what) {
   m.w = dw;
   m.sb = dsb;
   weight_bytes_ += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
+  if (fmt_code8(m.fmt)) {
+    code8_mats_[m.fmt == kI8] += 1;
+    if (m.fmt == kF8) f8_group_ = m.group;
+    code8_bytes_[m.fmt == kI8] += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
+  }
   return m;
 }
 
@@ -68,7 +73,25 @@ DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what) {
   st.w_stride = int64_t(wb);
   st.sb_stride = int64_t(nsb);
   weight_bytes_ += (wb + nsb * 4) * E;
+  if (fmt_code8(st.m.fmt)) {
+    code8_mats_[st.m.fmt == kI8] += E;
+    if (st.m.fmt == kF8) f8_group_ = st.m.group;
+    code8_bytes_[st.m.fmt == kI8] += (wb + nsb * 4) * E;
+  }
   return st;
+}
+
+// The load log's line for the matrices kept in 8-bit codes (the others are uploaded as the checkpoint stores them).
+void CudaBackend::log_code8_uploads() const {
+  const double mib = 1024.0 * 1024.0;
+  if (code8_mats_[0])
+    std::fprintf(stderr, "lily: cuda: %zu FP8 matrices kept as e4m3 codes with f32 scales per row and %d columns "
+                 "(%.1f MiB on the device; dequantised inside the matrix kernels)\n", code8_mats_[0],
+                 f8_group_, code8_bytes_[0] / mib);
+  if (code8_mats_[1])
+    std::fprintf(stderr, "lily: cuda: %zu GGUF Q6_K matrices as int8 codes (q - 32) with f32 scales d * sc per 16 "
+                 "columns (exact; %.1f MiB on the device; dequantised inside the matrix kernels)\n", code8_mats_[1],
+                 code8_bytes_[1] / mib);
 }
 
 float* CudaBackend::upload_f32(const std::vector<float>& v) {
@@ -129,6 +152,7 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     bar.add(1);
     layers_.push_back(upload_layer(w_->layers[size_t(i)], n_lin, n_full));
   }
+  log_code8_uploads();
   const int G = c.n_kv_heads ? c.n_q_heads / c.n_kv_heads : 1;
   const size_t proj = std::max<size_t>(size_t(c.conv_dim()) + c.value_dim() + 2 * c.lin_v_heads,
                                        size_t(c.q_proj_rows()) + 2 * c.kv_dim());

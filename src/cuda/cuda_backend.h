@@ -83,6 +83,7 @@ class CudaBackend : public Backend {
  private:
   DMat upload(const QMatrix& m, const char* what);
   DStack upload_stack(const ExpertStack& s, const char* what);
+  void log_code8_uploads() const;
   float* upload_f32(const std::vector<float>& v);
   DLayer upload_layer(const LayerWeights& L, int& n_lin, int& n_full);
   // What one launch of the step runs: the whole step with argmax or with the step sampler, or its two halves for
@@ -124,6 +125,8 @@ class CudaBackend : public Backend {
   cudaGraphExec_t graphs_[kStepParts] = {};  // per StepPart, captured on first use
   std::vector<void*> allocs_;
   size_t weight_bytes_ = 0;
+  size_t code8_mats_[2] = {}, code8_bytes_[2] = {};  // matrices uploaded as kF8 [0] / kI8 [1], their device bytes
+  int f8_group_ = 0;  // the kF8 matrices' group (columns per scale)
 
   DMat embed_, lm_head_;
   float* final_norm_ = nullptr;

@@ -2,12 +2,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/common/cuda_check.h"
+#include "io/gguf.h"
+#include "io/gguf_quants.h"
 #include "model/affine_pair.h"
 
 namespace lily::cuda {
@@ -29,8 +33,22 @@ DMat describe_matrix(const QMatrix& q, const char* what) {
     m.group = q.group;
     m.row_bytes = q.cols * q.bits / 8;
     m.sb_row = int(q.cols / q.group);
-  } else if (q.kind == QMatrix::Kind::Dense || q.kind == QMatrix::Kind::Fp8Block || q.kind == QMatrix::Kind::Ggml) {
-    m.fmt = kBF16;  // FP8 and GGUF (Q6_K) blocks: dequantised and rounded to bf16 on upload (no kernels of their own)
+  } else if (q.kind == QMatrix::Kind::Fp8Block) {
+    if (q.dtype != DType::F8_E4M3 || q.group <= 0 || q.group % 16 || !q.scales)
+      throw Error(std::string("cuda: ") + what + ": " + q.format_name() + ": expected e4m3 codes with block scales "
+                  "of a multiple of 16 columns");
+    m.fmt = kF8;  // the codes as stored, the block's scale repeated per row (f32)
+    m.group = q.group;
+    m.row_bytes = q.cols;
+    m.sb_row = int((q.cols + q.group - 1) / q.group);
+  } else if (q.kind == QMatrix::Kind::Ggml && q.gtype == uint32_t(GgmlType::Q6_K)) {
+    if (q.cols % 256) throw Error(std::string("cuda: ") + what + ": Q6_K rows must be whole 256-element blocks");
+    m.fmt = kI8;  // codes q - 32 and scales d * sc per 16 (exact)
+    m.group = 16;
+    m.row_bytes = q.cols;
+    m.sb_row = int(q.cols / 16);
+  } else if (q.kind == QMatrix::Kind::Dense || q.kind == QMatrix::Kind::Ggml) {
+    m.fmt = kBF16;  // other GGUF blocks (none after loading: the loader repacks them) rounded to bf16 on upload
     m.row_bytes = q.cols * 2;
   } else {
     throw Error(std::string("cuda: ") + what + ": " + q.format_name() +
@@ -43,8 +61,48 @@ DMat describe_matrix(const QMatrix& q, const char* what) {
 size_t dmat_w_bytes(const DMat& m) { return size_t(m.row_bytes) * size_t(m.rows); }
 size_t dmat_sb_words(const DMat& m) { return size_t(m.sb_row) * size_t(m.rows); }
 
+namespace {
+
+// kF8 / kI8: the codes and the f32 scales of rows [r0, r0 + n) into the host buffers.
+void code8_rows(const QMatrix& q, const DMat& m, int64_t r0, int64_t n, uint8_t* codes, uint32_t* sb) {
+  const size_t C = size_t(q.cols);
+  if (m.fmt == kF8) {
+    std::memcpy(codes, static_cast<const uint8_t*>(q.w) + size_t(r0) * C, size_t(n) * C);
+    for (int64_t r = 0; r < n; ++r) {
+      const size_t s0 = size_t((r0 + r) / q.group) * size_t(m.sb_row);  // the block row's scales
+      for (int b = 0; b < m.sb_row; ++b) {
+        const float s = decode_scalar(q.scales, q.sdtype, s0 + size_t(b));
+        std::memcpy(sb + size_t(r) * size_t(m.sb_row) + size_t(b), &s, 4);
+      }
+    }
+    return;
+  }
+  std::vector<float> sc(size_t(m.sb_row));
+  for (int64_t r = 0; r < n; ++r) {
+    const auto* src = static_cast<const uint8_t*>(q.w) + size_t(r0 + r) * q.row_bytes();
+    gguf_q6k_codes_row(src, q.cols, reinterpret_cast<int8_t*>(codes + size_t(r) * C), sc.data());
+    std::memcpy(sb + size_t(r) * size_t(m.sb_row), sc.data(), sc.size() * 4);
+  }
+}
+
+}  // namespace
+
 void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
-  if (m.fmt != kBF16) {
+  if (fmt_code8(m.fmt)) {  // in pieces of about 16 MiB of codes: no host copy of a whole matrix
+    const int64_t piece = std::max<int64_t>(1, (int64_t(16) << 20) / q.cols);
+    std::vector<uint8_t> codes;
+    std::vector<uint32_t> sb;
+    for (int64_t r0 = 0; r0 < q.rows; r0 += piece) {
+      const int64_t n = std::min<int64_t>(piece, q.rows - r0);
+      codes.resize(size_t(n) * size_t(q.cols));
+      sb.resize(size_t(n) * size_t(m.sb_row));
+      code8_rows(q, m, r0, n, codes.data(), sb.data());
+      LILY_CUDA_CHECK(cudaMemcpy(dw + size_t(r0) * size_t(m.row_bytes), codes.data(), codes.size(),
+                                 cudaMemcpyHostToDevice));
+      LILY_CUDA_CHECK(cudaMemcpy(dsb + size_t(r0) * size_t(m.sb_row), sb.data(), sb.size() * 4,
+                                 cudaMemcpyHostToDevice));
+    }
+  } else if (m.fmt != kBF16) {
     LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, dmat_w_bytes(m), cudaMemcpyHostToDevice));
     const size_t nsb = dmat_sb_words(m);
     std::vector<uint32_t> sb(nsb);
@@ -52,7 +110,7 @@ void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
     LILY_CUDA_CHECK(cudaMemcpy(dsb, sb.data(), nsb * 4, cudaMemcpyHostToDevice));
   } else if (q.kind == QMatrix::Kind::Dense && q.dtype == DType::BF16) {
     LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, dmat_w_bytes(m), cudaMemcpyHostToDevice));
-  } else if (q.kind == QMatrix::Kind::Fp8Block || q.kind == QMatrix::Kind::Ggml) {
+  } else if (q.kind == QMatrix::Kind::Ggml) {
     const size_t C = size_t(q.cols);
     std::vector<float> row(C);
     std::vector<uint16_t> h(C);

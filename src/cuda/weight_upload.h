@@ -10,15 +10,16 @@
 namespace lily::cuda {
 
 // The device layout of q (pointers left null): affine 4/8-bit with any group that is a multiple of 32 dividing
-// cols (scales of any type), or dense, FP8 e4m3 blocks and GGUF blocks (Q6_K) as BF16 on the device (the blocks are
-// dequantised and rounded to bf16 on upload, 2 bytes per weight). Throws naming `what` for any other matrix.
+// cols (scales of any type); FP8 e4m3 blocks as kF8 (the codes as stored, the block scale per row and 128 columns
+// in f32); GGUF Q6_K blocks as kI8 (codes q - 32, f32 scales d * sc per 16 columns: exact); dense matrices (and any
+// other GGUF blocks) as BF16. Throws naming `what` for any other matrix.
 DMat describe_matrix(const QMatrix& q, const char* what);
 
 size_t dmat_w_bytes(const DMat& m);   // bytes of the packed rows / bf16 elements
 size_t dmat_sb_words(const DMat& m);  // (scale, bias) words
 
-// Copies q into dw (packed rows, or bf16: dense types and FP8 / GGUF blocks rounded to nearest) and dsb (one word per group: affine_pair_at's bf16 scale and bias,
-// model/affine_pair.h).
+// Copies q into dw (packed rows, 8-bit codes, or bf16: dense types rounded to nearest) and dsb (one word per group:
+// affine_pair_at's bf16 scale and bias, model/affine_pair.h; the f32 scale for kF8 / kI8).
 void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb);
 
 }  // namespace lily::cuda

@@ -254,6 +254,16 @@ void gguf_repack_row(uint32_t type, const uint8_t* p, int64_t n, uint32_t* words
   }
 }
 
+void gguf_q6k_codes_row(const uint8_t* p, int64_t n, int8_t* codes, float* scales) {
+  if (n % 256 != 0) throw Error("gguf_q6k_codes_row: " + std::to_string(n) + " is not a multiple of the block");
+  for (int64_t e0 = 0; e0 < n; e0 += 256, p += 210) {
+    const float d = h2f(p + 208);
+    const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
+    for (int j = 0; j < 16; ++j) scales[e0 / 16 + j] = d * float(sc[j]);
+    for (int e = 0; e < 256; ++e) codes[e0 + e] = int8_t(q6_code(p, p + 128, e) - 32);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------- quantisers
 
 namespace {

@@ -43,6 +43,10 @@ bool gguf_repackable(uint32_t type);
 int gguf_repack_bits(uint32_t type);  // 4 or 8
 void gguf_repack_row(uint32_t type, const uint8_t* src, int64_t n, uint32_t* words, float* scales, float* biases);
 
+// Q6_K rows as signed 8-bit codes q - 32 (n per row) and f32 scales d * sc (n / 16): scale * code is the decoder's
+// value for every element (d * sc is exact in f32). `n` a multiple of 256.
+void gguf_q6k_codes_row(const uint8_t* src, int64_t n, int8_t* codes, float* scales);
+
 // Quantisers (round to nearest, simple per-block range; not llama.cpp's search): n a multiple of the block.
 std::vector<uint8_t> gguf_quantize(GgmlType type, const float* x, int64_t n);
 

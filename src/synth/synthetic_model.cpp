@@ -170,9 +170,13 @@ std::shared_ptr<ModelWeights> make_synthetic_from_config(const ModelConfig& cfg,
   for (auto& t : pool) t.join();
   if (err) std::rethrow_exception(err);
 
-  for (const auto& v : plan_vectors(cfg)) fill_vector(v, rng_key(seed, v.name), cfg.conv_kernel, slot_vector(*w, v));
+  fill_synthetic_vectors(*w, seed);
   if (progress) progress(total, total);
   return w;
+}
+
+void fill_synthetic_vectors(ModelWeights& w, uint64_t seed) {
+  for (const auto& v : plan_vectors(w.cfg)) fill_vector(v, rng_key(seed, v.name), w.cfg.conv_kernel, slot_vector(w, v));
 }
 
 uint64_t model_weight_bytes(const ModelWeights& w) {

@@ -27,6 +27,10 @@ std::shared_ptr<ModelWeights> make_synthetic(const std::string& preset, uint64_t
 std::shared_ptr<ModelWeights> make_synthetic_from_config(const ModelConfig& cfg, uint64_t seed,
                                                          const SynthProgressFn& progress = {});
 
+// The f32 vectors of w.cfg's model (norms, conv taps, dt_bias, a_neg) as make_synthetic makes them (w's layers
+// already sized).
+void fill_synthetic_vectors(ModelWeights& w, uint64_t seed);
+
 // Bytes of all weights of a model (matrices incl. scales/biases as stored, plus f32 vectors).
 uint64_t model_weight_bytes(const ModelWeights& w);
 

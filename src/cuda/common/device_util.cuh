@@ -526,6 +526,8 @@ template <int FMT> struct FmtInfo;
 template <> struct FmtInfo<kQ4> { static constexpr int kElems = 32; };
 template <> struct FmtInfo<kQ8> { static constexpr int kElems = 16; };
 template <> struct FmtInfo<kBF16> { static constexpr int kElems = 8; };
+template <> struct FmtInfo<kF8> { static constexpr int kElems = 16; };
+template <> struct FmtInfo<kI8> { static constexpr int kElems = 16; };
 
 // nibble K of w as the float 1 + q/16 (q moved to the top mantissa bits); byte K as 1 + q/256.
 template <int K> __device__ __forceinline__ float q4f(uint32_t w) {
@@ -736,3 +738,5 @@ __device__ __forceinline__ void prefetch_row(const DMat& m, int64_t row, int lan
 }
 
 }  // namespace lily::cuda
+
+#include "cuda/common/code8.cuh"  // the 8-bit-code formats (kF8, kI8): chunk dots and the element reader

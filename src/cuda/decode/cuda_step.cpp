@@ -43,18 +43,26 @@ void CudaBackend::setup_router_y() {
   dev_free(scratch);
 }
 
-// Segments that read the same normalised x: one launch when they share a weight format, else one each.
-// side (optional): side rows of the first launch.
+// Segments that read the same normalised x: one launch per weight format among them (one in all where they share
+// it; the FP8 layout keeps in_proj_a / in_proj_b in bf16 beside the e4m3 qkv and z). side (optional): side rows of
+// the first launch; trace: of a single launch only.
 void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s,
                                 unsigned long long* trace, const GemvSide* side) {
-  bool same = true;
-  for (int i = 1; i < n; ++i) same = same && segs[i].m.fmt == segs[0].m.fmt;
-  if (same) {
-    gemv(segs, n, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, trace, nullptr, side);
-    return;
+  GemvSeg group[kMaxSegs];
+  bool done[kMaxSegs] = {};
+  bool first = true;
+  for (int i = 0; i < n; ++i) {
+    if (done[i]) continue;
+    int ng = 0;
+    for (int j = i; j < n; ++j)
+      if (!done[j] && segs[j].m.fmt == segs[i].m.fmt) {
+        group[ng++] = segs[j];
+        done[j] = true;
+      }
+    const bool all = first && ng == n;
+    gemv(group, ng, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, all ? trace : nullptr, nullptr, first ? side : nullptr);
+    first = false;
   }
-  for (int i = 0; i < n; ++i)
-    gemv(&segs[i], 1, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, nullptr, nullptr, i ? nullptr : side);
 }
 
 // Router-from-y's side rows of layer d: A = W_r diag(post_norm) x in parts 0 .. ry_pa - 1 of pre_ (int16 rows of
@@ -188,8 +196,9 @@ void CudaBackend::enqueue_moe(const DLayer& d, cudaStream_t s) {
   m.route_idx = ridx_;
   m.route_w = rw_;
   m.out = x_;
-  // router and gate_up as one launch where the router reads the experts' input (every layer of the model)
-  const bool fused = m.router.cols == m.gate.m.cols;
+  // router and gate_up as one launch where the router reads the experts' input (every layer of the model; routers
+  // in 8-bit codes with f32 scales, which no checkpoint has, take the two launches)
+  const bool fused = m.router.cols == m.gate.m.cols && !fmt_code8(m.router.fmt);
   m.early_route = fused;
   if (fused && ry) {
     m.pre = pre_;

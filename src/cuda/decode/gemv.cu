@@ -1,5 +1,5 @@
 // Row-parallel fused GEMV for decode (batch 1): one warp per output row, 16-byte coalesced weight loads,
-// dequantisation in registers (s*Sum(xq) + b*Sum(x)), optional RMSNorm prologue, several matrices sharing one x
+// dequantisation in registers (s*Sum(xq) + b*Sum(x); s*Sum(code x) for the 8-bit-code formats), optional RMSNorm prologue, several matrices sharing one x
 // in one launch, optional residual accumulation. Also the embedding-row kernel.
 
 #include <type_traits>
@@ -242,19 +242,7 @@ __global__ void __launch_bounds__(kThreads) k_embed(const DMat E, const int32_t*
   pdl_wait();
   pdl_trigger();
   const int64_t id = in_ids[ctl->cursor];
-  for (int i = threadIdx.x; i < E.cols; i += blockDim.x) {
-    float v;
-    if (E.fmt == kBF16) {
-      v = bf2f(reinterpret_cast<const uint16_t*>(E.w + id * E.row_bytes)[i]);
-    } else {
-      const uint32_t* wr = reinterpret_cast<const uint32_t*>(E.w + id * E.row_bytes);
-      const int per = 32 / E.fmt;
-      const uint32_t q = (wr[i / per] >> ((i % per) * E.fmt)) & ((1u << E.fmt) - 1u);
-      const uint32_t sb = E.sb[id * E.sb_row + i / E.group];
-      v = bf_lo(sb) * float(q) + bf_hi(sb);
-    }
-    x[i] = v;
-  }
+  for (int i = threadIdx.x; i < E.cols; i += blockDim.x) x[i] = dmat_at(E, E.w, E.sb, id, i);
 }
 
 bool g_int8_x = true;
@@ -342,6 +330,8 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
         break;
       case kQ8: run(k_gemv<kQ8, XF, 2, K>, k_gemv<kQ8, XF, 4, K>); break;
       case kBF16: run(k_gemv<kBF16, XF, 2, K>, k_gemv<kBF16, XF, 4, K>); break;
+      case kF8: run(k_gemv<kF8, XF, 2, K>, k_gemv<kF8, XF, 4, K>); break;
+      case kI8: run(k_gemv<kI8, XF, 2, K>, k_gemv<kI8, XF, 4, K>); break;
       default: throw Error("gemv: unknown format");
     }
   };

@@ -11,11 +11,15 @@ struct StepParams;  // engine/sample_math.h
 
 namespace lily::cuda {
 
-enum Fmt : int { kQ4 = 4, kQ8 = 8, kBF16 = 16 };
+enum Fmt : int { kQ4 = 4, kQ8 = 8, kF8 = 9, kI8 = 10, kBF16 = 16 };
 
 // A weight matrix on the device, W [rows, cols], y = W x.
 //  kQ4/kQ8: w = rows x row_bytes of packed little-endian u32 (element k of a word in bits [k*bits, (k+1)*bits)),
 //           sb = [rows][cols/group] u32, each (lo 16 bits = bf16 scale, hi 16 bits = bf16 bias); w = s*q + b.
+//  kF8:     8-bit codes with an f32 scale per group and no bias: w = rows x cols e4m3 bytes (element k at byte k),
+//           sb = [rows][ceil(cols/group)] u32, the f32 bits of s; w = s * e4m3(q). The FP8 checkpoints' 128x128
+//           block scale repeated for each of the block's rows (group 128).
+//  kI8:     the same with signed int8 codes and group 16: w = s * q (GGUF Q6_K: q = code - 32, s = d * sc, exact).
 //  kBF16:   w = rows x cols bf16, sb unused.
 // cols % 32 == 0; row_bytes % 16 == 0; rows start 16-byte aligned.
 struct DMat {
@@ -26,6 +30,11 @@ struct DMat {
   int64_t row_bytes = 0;
   int sb_row = 0;  // u32 words of sb per row (cols/group; 0 for kBF16)
 };
+
+// Elements per 16-byte chunk of a row (the unit the decode kernels load).
+constexpr int fmt_chunk_elems(int fmt) { return fmt == kQ4 ? 32 : fmt == kBF16 ? 8 : 16; }
+// The formats whose sb words are f32 scales (kF8, kI8: 8-bit codes, no bias).
+constexpr bool fmt_code8(int fmt) { return fmt == kF8 || fmt == kI8; }
 
 // E matrices of one shape stored back to back: expert e is m with w += e*w_stride, sb += e*sb_stride (elements).
 struct DStack {

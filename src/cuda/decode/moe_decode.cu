@@ -426,7 +426,9 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     switch (a.router.fmt) {
       case kQ4: run(k_moe_route_gate_up<F, kQ4, X>, X::bytes(H)); break;
       case kQ8: run(k_moe_route_gate_up<F, kQ8, X>, X::bytes(H)); break;
-      default: run(k_moe_route_gate_up<F, kBF16, X>, X::bytes(H)); break;
+      case kBF16: run(k_moe_route_gate_up<F, kBF16, X>, X::bytes(H)); break;
+      default:  // the checkpoints keep routers in bf16 or affine codes; moe_router serves any format
+        throw Error("moe_route_gate_up: a router in 8-bit codes with f32 scales needs moe_router + moe_gate_up");
     }
   };
   using Q4 = std::integral_constant<int, kQ4>;
@@ -436,7 +438,10 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
       else by_router(Q4{}, XTag<XF>{});
       break;
     case kQ8: by_router(std::integral_constant<int, kQ8>{}, XTag<XF>{}); break;
-    default: by_router(std::integral_constant<int, kBF16>{}, XTag<XF>{}); break;
+    case kF8: by_router(std::integral_constant<int, kF8>{}, XTag<XF>{}); break;
+    case kI8: by_router(std::integral_constant<int, kI8>{}, XTag<XF>{}); break;
+    case kBF16: by_router(std::integral_constant<int, kBF16>{}, XTag<XF>{}); break;
+    default: throw Error("moe_route_gate_up: unknown weight format");
   }
 }
 

@@ -172,7 +172,10 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
         else run(k_moe_down<kQ4, XF, kThreads, P>);
         break;
       case kQ8: run(k_moe_down<kQ8, XF, kThreads, P>); break;
-      default: run(k_moe_down<kBF16, XF, kThreads, P>); break;
+      case kF8: run(k_moe_down<kF8, XF, kThreads, P>); break;
+      case kI8: run(k_moe_down<kI8, XF, kThreads, P>); break;
+      case kBF16: run(k_moe_down<kBF16, XF, kThreads, P>); break;
+      default: throw Error("moe_down: unknown weight format");
     }
   };
   if (a.pre) by_fmt(std::true_type{});

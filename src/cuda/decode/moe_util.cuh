@@ -99,13 +99,13 @@ inline bool route_packed_ok(const MoeArgs& a) {
 // The checks every MoE launcher makes of the weights' formats and sizes.
 inline void check(const MoeArgs& a) {
   // gate_up reads gate, up and the shared gate/up in one format, down the routed and shared down rows in one
-  // (possibly another: GGUF Q4_K_M files keep some layers' down projections in Q6_K, dequantised to bf16)
+  // (possibly another: GGUF Q4_K_M files keep some layers' down projections in Q6_K, int8 codes on the device)
   const int f = a.gate.m.fmt, fd = a.down.m.fmt;
   if (a.up.m.fmt != f || a.sh_gate.fmt != f || a.sh_up.fmt != f || a.sh_down.fmt != fd)
     throw Error("moe: gate, up and the shared expert's gate and up must share one weight format, and the routed "
                 "and shared down projections one");
   if (a.E > kMaxE || a.k > kMaxK || a.k < 1) throw Error("moe: unsupported expert count / top-k");
-  const int ed = fd == kQ4 ? 32 : fd == kQ8 ? 16 : 8;
+  const int ed = fmt_chunk_elems(fd);
   if (a.down.m.cols % 32 || a.sh_down.cols % 32 || a.gate.m.cols % 32 || a.down.m.cols % ed)
     throw Error("moe: sizes must be multiples of 32");
 }

@@ -15,23 +15,13 @@
 namespace lily::cuda {
 namespace {
 
-// Element (r, c) of a device matrix in f32 (the checkpoint's dequantisation: w = scale * q + bias per group).
-__device__ __forceinline__ float deq_at(const DMat& m, int64_t r, int c) {
-  if (m.fmt == kBF16) return bf2f(reinterpret_cast<const uint16_t*>(m.w + r * m.row_bytes)[c]);
-  const uint32_t* wr = reinterpret_cast<const uint32_t*>(m.w + r * m.row_bytes);
-  const int per = 32 / m.fmt;
-  const uint32_t q = (wr[c / per] >> ((c % per) * m.fmt)) & ((1u << m.fmt) - 1u);
-  const uint32_t sb = m.sb[r * m.sb_row + c / m.group];
-  return bf_lo(sb) * float(q) + bf_hi(sb);
-}
-
 // out[(row0 + r) * cols + c] = m[r, c] * (colscale ? colscale[c] : 1)
 __global__ void k_dequant(const DMat m, const float* colscale, float* out, int row0) {
   const int64_t n = int64_t(m.rows) * m.cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / m.cols;
     const int c = int(i - r * m.cols);
-    out[(row0 + r) * m.cols + c] = deq_at(m, r, c) * (colscale ? colscale[c] : 1.f);
+    out[(row0 + r) * m.cols + c] = dmat_at(m, m.w, m.sb, r, c) * (colscale ? colscale[c] : 1.f);
   }
 }
 

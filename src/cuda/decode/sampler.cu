@@ -185,7 +185,10 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
       }
       break;
     case kQ8: run(k_lm_head<kQ8, 4, XF, 1>); break;
-    default: run(k_lm_head<kBF16, 4, XF, 1>); break;
+    case kF8: run(k_lm_head<kF8, 4, XF, 1>); break;
+    case kI8: run(k_lm_head<kI8, 4, XF, 1>); break;
+    case kBF16: run(k_lm_head<kBF16, 4, XF, 1>); break;
+    default: throw Error("lm_head_argmax: unknown weight format");
   }
 }
 

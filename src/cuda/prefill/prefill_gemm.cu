@@ -1,5 +1,5 @@
-// Prefill GEMM: C[r][c] = sum_k A[r][k] W[c][k] with A 16-bit operand rows and W in the checkpoint's format (MLX
-// affine 4/8-bit or bf16). Block tile BM x 128 x 64 (k), 8 warps (2 x 4), mma.sync m16n8k16 with f32
+// Prefill GEMM: C[r][c] = sum_k A[r][k] W[c][k] with A 16-bit operand rows and W in its device format (MLX
+// affine 4/8-bit, 8-bit codes with f32 scales: e4m3 or int8, or bf16). Block tile BM x 128 x 64 (k), 8 warps (2 x 4), mma.sync m16n8k16 with f32
 // accumulation; PREC (prefill.h PrefillPrec) picks bf16 or fp16 operands, kPrecSplit adds the fp16 low part of A
 // (second A tile, second mma with the same W fragment). A tiles come in by cp.async (optionally gathered through
 // a_rows), W tiles are read as packed words into registers one k-tile ahead, dequantised (s*q + b in f32, rounded
@@ -186,12 +186,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemm_v2(const GemmArgs g) {
 
 // ---- simple reference path: one thread per output column, f32 dequantisation ----
 __device__ float wval(const DMat& m, const uint8_t* w, const uint32_t* sb, int64_t row, int k) {
-  if (m.fmt == kBF16) return bf2f(reinterpret_cast<const uint16_t*>(w + row * m.row_bytes)[k]);
-  const uint32_t s = sb[row * m.sb_row + k / m.group];
-  uint32_t q;
-  if (m.fmt == kQ4) q = (reinterpret_cast<const uint32_t*>(w + row * m.row_bytes)[k / 8] >> (4 * (k % 8))) & 15u;
-  else q = (reinterpret_cast<const uint32_t*>(w + row * m.row_bytes)[k / 4] >> (8 * (k % 4))) & 255u;
-  return bf_lo(s) * float(q) + bf_hi(s);
+  return dmat_at(m, w, sb, row, k);
 }
 
 // A[r][k] as float in any precision (r: the A row, after the gather)
@@ -251,7 +246,10 @@ void run_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   switch (g.W0.fmt) {
     case kQ4: launch_tc<BM, MODE, kQ4, PREC>(g, grid, s); break;
     case kQ8: launch_tc<BM, MODE, kQ8, PREC>(g, grid, s); break;
-    default: launch_tc<BM, MODE, kBF16, PREC>(g, grid, s); break;
+    case kF8: launch_tc<BM, MODE, kF8, PREC>(g, grid, s); break;
+    case kI8: launch_tc<BM, MODE, kI8, PREC>(g, grid, s); break;
+    case kBF16: launch_tc<BM, MODE, kBF16, PREC>(g, grid, s); break;
+    default: throw Error("prefill_gemm: unknown weight format");
   }
 }
 
@@ -303,7 +301,7 @@ void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
   const bool grouped = g.tiles != nullptr;
   if (!grouped && g.M <= 0) return;
   const int ncols = mode == kGemmSiluMul ? 64 : kBN;
-  const bool fast_ok = !simple && K % kBK == 0 && (w.fmt == kBF16 || w.group % 32 == 0) && g.lda % 8 == 0 &&
+  const bool fast_ok = !simple && K % kBK == 0 && (w.fmt == kBF16 || (w.fmt == kI8 && w.group == 16) || w.group % 32 == 0) && g.lda % 8 == 0 &&
                        (reinterpret_cast<uintptr_t>(g.A) & 15) == 0 &&
                        (reinterpret_cast<uintptr_t>(g.A_lo) & 15) == 0;
   if (!fast_ok) {

@@ -1,7 +1,8 @@
 // Tile pieces shared by the prefill GEMM kernels (prefill_gemm.cu: k_gemm / k_gemm_v2 with mma.sync,
 // prefill_gemm_wg.cu: k_gemm_wg with wgmma): the block's rows (dense or the grouped tile map), and a thread's
 // share of a W tile (32 consecutive k of tile row threadIdx.x / 2) loaded as packed words one or two k-tiles ahead
-// and dequantised in registers to 16-bit operands. Included by .cu files only (device code, internal linkage).
+// and dequantised in registers to 16-bit operands (affine s * q + b, or s * code for the 8-bit-code formats: e4m3
+// and int8 codes are exact in f32, the product is rounded once to the operand type). Included by .cu files only (device code, internal linkage).
 #pragma once
 #include <cstdint>
 
@@ -64,22 +65,38 @@ __device__ __forceinline__ uint4 q4_fp16x8(uint32_t x, __half2 s2, __half2 b2) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
+// 16 codes (two words) of an 8-bit-code format (kF8 / kI8) times the f32 scale s as 8 packed 16-bit operand pairs
+// (each product rounded once, as the affine forms' s * q + b).
+template <int FMT, int PREC>
+__device__ __forceinline__ uint4 code8_x8(uint32_t w0, uint32_t w1, float s) {
+  return make_uint4(pack_w<PREC>(s * code8f<FMT, 0>(w0), s * code8f<FMT, 1>(w0)),
+                    pack_w<PREC>(s * code8f<FMT, 2>(w0), s * code8f<FMT, 3>(w0)),
+                    pack_w<PREC>(s * code8f<FMT, 0>(w1), s * code8f<FMT, 1>(w1)),
+                    pack_w<PREC>(s * code8f<FMT, 2>(w1), s * code8f<FMT, 3>(w1)));
+}
+
 template <int FMT, int PREC>
 struct BTile {
-  static constexpr int kU4 = FMT == kQ4 ? 1 : FMT == kQ8 ? 2 : 4;  // 16-byte words per 32 elements
+  static constexpr int kU4 = FMT == kQ4 ? 1 : FMT == kBF16 ? 4 : 2;  // 16-byte words per 32 elements
+  static constexpr int kBits = FMT == kQ4 ? 4 : FMT == kBF16 ? 16 : 8;
   uint4 raw[kU4];
   uint32_t sb = 0;
+  uint32_t sb2 = 0;                // kI8 (group 16): the scale of the second 16 of the thread's 32 weights
   const uint8_t* w = nullptr;      // row start (null: row out of range)
-  const uint32_t* sbr = nullptr;   // row's (scale, bias) words
+  const uint32_t* sbr = nullptr;   // row's (scale, bias) words, or f32 scales
   int group = 64;
 
   __device__ __forceinline__ void load(int k0) {
     if (!w) return;
     const int k = k0 + (threadIdx.x & 1) * 32;
 #pragma unroll
-    for (int u = 0; u < kU4; ++u)
-      raw[u] = ldg_stream(w + (int64_t(k) * (FMT == kQ4 ? 4 : FMT == kQ8 ? 8 : 16)) / 8 + u * 16);
-    if constexpr (FMT != kBF16) sb = __ldg(sbr + k / group);
+    for (int u = 0; u < kU4; ++u) raw[u] = ldg_stream(w + (int64_t(k) * kBits) / 8 + u * 16);
+    if constexpr (FMT == kI8) {
+      sb = __ldg(sbr + k / 16);
+      sb2 = __ldg(sbr + k / 16 + 1);
+    } else if constexpr (FMT != kBF16) {
+      sb = __ldg(sbr + k / group);
+    }
   }
   // This thread's 32 weights of the tile (k0 of the last load .. +31) as 16-bit operands, 4 x 8 (zeros past the
   // matrix).
@@ -112,6 +129,12 @@ struct BTile {
                             pack_w<PREC>(fmaf(s16, q4f<4>(x), b), fmaf(s16, q4f<5>(x), b)),
                             pack_w<PREC>(fmaf(s16, q4f<6>(x), b), fmaf(s16, q4f<7>(x), b)));
       }
+    } else if constexpr (FMT == kF8 || FMT == kI8) {
+      const float s0 = __uint_as_float(sb), s1 = FMT == kI8 ? __uint_as_float(sb2) : s0;
+      dst[0] = code8_x8<FMT, PREC>(raw[0].x, raw[0].y, s0);
+      dst[1] = code8_x8<FMT, PREC>(raw[0].z, raw[0].w, s0);
+      dst[2] = code8_x8<FMT, PREC>(raw[1].x, raw[1].y, s1);
+      dst[3] = code8_x8<FMT, PREC>(raw[1].z, raw[1].w, s1);
     } else {
       const float s256 = 256.f * bf_lo(sb), b = bf_hi(sb) - s256;
 #pragma unroll

@@ -19,18 +19,7 @@ __global__ void k_embed(const DMat E, const int32_t* ids, float* x) {
   const int64_t row = ids[t];
   const int H = E.cols;
   float* o = x + int64_t(t) * H;
-  for (int k = threadIdx.x; k < H; k += blockDim.x) {
-    float v;
-    if (E.fmt == kBF16) {
-      v = bf2f(reinterpret_cast<const uint16_t*>(E.w + row * E.row_bytes)[k]);
-    } else {
-      const uint32_t s = E.sb[row * E.sb_row + k / E.group];
-      const uint32_t* wr = reinterpret_cast<const uint32_t*>(E.w + row * E.row_bytes);
-      const uint32_t q = E.fmt == kQ4 ? (wr[k / 8] >> (4 * (k % 8))) & 15u : (wr[k / 4] >> (8 * (k % 4))) & 255u;
-      v = bf_lo(s) * float(q) + bf_hi(s);
-    }
-    o[k] = v;
-  }
+  for (int k = threadIdx.x; k < H; k += blockDim.x) o[k] = dmat_at(E, E.w, E.sb, row, k);
 }
 
 __global__ void k_rmsnorm_bf16(const float* x, int ldx, const float* w, int H, float eps, uint16_t* out) {
