@@ -13,8 +13,11 @@ const FlagHelp kModelOrDemo{"model", "DIR",
                             "weights: its output is noise)"};
 const FlagHelp kSynthetic{"synthetic", "PRESET",
                           "random weights built in memory instead of --model: qwen3.6-35b-a3b (the real shapes, "
-                          "19.5 GB), small or tiny"};
+                          "19.5 GB), medium (its matrices, 4 layers), small or tiny"};
 const FlagHelp kSeed{"seed", "N", "seed of the --synthetic weights (default 1)"};
+const FlagHelp kSynthFormat{"synthetic-format", "NAME",
+                            "stored format of the --synthetic weights, built in memory and read by its loader: "
+                            "mlx-4bit (default) or gguf-q4km (the Q4_K_M-like GGUF of synth --gguf)"};
 const FlagHelp kBackendAuto{"backend", "KIND",
                             "auto (CUDA when built and a GPU is present, else cpu), cuda, cpu, cpu-ref (default auto)"};
 const FlagHelp kPrefillChunk{"prefill-chunk", "N", "prompt tokens per forward chunk (default 0: the backend's own)"};
@@ -31,7 +34,7 @@ const std::vector<CommandHelp>& table() {
   static const std::vector<CommandHelp> t = {
       {"bench",
        "bench (--model DIR | --synthetic PRESET) [flags]   or   bench --plot F.svg --series A.json,B.json",
-       {kModel, kSynthetic, kSeed, kBackendAuto,
+       {kModel, kSynthetic, kSeed, kSynthFormat, kBackendAuto,
         {"prefill-lengths", "L,..", "prompt lengths to time (K = 1024; default 256,512,1K,2K,4K,8K,16K,32K,64K,128K)"},
         {"decode-contexts", "C,..", "contexts to time 64 decode steps after (default: the same list)"},
         {"decode-steps", "N", "decode steps timed after each context (default 64)"},
@@ -65,7 +68,7 @@ const std::vector<CommandHelp>& table() {
         kMtp, kMtpFrom}},
       {"eval",
        "eval (--model DIR | --synthetic PRESET) --ref F.safetensors [flags]",
-       {kModel, kSynthetic, kSeed,
+       {kModel, kSynthetic, kSeed, kSynthFormat,
         {"ref", "F.safetensors", "reference logits: prompt_ids i32 [L], prompt_logits f32 [L, V] (required)"},
         kBackendAuto, kPrefillChunk,
         {"min-top1", "X", "exit 1 when the top-1 agreement is below X (0..1)"},
@@ -75,7 +78,7 @@ const std::vector<CommandHelp>& table() {
         {"json", "F", "write the figures as JSON to F"}}},
       {"logits",
        "logits [--model DIR | --synthetic PRESET] --ids 1,2,3 --out F.safetensors [flags]",
-       {kModelOrDemo, kSynthetic, kSeed,
+       {kModelOrDemo, kSynthetic, kSeed, kSynthFormat,
         {"ids", "I,I,..", "prompt token ids (required)"},
         {"decode", "N", "also N greedy steps: greedy_ids i32 [N] and greedy_logits f32 [N, V] (default 0)"},
         kPrefillChunk,
@@ -83,7 +86,7 @@ const std::vector<CommandHelp>& table() {
         {"backend", "KIND", "cpu, cpu-ref, cuda or auto (default cpu)"}}},
       {"perplexity",
        "perplexity (--model DIR | --synthetic PRESET) (--text F | --ids F) [flags]",
-       {kModel, kSynthetic, kSeed,
+       {kModel, kSynthetic, kSeed, kSynthFormat,
         {"text", "F", "text file, tokenized with the model's tokenizer.json (needs --model)"},
         {"ids", "F", "token ids, separated by spaces or commas"},
         kBackendAuto,
@@ -137,7 +140,7 @@ const std::vector<CommandHelp>& table() {
        "synth --out DIR [flags]",
        {{"out", "DIR", "directory to write (this or --gguf is required)"},
         {"layout", "NAME", "mlx-4bit (default) or hf-bf16"},
-        {"preset", "NAME", "qwen3.6-35b-a3b (default: the real shapes, 19.5 GB as mlx-4bit), small or tiny"},
+        {"preset", "NAME", "qwen3.6-35b-a3b (default: the real shapes, 19.5 GB as mlx-4bit), medium, small or tiny"},
         {"seed", "N", "weight seed (default 1)"},
         {"shard-gb", "G", "largest safetensors shard, GB (default 4)"},
         {"gguf", "FILE", "write a Q4_K_M-like llama.cpp GGUF file instead of a safetensors directory"}}},
