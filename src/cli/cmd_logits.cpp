@@ -38,7 +38,7 @@ int run(const Args& a) {
   auto ids = parse_ids(a.get("ids"));
   const int n_dec = static_cast<int>(a.get_int("decode", 0));
   if (n_dec < 0) throw Error("--decode must be >= 0");
-  auto w = a.has("synthetic") ? open_model(a) : load_model(model_dir_or_demo(a));
+  auto w = a.has("synthetic") || a.has("synthetic-format") ? open_model(a) : load_model(model_dir_or_demo(a));
   auto be = make_backend(a.get("backend", "cpu"), w);
   const int L = static_cast<int>(ids.size()), V = w->cfg.vocab;
   ForwardOptions opt;

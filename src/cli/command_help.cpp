@@ -13,12 +13,13 @@ const FlagHelp kModelOrDemo{"model", "DIR",
                             "weights: its output is noise)"};
 const FlagHelp kSynthetic{"synthetic", "PRESET",
                           "random weights built in memory instead of --model: qwen3.6-35b-a3b (the real shapes, "
-                          "19.5 GB), small or tiny"};
+                          "19.5 GB), medium (its matrices, 4 layers), small or tiny"};
 const FlagHelp kSeed{"seed", "N", "seed of the --synthetic weights (default 1)"};
-const FlagHelp kSynthFormat{"synthetic-format", "F",
-                            "layout of the --synthetic weights: mlx4 (MLX affine 4-bit, default) or fp8 (the FP8 "
-                            "release's: e4m3 with 128x128 block scales, bf16 embeddings, lm_head, routers, "
-                            "in_proj_a/b)"};
+const FlagHelp kSynthFormat{"synthetic-format", "NAME",
+                            "stored format of the --synthetic weights, built in memory and read by its loader: "
+                            "mlx-4bit (default), fp8 (the FP8 release's: e4m3 with 128x128 block scales; bf16 "
+                            "embeddings, lm_head, routers, in_proj_a/b) or gguf-q4km (the Q4_K_M-like GGUF of synth "
+                            "--gguf)"};
 const FlagHelp kBackendAuto{"backend", "KIND",
                             "auto (CUDA when built and a GPU is present, else cpu), cuda, cpu, cpu-ref (default auto)"};
 const FlagHelp kPrefillChunk{"prefill-chunk", "N", "prompt tokens per forward chunk (default 0: the backend's own)"};
@@ -142,7 +143,7 @@ const std::vector<CommandHelp>& table() {
        "synth --out DIR [flags]",
        {{"out", "DIR", "directory to write (this or --gguf is required)"},
         {"layout", "NAME", "mlx-4bit (default) or hf-bf16"},
-        {"preset", "NAME", "qwen3.6-35b-a3b (default: the real shapes, 19.5 GB as mlx-4bit), small or tiny"},
+        {"preset", "NAME", "qwen3.6-35b-a3b (default: the real shapes, 19.5 GB as mlx-4bit), medium, small or tiny"},
         {"seed", "N", "weight seed (default 1)"},
         {"shard-gb", "G", "largest safetensors shard, GB (default 4)"},
         {"gguf", "FILE", "write a Q4_K_M-like llama.cpp GGUF file instead of a safetensors directory"}}},

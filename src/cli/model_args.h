@@ -10,11 +10,12 @@
 
 namespace lily {
 
-std::vector<std::string> model_flags();  // {"model", "synthetic", "seed"}
-// load_model(--model) or make_synthetic(--synthetic, --seed [default 1]), with a progress bar on a TTY.
+std::vector<std::string> model_flags();  // {"model", "synthetic", "seed", "synthetic-format"}
+// load_model(--model) or make_synthetic_in_format(--synthetic, --seed [default 1], --synthetic-format [default
+// mlx-4bit]), with a progress bar on a TTY.
 // Throws lily::Error when neither or both are given.
 std::shared_ptr<ModelWeights> open_model(const Args& a);
-// "synthetic:PRESET:seed=N" or the --model directory, for reports.
+// "synthetic:PRESET:seed=N[:FORMAT]" or the --model directory, for reports.
 std::string model_label(const Args& a);
 
 }  // namespace lily

@@ -396,6 +396,17 @@ GgufModel::GgufModel(const std::string& path) {
   }
 }
 
+GgufModel::GgufModel(std::shared_ptr<const GgufFile> file) {
+  if (!file) throw Error("GgufModel: no file");
+  if (const GgufValue* sc = file->kv("split.count"); sc && sc->is_int() && sc->i > 1)
+    throw Error(file->path() + ": the file is part of a split model (split.count " + std::to_string(sc->i) + ")");
+  for (const std::string& n : file->names()) {
+    where_[n] = 0;
+    names_.push_back(n);
+  }
+  parts_.push_back(std::move(file));
+}
+
 const GgufTensor* GgufModel::find(const std::string& name) const {
   auto it = where_.find(name);
   return it == where_.end() ? nullptr : parts_[it->second]->find(name);

@@ -110,6 +110,8 @@ class GgufFile {
 class GgufModel {
  public:
   explicit GgufModel(const std::string& path);
+  // One file already parsed (e.g. one made in memory from MappedFile::from_bytes); not part of a split model.
+  explicit GgufModel(std::shared_ptr<const GgufFile> file);
 
   const GgufValue* kv(const std::string& key) const { return parts_.front()->kv(key); }
   const GgufFile& first() const { return *parts_.front(); }

@@ -348,15 +348,28 @@ void quant_q6k(const float* x, uint8_t* blk) {
 
 }  // namespace
 
-std::vector<uint8_t> gguf_quantize(GgmlType type, const float* x, int64_t n) {
+size_t gguf_row_bytes(GgmlType type, int64_t n) {
   GgmlTypeInfo ti;
   if (!ggml_type_info(uint32_t(type), &ti) || !gguf_can_decode(uint32_t(type)))
     throw Error("gguf_quantize: no quantiser for " + ggml_type_name(uint32_t(type)));
-  if (n % ti.block != 0) throw Error("gguf_quantize: " + std::to_string(n) + " is not a multiple of the block");
-  std::vector<uint8_t> out(size_t(n / ti.block) * size_t(ti.bytes), 0);
+  if (n < 0 || n % ti.block != 0)
+    throw Error("gguf_quantize: " + std::to_string(n) + " is not a multiple of the block");
+  return size_t(n / ti.block) * size_t(ti.bytes);
+}
+
+std::vector<uint8_t> gguf_quantize(GgmlType type, const float* x, int64_t n) {
+  std::vector<uint8_t> out(gguf_row_bytes(type, n));
+  gguf_quantize_into(type, x, n, out.data());
+  return out;
+}
+
+void gguf_quantize_into(GgmlType type, const float* x, int64_t n, uint8_t* out) {
+  GgmlTypeInfo ti;
+  std::memset(out, 0, gguf_row_bytes(type, n));  // checks the type and n; the quantisers OR bits into zeros
+  ggml_type_info(uint32_t(type), &ti);
   for (int64_t b = 0; b < n / ti.block; ++b) {
     const float* v = x + b * ti.block;
-    uint8_t* o = out.data() + size_t(b) * size_t(ti.bytes);
+    uint8_t* o = out + size_t(b) * size_t(ti.bytes);
     float lo = v[0], hi = v[0], amax = 0.0f;
     for (int j = 0; j < ti.block; ++j) lo = std::min(lo, v[j]), hi = std::max(hi, v[j]), amax = std::max(amax, std::fabs(v[j]));
     switch (type) {
@@ -408,7 +421,6 @@ std::vector<uint8_t> gguf_quantize(GgmlType type, const float* x, int64_t n) {
       default: throw Error("gguf_quantize: no quantiser for " + ggml_type_name(uint32_t(type)));
     }
   }
-  return out;
 }
 
 }  // namespace lily

@@ -49,6 +49,10 @@ void gguf_q6k_codes_row(const uint8_t* src, int64_t n, int8_t* codes, float* sca
 
 // Quantisers (round to nearest, simple per-block range; not llama.cpp's search): n a multiple of the block.
 std::vector<uint8_t> gguf_quantize(GgmlType type, const float* x, int64_t n);
+// The same into out[0..gguf_row_bytes(type, n)) (no allocation; one row of a streamed tensor).
+void gguf_quantize_into(GgmlType type, const float* x, int64_t n, uint8_t* out);
+// Bytes of n elements of `type` (n a multiple of its block; throws otherwise or for an unknown type).
+size_t gguf_row_bytes(GgmlType type, int64_t n);
 
 // f32 -> IEEE half, round to nearest even (scales of the quantised blocks).
 uint16_t gguf_f32_to_f16(float f);

@@ -151,8 +151,15 @@ void emit_tensor(const std::string& name, size_t nbytes, const std::vector<uint8
 
 }  // namespace
 
+uint64_t GgufWriter::file_size() const {
+  uint64_t n = header().size();
+  for (const Tensor& t : tensors_) n += (t.nbytes + alignment_ - 1) / alignment_ * alignment_;
+  return n;
+}
+
 std::vector<uint8_t> GgufWriter::bytes() const {
   std::vector<uint8_t> b = header();
+  b.reserve(size_t(file_size()));
   const Emit out = [&](const void* p, size_t n) { put_bytes(b, p, n); };
   for (const Tensor& t : tensors_) emit_tensor(t.name, t.nbytes, t.bytes, t.producer, alignment_, out);
   return b;

@@ -38,8 +38,10 @@ class GgufWriter {
 
   // Writes the file (throws lily::Error naming the path on failure).
   void write(const std::string& path) const;
-  // The file's bytes (tests; streamed tensors are produced into memory).
+  // The file's bytes (streamed tensors are produced into memory; reserved at the file's size up front).
   std::vector<uint8_t> bytes() const;
+  // The size of the file write() makes.
+  uint64_t file_size() const;
 
  private:
   struct Tensor {

@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "io/gguf.h"
 #include "io/gguf_quants.h"
 
@@ -155,17 +156,19 @@ class Builder {
       const size_t wpr = size_t(cols) * size_t(bits) / 32, gpr = size_t(cols / 32);
       auto words = own<uint32_t>(size_t(n * rows) * wpr);
       auto sc = own<float>(size_t(n * rows) * gpr), bi = own<float>(size_t(n * rows) * gpr);
-      for (int64_t k = 0; k < n; ++k) {
-        for (int64_t r = 0; r < rows; ++r) {
-          const size_t at = size_t(k * rows + r);
+      parallel_for(n * rows, 64, [&](int64_t a, int64_t e) {  // rows of all n matrices, on all cores
+        for (int64_t g = a; g < e; ++g) {
+          const size_t at = size_t(g);
           uint32_t* wr = words + at * wpr;
           float* sr = sc + at * gpr;
           float* br = bi + at * gpr;
-          gguf_repack_row(t.type, src_row(k, r), cols, wr, sr, br);
+          gguf_repack_row(t.type, src_row(g / rows, g % rows), cols, wr, sr, br);
           permute_cols(reinterpret_cast<uint8_t*>(wr), size_t(col_block) * size_t(bits) / 8);
           permute_cols(reinterpret_cast<uint8_t*>(sr), size_t(col_block / 32) * 4);
           permute_cols(reinterpret_cast<uint8_t*>(br), size_t(col_block / 32) * 4);
         }
+      });
+      for (int64_t k = 0; k < n; ++k) {
         QMatrix& q = out[size_t(k)];
         q.kind = QMatrix::Kind::Affine;
         q.sdtype = DType::F32;
@@ -381,7 +384,10 @@ void load_layer(Builder& b, const GgufModel& m, const ModelConfig& c, int i, Lay
 }  // namespace
 
 std::shared_ptr<ModelWeights> load_model_gguf(const std::string& path) {
-  auto model = std::make_shared<GgufModel>(path);
+  return load_model_gguf(std::make_shared<const GgufModel>(path));
+}
+
+std::shared_ptr<ModelWeights> load_model_gguf(std::shared_ptr<const GgufModel> model) {
   const GgufModel& m = *model;
   auto w = std::make_shared<ModelWeights>();
   w->cfg = gguf_model_config(m);

@@ -29,9 +29,11 @@ bool is_gguf_path(const std::string& path);
 
 // Throws lily::Error naming the file and the key or tensor on any problem.
 std::shared_ptr<ModelWeights> load_model_gguf(const std::string& path);
+class GgufModel;
+// The same from a GGUF already opened (e.g. made in memory); the weights keep `model` alive.
+std::shared_ptr<ModelWeights> load_model_gguf(std::shared_ptr<const GgufModel> model);
 
 // The ModelConfig a GGUF file's metadata describes (qwen35moe.* keys).
-class GgufModel;
 ModelConfig gguf_model_config(const GgufModel& m);
 
 }  // namespace lily

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <future>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "io/gguf_quants.h"
 #include "io/gguf_writer.h"
 #include "synth/presets.h"
@@ -54,6 +56,8 @@ using IndexMap = std::function<int64_t(int64_t)>;
 
 bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
+constexpr size_t kWindowBytes = size_t(64) << 20;
+
 struct Streamer {
   GgufWriter& w;
   uint64_t total = 0;
@@ -62,7 +66,9 @@ struct Streamer {
   GgmlType pick(GgmlType want, int64_t cols) const { return cols % 256 == 0 ? want : GgmlType::Q8_0; }
 
   // n matrices (shape [n, rows, cols], or [rows, cols] when !stacked); dest row r <- source row rows_from(r);
-  // dest column block b (of cb columns) <- source block cols_from(b).
+  // dest column block b (of cb columns) <- source block cols_from(b). The rows are quantised in windows of about
+  // kWindowBytes of output, each window's rows split over all cores, and a window is written (one sequential
+  // write) while the next one is quantised.
   void mats(const std::string& name, std::vector<QMatrix> ms, bool stacked, GgmlType want,
             IndexMap rows_from = nullptr, int64_t cb = 0, IndexMap cols_from = nullptr) {
     const int64_t rows = ms[0].rows, cols = ms[0].cols;
@@ -71,21 +77,34 @@ struct Streamer {
     if (stacked) shape.insert(shape.begin(), int64_t(ms.size()));
     total += uint64_t(ms.size() * rows);
     w.add_tensor_stream(name, t, shape, [=, this](const GgufWriter::Emit& emit) {
-      std::vector<float> src(static_cast<size_t>(cols)), dst(static_cast<size_t>(cols));
-      for (const QMatrix& m : ms) {
-        for (int64_t r = 0; r < rows; ++r) {
-          dequant_row(m, rows_from ? rows_from(r) : r, src.data());
-          if (cb) {
-            for (int64_t b = 0; b < cols / cb; ++b)
-              std::memcpy(&dst[size_t(b * cb)], &src[size_t(cols_from(b) * cb)], size_t(cb) * 4);
-          } else {
-            dst.swap(src);
+      const int64_t all = int64_t(ms.size()) * rows;
+      const size_t orb = gguf_row_bytes(t, cols);
+      const int64_t window = std::max<int64_t>(1, int64_t(kWindowBytes / orb));
+      std::vector<uint8_t> bufs[2];
+      std::future<void> writing;
+      for (int64_t r0 = 0, k = 0; r0 < all; r0 += window, k ^= 1) {
+        const int64_t n = std::min(window, all - r0);
+        std::vector<uint8_t>& buf = bufs[k];
+        buf.resize(size_t(n) * orb);
+        parallel_for(n, 8, [&](int64_t a, int64_t b) {
+          std::vector<float> src(static_cast<size_t>(cols)), dst(static_cast<size_t>(cols));
+          for (int64_t i = a; i < b; ++i) {
+            const int64_t g = r0 + i, r = g % rows;
+            dequant_row(ms[size_t(g / rows)], rows_from ? rows_from(r) : r, src.data());
+            const float* q = src.data();
+            if (cb) {
+              for (int64_t c = 0; c < cols / cb; ++c)
+                std::memcpy(&dst[size_t(c * cb)], &src[size_t(cols_from(c) * cb)], size_t(cb) * 4);
+              q = dst.data();
+            }
+            gguf_quantize_into(t, q, cols, buf.data() + size_t(i) * orb);
           }
-          const std::vector<uint8_t> q = gguf_quantize(t, dst.data(), cols);
-          emit(q.data(), q.size());
-          if (tick) tick(1);
-        }
+        });
+        if (writing.valid()) writing.get();  // the previous window is written before this one starts
+        writing = std::async(std::launch::async, [&emit, &buf] { emit(buf.data(), buf.size()); });
+        if (tick) tick(uint64_t(n));
       }
+      if (writing.valid()) writing.get();
     });
   }
 
@@ -99,13 +118,13 @@ struct Streamer {
 
 }  // namespace
 
-void write_gguf_checkpoint(const ModelWeights& mw, const std::string& path, const std::string& tokenizer_json,
-                           const std::function<void(uint64_t, uint64_t)>& progress) {
+namespace {
+
+// Adds the model's metadata and tensors to `w`; the tensors' producers run when `w` writes.
+void build_gguf(const ModelWeights& mw, const std::string& tokenizer_json, GgufWriter& w, Streamer& s) {
   const ModelConfig& c = mw.cfg;
-  GgufWriter w;
   gguf_add_model_metadata(c, w);
   gguf_add_tokenizer(tokenizer_json, w, "qwen35", mw.cfg.vocab);
-  Streamer s{w, 0, nullptr};
   const int64_t H = c.hidden, Hk = c.lin_k_heads, Hv = c.lin_v_heads, r = Hv / Hk, Dv = c.lin_v_dim;
   const int64_t qk = 2 * int64_t(c.key_dim()), K = c.conv_kernel;
   // Tiled position t holds grouped value head (t % Hk) * r + t / Hk (identity when Hk == Hv).
@@ -152,14 +171,28 @@ void write_gguf_checkpoint(const ModelWeights& mw, const std::string& path, cons
     s.mats(b + "ffn_down_shexp.weight", {m.sh_down}, false, mb ? GgmlType::Q6_K : GgmlType::Q4_K);
     s.vec(b + "ffn_gate_inp_shexp.weight", {H}, shg);
   }
+}
+
+}  // namespace
+
+void write_gguf_checkpoint(const ModelWeights& mw, const std::string& path, const std::string& tokenizer_json,
+                           const std::function<void(uint64_t, uint64_t)>& progress) {
+  GgufWriter w;
+  Streamer s{w, 0, nullptr};
+  build_gguf(mw, tokenizer_json, w, s);
   uint64_t done = 0;
-  const uint64_t total = s.total;
-  if (progress) s.tick = [&](uint64_t k) {
-    done += k;
-    if (done % 4096 == 0 || done == total) progress(done, total);
-  };
-  // The producers run inside write() and read s.tick then.
-  w.write(path);
+  if (progress) s.tick = [&](uint64_t k) { progress(done += k, s.total); };
+  w.write(path);  // the producers run inside write() and read s.tick then
+}
+
+std::vector<uint8_t> gguf_checkpoint_bytes(const ModelWeights& mw, const std::string& tokenizer_json,
+                                           const std::function<void(uint64_t, uint64_t)>& progress) {
+  GgufWriter w;
+  Streamer s{w, 0, nullptr};
+  build_gguf(mw, tokenizer_json, w, s);
+  uint64_t done = 0;
+  if (progress) s.tick = [&](uint64_t k) { progress(done += k, s.total); };
+  return w.bytes();
 }
 
 std::string synthetic_gguf_tokenizer(const std::string& preset, int vocab) {

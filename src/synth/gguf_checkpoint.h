@@ -3,11 +3,13 @@
 // tiled order, experts as ffn_{gate,up,down}_exps) and a Q4_K_M-like type mix as llama-quantize chooses it:
 // Q6_K for output.weight and, on the "more bits" layers (first and last eighth, every third in between), for
 // attn_v and ffn_down_exps / ffn_down_shexp; Q4_K for the other matrices; F32 for norms, conv, router and
-// shared-expert gate; Q8_0 for a matrix whose rows are not a multiple of 256. Tensors are streamed row by row
-// (dequantised, reordered, quantised), so the full-size model is written without holding it in memory.
+// shared-expert gate; Q8_0 for a matrix whose rows are not a multiple of 256. Tensors are streamed in windows of rows
+// (dequantised, reordered, quantised on all cores, written while the next window is quantised), so the full-size
+// model is written without holding it in memory.
 #pragma once
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "model/weights.h"
 
@@ -20,6 +22,9 @@ void gguf_add_model_metadata(const ModelConfig& c, GgufWriter& w);
 
 void write_gguf_checkpoint(const ModelWeights& w, const std::string& path, const std::string& tokenizer_json,
                            const std::function<void(uint64_t done, uint64_t total)>& progress = {});
+// The same file's bytes in memory (one allocation of the file's size).
+std::vector<uint8_t> gguf_checkpoint_bytes(const ModelWeights& w, const std::string& tokenizer_json,
+                                           const std::function<void(uint64_t done, uint64_t total)>& progress = {});
 
 // The tokenizer.json `lily synth --gguf` embeds for `preset` (`vocab`: the model's vocab_size).
 std::string synthetic_gguf_tokenizer(const std::string& preset, int vocab);

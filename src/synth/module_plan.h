@@ -51,7 +51,7 @@ const QMatrix& slot_matrix(const ModelWeights& w, const ModuleSpec& m, int index
 std::vector<float>& slot_vector(ModelWeights& w, const VectorSpec& v);
 const std::vector<float>& slot_vector(const ModelWeights& w, const VectorSpec& v);
 
-// Bytes of one matrix as stored (w + scales + biases, or dense elements).
+// Bytes of one matrix as stored (QMatrix::bytes: w + scales + biases, dense elements, FP8 / GGUF blocks).
 size_t qmatrix_bytes(const QMatrix& m);
 
 }  // namespace lily

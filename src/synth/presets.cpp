@@ -37,11 +37,13 @@ ModelConfig base_shapes(int hidden, int layers, int nq, int nkv, int hd, int hk,
 
 }  // namespace
 
-std::vector<std::string> synthetic_presets() { return {"qwen3.6-35b-a3b", "small", "tiny"}; }
+std::vector<std::string> synthetic_presets() { return {"qwen3.6-35b-a3b", "medium", "small", "tiny"}; }
 
 ModelConfig make_synthetic_config(const std::string& preset) {
   if (preset == "qwen3.6-35b-a3b")
     return base_shapes(2048, 40, 16, 2, 256, 16, 32, 128, 256, 8, 512, 248320, 262144, {248046, 248044});
+  if (preset == "medium")  // the real matrices, 4 layers, 32 experts, a tenth of the vocabulary (lm_head's share)
+    return base_shapes(2048, 4, 16, 2, 256, 16, 32, 128, 32, 8, 512, 24832, 32768, {4098, 4096});
   if (preset == "small") return base_shapes(512, 4, 4, 1, 256, 2, 4, 128, 32, 8, 128, 4160, 8192, {4098, 4096});
   if (preset == "tiny") return base_shapes(128, 4, 4, 1, 64, 2, 4, 32, 16, 4, 64, 4160, 8192, {4098, 4096});
   std::string known;
