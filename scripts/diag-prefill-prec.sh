@@ -25,6 +25,7 @@ configs=(
   "split+tc|LILY_CUDA_PREFILL_PRECISION=split LILY_DIAG_GDN=tc"
   "fp16+seq|LILY_CUDA_PREFILL_PRECISION=fp16 LILY_DIAG_GDN=seq"
   "fp16+v2|LILY_CUDA_PREFILL_PRECISION=fp16 LILY_DIAG_KERNEL=v2"
+  "split+v2|LILY_CUDA_PREFILL_PRECISION=split LILY_DIAG_KERNEL=v2"
   "fp16+attnref|LILY_CUDA_PREFILL_PRECISION=fp16 LILY_DIAG_ATTN=simple"
 )
 for gname in proj ba out router experts shared head; do
