@@ -59,6 +59,7 @@ struct GemmArgs {
   uint16_t* Cb = nullptr;        // bf16 out (kGemmSiluMul; null: f32 to C)
   int ldc = 0;
   int kernel = 0;                // tensor-core kernel, a GemmKernel (0: kGemmKernelAuto)
+  int wg_stages = 0;             // measurement: 3 = k_gemm_wg's split 128-row tiles in 3 stages, one block per SM
 };
 // The tensor-core GEMM kernels: kGemmKernelV2 = k_gemm_v2 (prefill_gemm.cu, mma.sync: one barrier per k-tile,
 // quantised W two k-tiles ahead), kGemmKernelWG = k_gemm_wg (prefill_gemm_wg.cu, Hopper wgmma, sm_90a builds only;

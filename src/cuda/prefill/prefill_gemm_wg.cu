@@ -27,17 +27,22 @@
 namespace lily::cuda {
 namespace {
 
-template <int BM, int PREC>
+// ST: a stage count forced for measurement (GemmArgs::wg_stages; 0 = the default)
+template <int BM, int PREC, int ST = 0>
 constexpr int wg_stages() {
-  return PREC == kPrecSplit && BM == 128 ? 2 : 3;
+  return ST ? ST : PREC == kPrecSplit && BM == 128 ? 2 : 3;
+}
+template <int BM, int PREC, int ST = 0>
+constexpr int wg_min_blocks() {
+  return PREC == kPrecSplit && BM == 128 && wg_stages<BM, PREC, ST>() == 3 ? 1 : 2;
 }
 template <int BM, int PREC>
 constexpr int wg_stage_bytes() {
   return BM * 128 * (PREC == kPrecSplit ? 2 : 1) + kBN * 128;
 }
-template <int BM, int PREC>
+template <int BM, int PREC, int ST = 0>
 constexpr int wg_smem_bytes() {
-  return wg_stages<BM, PREC>() * wg_stage_bytes<BM, PREC>() + 1024;  // + alignment slack (1024-byte aligned tiles)
+  return wg_stages<BM, PREC, ST>() * wg_stage_bytes<BM, PREC>() + 1024;  // + alignment slack (1024-aligned tiles)
 }
 
 __global__ void k_wg_probe(int* out) {
@@ -91,13 +96,13 @@ __device__ __forceinline__ void wg_store(const GemmArgs& g, const float (&d)[N /
 }
 #endif
 
-template <int BM, int MODE, int FMT, int PREC>
-__global__ void __launch_bounds__(kThreads, 2) k_gemm_wg(const GemmArgs g) {
+template <int BM, int MODE, int FMT, int PREC, int ST>
+__global__ void __launch_bounds__(kThreads, wg_min_blocks<BM, PREC, ST>()) k_gemm_wg(const GemmArgs g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int N = BM == 128 ? 128 : 64;  // wgmma N per warpgroup
   constexpr int kWSets = FMT == kBF16 ? 1 : 2;
   constexpr bool kSplit = PREC == kPrecSplit;
-  constexpr int kStages = wg_stages<BM, PREC>();
+  constexpr int kStages = wg_stages<BM, PREC, ST>();
   // A hi [BM][64] | split: A lo [BM][64] | W [128][64] per stage
   constexpr uint32_t kABytes = BM * 128, kWOff = kABytes * (kSplit ? 2 : 1);
   constexpr uint32_t kStageBytes = wg_stage_bytes<BM, PREC>();
@@ -193,31 +198,32 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemm_wg(const GemmArgs g) {
 #endif
 }
 
-template <int BM, int MODE, int FMT, int PREC>
+template <int BM, int MODE, int FMT, int PREC, int ST = 0>
 void launch_wg(const GemmArgs& g, dim3 grid, cudaStream_t s) {
-  constexpr int smem = wg_smem_bytes<BM, PREC>();
+  constexpr int smem = wg_smem_bytes<BM, PREC, ST>();
   static bool once = [] {
-    LILY_CUDA_CHECK(
-        cudaFuncSetAttribute(k_gemm_wg<BM, MODE, FMT, PREC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LILY_CUDA_CHECK(cudaFuncSetAttribute(k_gemm_wg<BM, MODE, FMT, PREC, ST>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return true;
   }();
   (void)once;
-  k_gemm_wg<BM, MODE, FMT, PREC><<<grid, kThreads, smem, s>>>(g);
+  k_gemm_wg<BM, MODE, FMT, PREC, ST><<<grid, kThreads, smem, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
 }
 
-template <int BM, int MODE, int PREC>
+template <int BM, int MODE, int PREC, int ST = 0>
 void wg_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   switch (g.W0.fmt) {
-    case kQ4: launch_wg<BM, MODE, kQ4, PREC>(g, grid, s); break;
-    case kQ8: launch_wg<BM, MODE, kQ8, PREC>(g, grid, s); break;
-    default: launch_wg<BM, MODE, kBF16, PREC>(g, grid, s); break;
+    case kQ4: launch_wg<BM, MODE, kQ4, PREC, ST>(g, grid, s); break;
+    case kQ8: launch_wg<BM, MODE, kQ8, PREC, ST>(g, grid, s); break;
+    default: launch_wg<BM, MODE, kBF16, PREC, ST>(g, grid, s); break;
   }
 }
 
 template <int BM, int MODE>
 void wg_prec(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   if (g.prec == kPrecBF16) wg_fmt<BM, MODE, kPrecBF16>(g, grid, s);
+  else if (g.prec == kPrecSplit && BM == 128 && g.wg_stages == 3) wg_fmt<BM, MODE, kPrecSplit, 3>(g, grid, s);
   else if (g.prec == kPrecSplit) wg_fmt<BM, MODE, kPrecSplit>(g, grid, s);
   else wg_fmt<BM, MODE, kPrecFP16>(g, grid, s);
 }

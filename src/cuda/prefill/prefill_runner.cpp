@@ -67,6 +67,7 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   if (const char* v = std::getenv("LILY_DIAG_KERNEL"))
     diag_kernel_ = std::strcmp(v, "v2") == 0 ? kGemmKernelV2 : std::strcmp(v, "wg") == 0 ? kGemmKernelWG : 0;
   if (const char* v = std::getenv("LILY_DIAG_ATTN")) attn_simple_ = std::strcmp(v, "simple") == 0;
+  if (const char* v = std::getenv("LILY_DIAG_WGSTAGES")) diag_wg_stages_ = std::atoi(v);
   if (gdn_tc_) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
   rl_ = f32(N * size_t(c.n_experts));
   sg_ = f32(N);
@@ -121,6 +122,7 @@ void PrefillRunner::set_a(GemmArgs& g, const ActRows& A, int role) const {
     g.A_lo = nullptr;
   }
   g.kernel = diag_kernel_;
+  g.wg_stages = diag_wg_stages_;
 }
 
 void PrefillRunner::to_act(int n, int K, const ActRows& dst, cudaStream_t s) {

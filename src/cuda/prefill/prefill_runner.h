@@ -72,6 +72,7 @@ class PrefillRunner {
   int prec_ = kPrecFP16;
   unsigned split_roles_ = ~0u;  // split precision: the roles whose GEMMs use both parts (the others: hi only)
   int diag_kernel_ = 0;         // GemmArgs::kernel of the GEMMs
+  int diag_wg_stages_ = 0;      // GemmArgs::wg_stages of the GEMMs
   bool attn_simple_ = false;    // the reference attention kernel
   std::vector<char> attn_precise_;  // per layer: fp16 Q K^T is safe (RMSNorm bound of q/k below fp16 range)
   int32_t* ids_ = nullptr;
