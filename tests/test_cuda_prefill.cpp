@@ -257,7 +257,7 @@ TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
   std::mt19937 rng(11 + fmt + 3 * prec + simple);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   Dev dev;
-  const int M = 150, N = 200, K = 256;
+  const int M = 150, N = 200, K = 320;  // 5 k-tiles: the pipelines' prologue and odd tail
   Mat w;
   make(w, dev, N, K, fmt, 1, rng);
   std::vector<float> a(size_t(M) * K);
@@ -322,6 +322,16 @@ TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
   CK(cudaDeviceSynchronize());
   const std::vector<float> got = down(g.C, size_t(M) * N);
   const double e_round = row_err(got, y_round, M, N), e_exact = row_err(got, y_exact, M, N);
+  if (path == cuda::kGemmKernelWG && prec == cuda::kPrecSplit) {  // the 3-stage form of the 128-row split tiles
+    cuda::GemmArgs g3 = g;
+    g3.wg_stages = 3;
+    g3.C = dev.poisoned<float>(size_t(M) * N);
+    cuda::prefill_gemm(g3, cuda::kGemmStore, nullptr, simple);
+    CK(cudaDeviceSynchronize());
+    const double e3s = row_err(down(g3.C, size_t(M) * N), y_round, M, N);
+    std::printf("[ prefill gemm split fmt %d wg 3-stage ] vs rounded-input ref %.2e\n", fmt, e3s);
+    EXPECT_LT(e3s, 2e-4);
+  }
   const bool w_rounded = !simple && fmt != cuda::kBF16;
   const double tol = (prec == cuda::kPrecFP16 || w_rounded) ? 2e-3 : 2e-5;
   // grouped SiLU*mul over gathered rows, f32 output
@@ -329,20 +339,8 @@ TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
   Mat gt, upm;
   make(gt, dev, I, K, fmt, 1, rng);
   make(upm, dev, I, K, fmt, 1, rng);
-  std::vector<int32_t> rows(static_cast<size_t>(R)), tiles = {0, 0, 64, 0, 64, R}, nt = {2};
+  std::vector<int32_t> rows(static_cast<size_t>(R));
   for (int i = 0; i < R; ++i) rows[size_t(i)] = int32_t((i * 37 + 5) % M);
-  cuda::GemmArgs q = g;
-  q.M = 0;
-  q.a_rows = dev.up(rows);
-  q.W0 = gt.d;
-  q.W1 = upm.d;
-  q.tiles = dev.up(tiles);
-  q.n_tiles = dev.up(nt);
-  q.max_tiles = 3;
-  q.C = dev.poisoned<float>(size_t(R) * I);
-  q.ldc = I;
-  cuda::prefill_gemm(q, cuda::kGemmSiluMul, nullptr, simple);
-  CK(cudaDeviceSynchronize());
   std::vector<double> want3(size_t(R) * I);
   std::vector<float> gv(static_cast<size_t>(I)), uv(static_cast<size_t>(I));
   for (int i = 0; i < R; ++i) {
@@ -350,7 +348,25 @@ TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
     ref::matvec(upm.q[0], &a[size_t(rows[size_t(i)]) * K], uv.data());
     for (int j = 0; j < I; ++j) want3[size_t(i) * I + j] = double(ref::silu(gv[size_t(j)])) * uv[size_t(j)];
   }
-  const double e3 = row_err(down(q.C, want3.size()), want3, R, I);
+  double e3 = 0;
+  for (const int tile_m : {cuda::kGemmTileM, cuda::kGemmTileMBig}) {  // two 64-row tiles, one 128-row tile
+    const std::vector<int32_t> tiles = tile_m == cuda::kGemmTileM ? std::vector<int32_t>{0, 0, 64, 0, 64, R}
+                                                                  : std::vector<int32_t>{0, 0, R};
+    cuda::GemmArgs q = g;
+    q.M = 0;
+    q.a_rows = dev.up(rows);
+    q.W0 = gt.d;
+    q.W1 = upm.d;
+    q.tiles = dev.up(tiles);
+    q.n_tiles = dev.up(std::vector<int32_t>{int32_t(tiles.size() / 3)});
+    q.max_tiles = 3;
+    q.tile_m = tile_m;
+    q.C = dev.poisoned<float>(size_t(R) * I);
+    q.ldc = I;
+    cuda::prefill_gemm(q, cuda::kGemmSiluMul, nullptr, simple);
+    CK(cudaDeviceSynchronize());
+    e3 = std::max(e3, row_err(down(q.C, want3.size()), want3, R, I));
+  }
   std::printf("[ prefill gemm %s fmt %d %s ] vs rounded-input ref %.2e, vs exact %.2e (tol %.0e), silu*mul %.2e\n",
               cuda::prefill_prec_name(prec), fmt, path_name(path), e_round, e_exact, tol, e3);
   EXPECT_LT(e_round, 2e-4);
@@ -450,15 +466,18 @@ TEST(PrefillGemmSpeed, Q4LargeTiles) {
     q.n_tiles = d_nt;
     q.max_tiles = ntv[0];
     q.tile_m = cuda::kGemmTileMBig;
-    for (int kernel : {int(cuda::kGemmKernelV2), int(cuda::kGemmKernelWG)}) {
-      if (path_unavailable(kernel) || (kernel == cuda::kGemmKernelWG && prec == cuda::kPrecSplit)) continue;
+    for (int kernel : {int(cuda::kGemmKernelV2), int(cuda::kGemmKernelWG), int(cuda::kGemmKernelWG) + 100}) {
+      const int stages = kernel > 100 ? 3 : 0;  // split, 128-row tiles: 3 stages at one block per SM
+      if (kernel > 100) kernel -= 100;
+      if (path_unavailable(kernel) || (stages && prec != cuda::kPrecSplit)) continue;
       g.kernel = q.kernel = kernel;
+      g.wg_stages = q.wg_stages = stages;
       const double ms = time_gemm(g, cuda::kGemmStore, 10);
       const double ms_moe = time_gemm(q, cuda::kGemmSiluMul, 10);
       CK(cudaDeviceSynchronize());
-      std::printf("[ prefill gemm speed %s %s ] %dx%dx%d Q4: %.3f ms, %.1f TFLOP/s | MoE gate+up %d rows x %d x %d "
+      std::printf("[ prefill gemm speed %s %s%s ] %dx%dx%d Q4: %.3f ms, %.1f TFLOP/s | MoE gate+up %d rows x %d x %d "
                   "(x2): %.3f ms, %.1f TFLOP/s\n",
-                  cuda::prefill_prec_name(prec), cuda::gemm_kernel_name(kernel), M, N, K, ms,
+                  cuda::prefill_prec_name(prec), cuda::gemm_kernel_name(kernel), stages ? " 3-stage" : "", M, N, K, ms,
                   2.0 * M * N * K / (ms * 1e-3) / 1e12, R, I, K, ms_moe, 4.0 * R * I * K / (ms_moe * 1e-3) / 1e12);
       for (float v : down(g.C, 1000)) EXPECT_TRUE(std::isfinite(v));
       for (uint16_t v : down(moe_out, 1000)) EXPECT_TRUE(std::isfinite(bf16_to_f32(v)));

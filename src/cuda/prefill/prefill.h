@@ -59,10 +59,11 @@ struct GemmArgs {
   uint16_t* Cb = nullptr;        // bf16 out (kGemmSiluMul; null: f32 to C)
   int ldc = 0;
   int kernel = 0;                // tensor-core kernel, a GemmKernel (0: kGemmKernelAuto)
+  int wg_stages = 0;             // measurement: 3 = k_gemm_wg's split 128-row tiles in 3 stages, one block per SM
 };
 // The tensor-core GEMM kernels: kGemmKernelV2 = k_gemm_v2 (prefill_gemm.cu, mma.sync: one barrier per k-tile,
 // quantised W two k-tiles ahead), kGemmKernelWG = k_gemm_wg (prefill_gemm_wg.cu, Hopper wgmma, sm_90a builds only;
-// bf16 / fp16 operands: split precision runs v2), kGemmKernelAuto = wg where prefill_gemm_wg_available(), else v2.
+// every precision), kGemmKernelAuto = wg where prefill_gemm_wg_available(), else v2.
 enum GemmKernel : int { kGemmKernelAuto = 0, kGemmKernelV2 = 2, kGemmKernelWG = 3 };
 const char* gemm_kernel_name(int kernel);
 // The kernel a call with this GemmArgs::kernel and precision runs (resolves auto; never Auto).

@@ -8,9 +8,9 @@
 // f32 accumulator in the epilogue. Dense mode tiles rows [0, M); grouped mode reads a device tile map
 // {expert, r0, r1} (the MoE expert groups). kGemmSiluMul computes gate and up of the same 64 output columns in one
 // tile (each warp: 16 gate + 16 up columns) and writes silu(gate) * up (bf16 to Cb, or f32 to C).
-// k_gemm_v2 (the mma.sync kernel of every architecture without wgmma, and of split precision): one barrier per
-// k-tile, quantised W two k-tiles ahead, W fragments loaded once per k-step for both split passes. Hopper runs
-// k_gemm_wg (prefill_gemm_wg.cu) for bf16 / fp16 operands; k_gemm_simple (below) is the reference.
+// k_gemm_v2 (the mma.sync kernel of every architecture without wgmma): one barrier per k-tile, quantised W two
+// k-tiles ahead, W fragments loaded once per k-step for both split passes. Hopper runs k_gemm_wg
+// (prefill_gemm_wg.cu) in every precision; k_gemm_simple (below) is the reference.
 #include <string>
 #include <type_traits>
 
@@ -282,7 +282,6 @@ int gemm_kernel_resolved(int kernel, int prec) {
   if (kernel == kGemmKernelAuto) kernel = prefill_gemm_wg_available() ? int(kGemmKernelWG) : int(kGemmKernelV2);
   if (kernel == kGemmKernelWG && !prefill_gemm_wg_available())
     throw Error("prefill_gemm: the wg kernel needs a Hopper GPU and a build with sm_90a");
-  if (kernel == kGemmKernelWG && prec == kPrecSplit) kernel = kGemmKernelV2;
   if (kernel != kGemmKernelV2 && kernel != kGemmKernelWG)
     throw Error("prefill_gemm: unknown GemmArgs::kernel " + std::to_string(kernel));
   return kernel;

@@ -4,15 +4,16 @@
 // target lilycuda_sm90a); prefill_gemm_wg_available() probes at run time that the device runs its code.
 // Block: 256 threads = 2 warpgroups, tile BM x 128 x 64 (k). BM = 128: warpgroup g computes rows 64g.. x all
 // 128 columns (m64n128k16); BM = 64: both take rows 0..63, warpgroup g columns 64g.. (m64n64k16).
-// Shared memory: kStages stages of {A [BM][64], W [128][64]}, 16-bit, 128-byte swizzle (wgmma.cuh).
+// Shared memory: kStages stages of {A [BM][64], (split: A low parts [BM][64],) W [128][64]}, 16-bit, 128-byte
+// swizzle (wgmma.cuh); 3 stages, 2 for split with BM = 128 (two blocks per SM in every case).
 // Step kt (stage P = kt % kStages):
 //   wait for A(kt) (cp.async), proxy fence, barrier -> A(kt), W(kt) visible to wgmma; every warpgroup has waited
 //                                                     for its wgmma of step kt-1, so that stage is free
-//   issue 4 wgmma on stage P (asynchronous)
+//   issue 4 wgmma on stage P (asynchronous; split: 8, hi then lo part of each k16 step on the same W)
 //   cp.async A(kt + kStages - 1) into the freed stage; dequantise W(kt+1) (registers -> stage (kt+1) % kStages);
 //   load W(kt+1+kWSets) into the freed register set        (all of this overlaps the tensor cores)
 //   wait for the wgmma
-// Only bf16 and fp16 operands (kPrecSplit stays on k_gemm_v2).
+// Operands bf16, fp16, or split (A = scale * (hi + lo), two fp16 wgmma per k16 step: k_gemm_v2's split form).
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -26,10 +27,22 @@
 namespace lily::cuda {
 namespace {
 
-constexpr int kStages = 3;
-template <int BM>
+// ST: a stage count forced for measurement (GemmArgs::wg_stages; 0 = the default)
+template <int BM, int PREC, int ST = 0>
+constexpr int wg_stages() {
+  return ST ? ST : PREC == kPrecSplit && BM == 128 ? 2 : 3;
+}
+template <int BM, int PREC, int ST = 0>
+constexpr int wg_min_blocks() {
+  return PREC == kPrecSplit && BM == 128 && wg_stages<BM, PREC, ST>() == 3 ? 1 : 2;
+}
+template <int BM, int PREC>
+constexpr int wg_stage_bytes() {
+  return BM * 128 * (PREC == kPrecSplit ? 2 : 1) + kBN * 128;
+}
+template <int BM, int PREC, int ST = 0>
 constexpr int wg_smem_bytes() {
-  return kStages * (BM * 128 + kBN * 128) + 1024;  // + alignment slack (tiles must be 1024-byte aligned)
+  return wg_stages<BM, PREC, ST>() * wg_stage_bytes<BM, PREC>() + 1024;  // + alignment slack (1024-aligned tiles)
 }
 
 __global__ void k_wg_probe(int* out) {
@@ -83,12 +96,16 @@ __device__ __forceinline__ void wg_store(const GemmArgs& g, const float (&d)[N /
 }
 #endif
 
-template <int BM, int MODE, int FMT, int PREC>
-__global__ void __launch_bounds__(kThreads, 2) k_gemm_wg(const GemmArgs g) {
+template <int BM, int MODE, int FMT, int PREC, int ST>
+__global__ void __launch_bounds__(kThreads, wg_min_blocks<BM, PREC, ST>()) k_gemm_wg(const GemmArgs g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int N = BM == 128 ? 128 : 64;  // wgmma N per warpgroup
   constexpr int kWSets = FMT == kBF16 ? 1 : 2;
-  constexpr uint32_t kABytes = BM * 128, kStageBytes = kABytes + kBN * 128;
+  constexpr bool kSplit = PREC == kPrecSplit;
+  constexpr int kStages = wg_stages<BM, PREC, ST>();
+  // A hi [BM][64] | split: A lo [BM][64] | W [128][64] per stage
+  constexpr uint32_t kABytes = BM * 128, kWOff = kABytes * (kSplit ? 2 : 1);
+  constexpr uint32_t kStageBytes = wg_stage_bytes<BM, PREC>();
   extern __shared__ uint4 smem_u4[];
   const uint32_t base = (smem_addr(smem_u4) + 1023u) & ~1023u;
   const int tid = threadIdx.x, wg = tid >> 7;
@@ -119,6 +136,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemm_wg(const GemmArgs g) {
       const uint32_t sa = base + s * kStageBytes + a_dst;
 #pragma unroll
       for (int j = 0; j < kAP; ++j) cp_async16_s(sa + j * 4096, a_src[j] + kt * kBK);
+      if constexpr (kSplit) {
+#pragma unroll
+        for (int j = 0; j < kAP; ++j) cp_async16_s(sa + kABytes + j * 4096, g.A_lo + (a_src[j] - g.A) + kt * kBK);
+      }
     }
     cp_commit();
   };
@@ -126,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemm_wg(const GemmArgs g) {
   auto store_w = [&](const BTile<FMT, PREC>& t, int s) {
     uint4 v[4];
     t.dequant(v);
-    const uint32_t sb = base + s * kStageBytes + kABytes;
+    const uint32_t sb = base + s * kStageBytes + kWOff;
     const int r = tid >> 1, c0 = (tid & 1) * 4;
 #pragma unroll
     for (int i = 0; i < 4; ++i) st_shared_u4(sb + sw128(r, c0 + i), v[i]);
@@ -145,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemm_wg(const GemmArgs g) {
   for (int t = 1; t <= kWSets; ++t)
     if (t < KT) wt[t % kWSets].load(t * kBK);
 
-  const uint32_t a_off = BM == 128 ? wg * 64 * 128 : 0, b_off = kABytes + (BM == 128 ? 0 : wg * 64 * 128);
+  const uint32_t a_off = BM == 128 ? wg * 64 * 128 : 0, b_off = kWOff + (BM == 128 ? 0 : wg * 64 * 128);
   auto step = [&](auto parity, int kt) {
     constexpr int S = (decltype(parity)::value + 1) % kWSets;  // the register set of W(kt+1)
     const int P = kt % kStages;
@@ -156,7 +177,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemm_wg(const GemmArgs g) {
     const uint64_t da = wg_desc(st + a_off), db = wg_desc(st + b_off);
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) wg_mma<N, PREC>(acc, da + 2 * kk, db + 2 * kk);  // +32 bytes per k16
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      wg_mma<N, PREC>(acc, da + 2 * kk, db + 2 * kk);  // +32 bytes per k16
+      if constexpr (kSplit) wg_mma<N, PREC>(acc, da + (kABytes >> 4) + 2 * kk, db + 2 * kk);  // the low parts
+    }
     wg_commit();
     load_a((kt + kStages - 1) % kStages, kt + kStages - 1);
     if (kt + 1 < KT) {
@@ -174,27 +198,27 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemm_wg(const GemmArgs g) {
 #endif
 }
 
-template <int BM, int MODE, int FMT, int PREC>
+template <int BM, int MODE, int FMT, int PREC, int ST = 0>
 void launch_wg(const GemmArgs& g, dim3 grid, cudaStream_t s) {
-  constexpr int smem = wg_smem_bytes<BM>();
+  constexpr int smem = wg_smem_bytes<BM, PREC, ST>();
   static bool once = [] {
-    LILY_CUDA_CHECK(
-        cudaFuncSetAttribute(k_gemm_wg<BM, MODE, FMT, PREC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LILY_CUDA_CHECK(cudaFuncSetAttribute(k_gemm_wg<BM, MODE, FMT, PREC, ST>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return true;
   }();
   (void)once;
-  k_gemm_wg<BM, MODE, FMT, PREC><<<grid, kThreads, smem, s>>>(g);
+  k_gemm_wg<BM, MODE, FMT, PREC, ST><<<grid, kThreads, smem, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
 }
 
-template <int BM, int MODE, int PREC>
+template <int BM, int MODE, int PREC, int ST = 0>
 void wg_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   switch (g.W0.fmt) {
-    case kQ4: launch_wg<BM, MODE, kQ4, PREC>(g, grid, s); break;
-    case kQ8: launch_wg<BM, MODE, kQ8, PREC>(g, grid, s); break;
-    case kF8: launch_wg<BM, MODE, kF8, PREC>(g, grid, s); break;
-    case kI8: launch_wg<BM, MODE, kI8, PREC>(g, grid, s); break;
-    case kBF16: launch_wg<BM, MODE, kBF16, PREC>(g, grid, s); break;
+    case kQ4: launch_wg<BM, MODE, kQ4, PREC, ST>(g, grid, s); break;
+    case kQ8: launch_wg<BM, MODE, kQ8, PREC, ST>(g, grid, s); break;
+    case kF8: launch_wg<BM, MODE, kF8, PREC, ST>(g, grid, s); break;
+    case kI8: launch_wg<BM, MODE, kI8, PREC, ST>(g, grid, s); break;
+    case kBF16: launch_wg<BM, MODE, kBF16, PREC, ST>(g, grid, s); break;
     default: throw Error("prefill_gemm_wg: unknown weight format");
   }
 }
@@ -202,6 +226,8 @@ void wg_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
 template <int BM, int MODE>
 void wg_prec(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   if (g.prec == kPrecBF16) wg_fmt<BM, MODE, kPrecBF16>(g, grid, s);
+  else if (g.prec == kPrecSplit && BM == 128 && g.wg_stages == 3) wg_fmt<BM, MODE, kPrecSplit, 3>(g, grid, s);
+  else if (g.prec == kPrecSplit) wg_fmt<BM, MODE, kPrecSplit>(g, grid, s);
   else wg_fmt<BM, MODE, kPrecFP16>(g, grid, s);
 }
 
@@ -234,7 +260,8 @@ bool prefill_gemm_wg_available() {
 }
 
 void prefill_gemm_wg(const GemmArgs& g, int mode, int bm, dim3 grid, cudaStream_t s) {
-  if (g.prec != kPrecBF16 && g.prec != kPrecFP16) throw Error("prefill_gemm_wg: bf16 or fp16 operands only");
+  if (g.prec != kPrecBF16 && g.prec != kPrecFP16 && g.prec != kPrecSplit)
+    throw Error("prefill_gemm_wg: bad precision");
   if (bm == 128) wg_mode<128>(g, mode, grid, s);
   else if (bm == 64) wg_mode<64>(g, mode, grid, s);
   else throw Error("prefill_gemm_wg: tile rows must be 64 or 128");

@@ -55,7 +55,7 @@ void PrefillRunner::run_mtp(const PrefillState& st, const int32_t* ids, const fl
   prefill_rmsnorm_f32(x_, H, mtp_.norm_e, n, H, eps, cat_, 2 * H, s);
   prefill_rmsnorm_f32(hid_, H, mtp_.norm_h, n, H, eps, cat_ + H, 2 * H, s);
   prefill_quant_rows(cat_, 2 * H, n, 2 * H, prec_, cata_, s);
-  gemm(cata_, 2 * H, n, mtp_.fc, x_, H, kGemmStore, s);
+  gemm(cata_, 2 * H, n, mtp_.fc, x_, H, kGemmStore, kRoleAttnProj, s);
   const DLayer& d = *mtp_.layer;
   prefill_rmsnorm_act(x_, H, d.in_norm, n, H, eps, prec_, xa_, s);
   attn_layer(d, st, n, pos0, s);

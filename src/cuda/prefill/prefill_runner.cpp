@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "cuda/common/cuda_check.h"
@@ -38,6 +41,33 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   cbuf_ = f32(N * cd);
   obuf_ = f32(N * vd);
   gdn_tc_ = prec_ != kPrecSplit && prefill_gdn_tc_device_ok(c.lin_k_dim, c.lin_v_dim);
+  // Temporary switches for the precision diagnosis (docs/cuda-prefill.md): LILY_DIAG_SPLIT=role,role.. (split
+  // precision on those GEMM roles only, fp16 on the rest), LILY_DIAG_GDN=tc|seq, LILY_DIAG_KERNEL=v2|wg,
+  // LILY_DIAG_ATTN=simple.
+  if (const char* v = std::getenv("LILY_DIAG_SPLIT")) {
+    static const char* names[kRoles] = {"gdnproj", "gdnba", "attnproj", "out", "router",
+                                        "gateup", "down", "shgateup", "shdown", "head"};
+    split_roles_ = 0;
+    std::string list(v);
+    size_t p0 = 0;
+    while (p0 <= list.size()) {
+      size_t p1 = list.find(',', p0);
+      if (p1 == std::string::npos) p1 = list.size();
+      const std::string t = list.substr(p0, p1 - p0);
+      bool found = t.empty() || t == "none";
+      if (t == "all") split_roles_ = ~0u, found = true;
+      for (int i = 0; i < kRoles; ++i)
+        if (t == names[i]) split_roles_ |= 1u << i, found = true;
+      if (!found) throw Error("LILY_DIAG_SPLIT: unknown role '" + t + "'");
+      p0 = p1 + 1;
+    }
+  }
+  if (const char* v = std::getenv("LILY_DIAG_GDN"))
+    gdn_tc_ = std::strcmp(v, "tc") == 0 && prefill_gdn_tc_device_ok(c.lin_k_dim, c.lin_v_dim);
+  if (const char* v = std::getenv("LILY_DIAG_KERNEL"))
+    diag_kernel_ = std::strcmp(v, "v2") == 0 ? kGemmKernelV2 : std::strcmp(v, "wg") == 0 ? kGemmKernelWG : 0;
+  if (const char* v = std::getenv("LILY_DIAG_ATTN")) attn_simple_ = std::strcmp(v, "simple") == 0;
+  if (const char* v = std::getenv("LILY_DIAG_WGSTAGES")) diag_wg_stages_ = std::atoi(v);
   if (gdn_tc_) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
   rl_ = f32(N * size_t(c.n_experts));
   sg_ = f32(N);
@@ -82,21 +112,27 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   slot_row_ = i32(nk);
 }
 
-void PrefillRunner::set_a(GemmArgs& g, const ActRows& A) const {
+void PrefillRunner::set_a(GemmArgs& g, const ActRows& A, int role) const {
   g.A = A.hi;
   g.A_lo = A.lo;
   g.a_scale = A.scale;
   g.prec = prec_;
+  if (prec_ == kPrecSplit && !(split_roles_ >> role & 1u)) {
+    g.prec = kPrecFP16;
+    g.A_lo = nullptr;
+  }
+  g.kernel = diag_kernel_;
+  g.wg_stages = diag_wg_stages_;
 }
 
 void PrefillRunner::to_act(int n, int K, const ActRows& dst, cudaStream_t s) {
   if (prec_ != kPrecBF16) prefill_quant_rows(stage_, K, n, K, prec_, dst, s);
 }
 
-void PrefillRunner::gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode,
+void PrefillRunner::gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode, int role,
                          cudaStream_t s) {
   GemmArgs g;
-  set_a(g, A);
+  set_a(g, A, role);
   g.lda = lda;
   g.M = M;
   g.W0 = W;
@@ -109,10 +145,10 @@ void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, in
   const ModelConfig& c = *m_.cfg;
   const int H = c.hidden, cd = c.conv_dim(), vd = c.value_dim(), hv = c.lin_v_heads;
   timer_.mark("gdn.proj", s);
-  gemm(xa_, H, n, d.qkv, proj_, P_, kGemmStore, s);
-  gemm(xa_, H, n, d.z, proj_ + cd, P_, kGemmStore, s);
-  gemm(xa_, H, n, d.b, proj_ + cd + vd, P_, kGemmStore, s);
-  gemm(xa_, H, n, d.a, proj_ + cd + vd + hv, P_, kGemmStore, s);
+  gemm(xa_, H, n, d.qkv, proj_, P_, kGemmStore, kRoleGdnProj, s);
+  gemm(xa_, H, n, d.z, proj_ + cd, P_, kGemmStore, kRoleGdnProj, s);
+  gemm(xa_, H, n, d.b, proj_ + cd + vd, P_, kGemmStore, kRoleGdnBA, s);
+  gemm(xa_, H, n, d.a, proj_ + cd + vd + hv, P_, kGemmStore, kRoleGdnBA, s);
   timer_.mark("gdn.scan", s);
   GdnChunkArgs g;
   g.proj = proj_;
@@ -141,16 +177,16 @@ void PrefillRunner::gdn_layer(const DLayer& d, const PrefillState& st, int n, in
   prefill_gdn(g, s);
   timer_.mark("gdn.out", s);
   to_act(n, vd, ya_, s);
-  gemm(ya_, vd, n, d.out, x_, H, kGemmAdd, s);
+  gemm(ya_, vd, n, d.out, x_, H, kGemmAdd, kRoleOut, s);
 }
 
 void PrefillRunner::attn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s) {
   const ModelConfig& c = *m_.cfg;
   const int H = c.hidden, qr = c.q_proj_rows(), kvd = c.kv_dim(), hd = c.head_dim;
   timer_.mark("attn.proj", s);
-  gemm(xa_, H, n, d.q, proj_, P_, kGemmStore, s);
-  gemm(xa_, H, n, d.k, proj_ + qr, P_, kGemmStore, s);
-  gemm(xa_, H, n, d.v, proj_ + qr + kvd, P_, kGemmStore, s);
+  gemm(xa_, H, n, d.q, proj_, P_, kGemmStore, kRoleAttnProj, s);
+  gemm(xa_, H, n, d.k, proj_ + qr, P_, kGemmStore, kRoleAttnProj, s);
+  gemm(xa_, H, n, d.v, proj_ + qr + kvd, P_, kGemmStore, kRoleAttnProj, s);
   timer_.mark("attn.flash", s);
   AttnChunkArgs a;
   a.proj = proj_;
@@ -173,18 +209,18 @@ void PrefillRunner::attn_layer(const DLayer& d, const PrefillState& st, int n, i
   if (prec_ == kPrecBF16) a.out = ya_.hi;
   else a.out_f = stage_;
   a.precise = &d == mtp_.layer ? mtp_precise_ : attn_precise_[size_t(&d - m_.layers->data())] != 0;
-  prefill_attn(a, s, simple_);
+  prefill_attn(a, s, simple_ || attn_simple_);
   timer_.mark("attn.out", s);
   to_act(n, c.n_q_heads * hd, ya_, s);
-  gemm(ya_, c.n_q_heads * hd, n, d.o, x_, H, kGemmAdd, s);
+  gemm(ya_, c.n_q_heads * hd, n, d.o, x_, H, kGemmAdd, kRoleOut, s);
 }
 
 void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   const ModelConfig& c = *m_.cfg;
   const int H = c.hidden, E = c.n_experts, k = c.top_k, I = c.expert_inter, Is = c.shared_inter;
   timer_.mark("moe.router", s);
-  gemm(xa_, H, n, d.router, rl_, E, kGemmStore, s);
-  gemm(xa_, H, n, d.shg, sg_, 1, kGemmStore, s);
+  gemm(xa_, H, n, d.router, rl_, E, kGemmStore, kRoleRouter, s);
+  gemm(xa_, H, n, d.shg, sg_, 1, kGemmStore, kRoleRouter, s);
   timer_.mark("moe.route", s);
   RouteArgs r;
   r.logits = rl_;
@@ -205,7 +241,7 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   // routed experts: gate+up (SiLU * mul) on the gathered token rows, then down, both over the tile map
   timer_.mark("moe.gate_up", s);
   GemmArgs g;
-  set_a(g, xa_);
+  set_a(g, xa_, kRoleGateUp);
   g.lda = H;
   g.a_rows = row_token_;
   g.W0 = d.gate.m;
@@ -225,7 +261,7 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   timer_.mark("moe.down", s);
   to_act(n * k, I, acta_, s);
   GemmArgs dn = g;
-  set_a(dn, acta_);
+  set_a(dn, acta_, kRoleDown);
   dn.lda = I;
   dn.a_rows = nullptr;
   dn.W0 = d.down.m;
@@ -239,7 +275,7 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   timer_.mark("moe.shared", s);
   // shared expert
   GemmArgs sh;
-  set_a(sh, xa_);
+  set_a(sh, xa_, kRoleShGateUp);
   sh.lda = H;
   sh.M = n;
   sh.W0 = d.sh_gate;
@@ -249,7 +285,7 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   sh.ldc = Is;
   prefill_gemm(sh, kGemmSiluMul, s, simple_);
   to_act(n, Is, sacta_, s);
-  gemm(sacta_, Is, n, d.sh_down, shd_, H, kGemmStore, s);
+  gemm(sacta_, Is, n, d.sh_down, shd_, H, kGemmStore, kRoleShDown, s);
   timer_.mark("moe.combine", s);
   prefill_moe_combine(x_, shd_, sg_, 1, yd_, rw_, slot_row_, n, k, H, s);
 }
@@ -267,7 +303,7 @@ void PrefillRunner::head(const float* norm, int n, int n_logits, float* out, flo
   for (int r0 = n - n_logits; r0 < n; r0 += kLogitRows) {
     const int rows = std::min(kLogitRows, n - r0);
     prefill_rmsnorm_act(x_ + int64_t(r0) * H, H, norm, rows, H, eps, prec_, xa_, s);
-    gemm(xa_, H, rows, m_.lm_head, logits_, c.vocab, kGemmStore, s);
+    gemm(xa_, H, rows, m_.lm_head, logits_, c.vocab, kGemmStore, kRoleHead, s);
     LILY_CUDA_CHECK(cudaMemcpyAsync(out + size_t(r0 - (n - n_logits)) * c.vocab, logits_,
                                     size_t(rows) * c.vocab * 4, cudaMemcpyDeviceToHost, s));
     LILY_CUDA_CHECK(cudaStreamSynchronize(s));

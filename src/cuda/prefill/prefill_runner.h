@@ -65,11 +65,25 @@ class PrefillRunner {
   void gdn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
   void attn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
   void moe_layer(const DLayer& d, int n, cudaStream_t s);
+  // The GEMMs of a layer by role (diagnosis of the operand precision per role: LILY_DIAG_SPLIT).
+  enum GemmRole : int {
+    kRoleGdnProj = 0,  // DeltaNet in_proj qkv and z
+    kRoleGdnBA,        // DeltaNet in_proj b and a (beta, decay)
+    kRoleAttnProj,     // attention q, k, v
+    kRoleOut,          // DeltaNet out_proj, attention o_proj
+    kRoleRouter,       // router and shared-expert gate
+    kRoleGateUp,       // routed experts gate+up
+    kRoleDown,         // routed experts down
+    kRoleShGateUp,     // shared expert gate+up
+    kRoleShDown,       // shared expert down
+    kRoleHead,         // lm_head
+    kRoles
+  };
   // RMSNorm(x_ rows; norm) of the last n_logits of n rows -> lm_head -> out (host); f32 normed rows of all n to
   // hidden_out (host) when set
   void head(const float* norm, int n, int n_logits, float* out, float* hidden_out, cudaStream_t s);
-  void gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode, cudaStream_t s);
-  void set_a(GemmArgs& g, const ActRows& A) const;
+  void gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode, int role, cudaStream_t s);
+  void set_a(GemmArgs& g, const ActRows& A, int role) const;
   // f32 rows in stage_ -> operand rows dst (no-op in bf16 mode, where the producers write bf16 directly)
   void to_act(int n, int K, const ActRows& dst, cudaStream_t s);
 
@@ -77,6 +91,10 @@ class PrefillRunner {
   int max_chunk_ = 0, max_tiles_ = 0, P_ = 0;
   bool simple_ = false;
   int prec_ = kPrecFP16;
+  unsigned split_roles_ = ~0u;  // split precision: the roles whose GEMMs use both parts (the others: hi only)
+  int diag_kernel_ = 0;         // GemmArgs::kernel of the GEMMs
+  int diag_wg_stages_ = 0;      // GemmArgs::wg_stages of the GEMMs
+  bool attn_simple_ = false;    // the reference attention kernel
   std::vector<char> attn_precise_;  // per layer: fp16 Q K^T is safe (RMSNorm bound of q/k below fp16 range)
   int32_t* ids_ = nullptr;
   float *x_ = nullptr, *proj_ = nullptr, *cbuf_ = nullptr, *obuf_ = nullptr, *rl_ = nullptr, *sg_ = nullptr;
