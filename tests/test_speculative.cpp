@@ -299,8 +299,11 @@ GenOut run(Generator& g, const GenJob& j, std::function<bool()> cancelled = null
 }
 }  // namespace
 
-TEST(SpecGenerator, CacheAndCancellationKeepWorking) {
-  auto be = make_backend("cpu", fx().w);
+class SpecGenerator : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SpecGenerator, CacheAndCancellationKeepWorking) {
+  if (!test_backend_usable(GetParam())) GTEST_SKIP() << "no CUDA device";
+  auto be = make_test_backend(GetParam(), fx().w);
   auto tok = Tokenizer::load(kTiny + "tokenizer.json");
   GenJob j;
   j.prompt = fx().prompt;
@@ -334,7 +337,9 @@ TEST(SpecGenerator, CacheAndCancellationKeepWorking) {
   EXPECT_EQ(d.text, want.text);
   // a backend without MTP weights refuses
   auto w2 = load_model(kTiny + "model-bf16");
-  auto be2 = make_backend("cpu", w2);
+  auto be2 = make_test_backend(GetParam(), w2);
   Generator g2(*be2, *tok, nullptr, 512);
   EXPECT_THROW(g2.set_mtp(2), Error);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, SpecGenerator, ::testing::Values("cpu", "cuda"));

@@ -85,6 +85,7 @@ void CudaBackend::mtp_forward(SeqState& s, const int32_t* ids, const float* hidd
   CudaState& st = cuda_state(s);
   const ModelConfig& c = cfg_;
   if (n < 1 || n_logits < 0 || n_logits > n) throw Error("mtp_forward: bad row/logit counts");
+  if (!ids || !hidden || (n_logits > 0 && !logits)) throw Error("mtp_forward: missing ids, hidden rows or logits");
   if (pos0 < 0 || pos0 + n > st.max_ctx)
     throw Error("mtp_forward: positions " + std::to_string(pos0) + ".." + std::to_string(pos0 + n - 1) +
                 " do not fit the state's " + std::to_string(st.max_ctx));
