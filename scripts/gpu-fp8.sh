@@ -13,7 +13,7 @@ echo "== tests"
 timeout 240 "$B/lily_tests" --gtest_filter='CudaCode8Forms*:CudaFormats*:CudaAffineForms*:CudaRouterY*' \
   > "$OUT/code8_tests.log" 2>&1
 echo "exit $?"; grep -E "^\[  (PASSED|FAILED) |tests ran|FAILED" "$OUT/code8_tests.log" | head -40
-for fmt in fp8 mlx4; do
+for fmt in fp8 mlx-4bit; do
   echo "== bench $fmt"
   timeout 150 "$B/lily" bench --backend cuda --synthetic qwen3.6-35b-a3b --synthetic-format $fmt --limits \
     --limits-seconds 2 --prefill-lengths 4K,8K --decode-contexts 256,4K --reps 2 --json "$OUT/bench-$fmt.json" \

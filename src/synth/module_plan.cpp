@@ -132,12 +132,6 @@ const QMatrix& slot_matrix(const ModelWeights& w, const ModuleSpec& m, int index
 std::vector<float>& slot_vector(ModelWeights& w, const VectorSpec& v) { return vector_of(w, v); }
 const std::vector<float>& slot_vector(const ModelWeights& w, const VectorSpec& v) { return vector_of(w, v); }
 
-size_t qmatrix_bytes(const QMatrix& m) {
-  if (m.kind == QMatrix::Kind::Dense) return size_t(m.rows) * size_t(m.cols) * dtype_size(m.dtype);
-  if (m.kind == QMatrix::Kind::Fp8Block || m.kind == QMatrix::Kind::Ggml) return m.bytes();  // codes + block scales
-  size_t w = size_t(m.rows) * size_t(m.cols) * size_t(m.bits) / 8;
-  size_t sb = size_t(m.rows) * size_t(m.cols / m.group) * dtype_size(m.sdtype);
-  return w + 2 * sb;
-}
+size_t qmatrix_bytes(const QMatrix& m) { return m.bytes(); }
 
 }  // namespace lily
