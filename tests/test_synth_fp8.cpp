@@ -1,16 +1,23 @@
 // The synthetic model in the FP8 release's layout (synth/synthetic_fp8.h): kinds per module, determinism, weight
-// statistics, the bytes the cost model counts, and a finite, token-dependent forward on the reference kernels.
+// statistics, the bytes the cost model counts, a finite, token-dependent forward on the reference kernels, and the
+// command-line flag.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "app/make_backend.h"
 #include "bench/cost_model.h"
 #include "core/dtype.h"
 #include "engine/backend.h"
+#include "io/safetensors.h"
 #include "synth/module_plan.h"
 #include "synth/synthetic_fp8.h"
 
@@ -127,4 +134,26 @@ TEST(SynthFp8, ForwardIsFiniteOnTheReferencePath) {
     argmaxes.insert(best);
   }
   EXPECT_GT(argmaxes.size(), 1u);
+}
+
+// `--synthetic-format fp8` through the real executable: `lily logits` on the tiny preset writes finite logits; an
+// unknown format is an error naming it.
+TEST(SynthFp8, CliSyntheticFormat) {
+  const std::string lily = std::string(LILY_BUILD_DIR) + "/lily logits --ids 1,2,3 --backend cpu-ref --out ";
+  const std::string out = (std::filesystem::temp_directory_path() / "lily_synth_fp8_logits.st").string();
+  const std::string ok = lily + out + " --synthetic tiny --synthetic-format fp8 2>/dev/null";
+  ASSERT_EQ(std::system(ok.c_str()), 0) << ok;
+  auto f = SafetensorsFile::open(out);
+  const TensorView* t = f->find("prompt_logits");
+  ASSERT_NE(t, nullptr);
+  const float* p = static_cast<const float*>(t->data);
+  for (size_t i = 0; i < t->nbytes / 4; ++i) ASSERT_TRUE(std::isfinite(p[i])) << i;
+  std::filesystem::remove(out);
+  const std::string err = (std::filesystem::temp_directory_path() / "lily_synth_fp8_err.txt").string();
+  const std::string cmd = lily + out + " --synthetic tiny --synthetic-format fp4 2>" + err;
+  EXPECT_NE(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(err);
+  const std::string msg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(msg.find("'fp4'"), std::string::npos) << msg;
+  std::filesystem::remove(err);
 }
