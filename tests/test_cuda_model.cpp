@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "app/make_backend.h"
 #include "core/error.h"
+#include "cpu/cpu_backend.h"
 #include "cuda/cuda_factory.h"
 #include "engine/backend.h"
 #include "io/safetensors.h"
@@ -129,9 +131,21 @@ TEST_P(CudaTiny, LongPromptSplitAndGraphSwitchAgree) {
   be->forward(*st, ids.data(), L, 8, a.data(), {});
   Stats s;
   compare(a.data(), whole.data(), 8, V, s);
-  std::printf("[ cuda %s long ] top-1 %d/%d, max |dlogit| %.3g\n", GetParam(), s.top1, s.rows, s.max_abs);
+  std::printf("[ cuda %s long ] top-1 %d/%d, max |dlogit| %.3g vs transformers\n", GetParam(), s.top1, s.rows,
+              s.max_abs);
   EXPECT_EQ(s.top1, 8);
-  EXPECT_LE(s.max_abs, kTol);
+  // Over 333 positions the bf16 rounding of the device's KV cache (a design choice, docs/cuda-decode.md) moves the
+  // logits by up to ~0.09 on some layouts; its f32 twin, the reference path with K and V rows rounded to bf16 as
+  // stored, is what the kernels must match to kTol.
+  auto twin = make_backend("cpu-ref", w);
+  dynamic_cast<CpuBackend&>(*twin).kv_bf16 = true;
+  std::vector<float> t(a.size());
+  auto tst = twin->new_state(1024);
+  twin->forward(*tst, ids.data(), L, 8, t.data(), {});
+  Stats st_twin;
+  compare(a.data(), t.data(), 8, V, st_twin);
+  std::printf("[ cuda %s long ] max |dlogit| %.3g vs cpu-ref with a bf16 KV cache\n", GetParam(), st_twin.max_abs);
+  EXPECT_LE(st_twin.max_abs, kTol);
   // ungraphed, no PDL: the same kernels launched directly must give bit-identical logits
   setenv("LILY_CUDA_LAUNCH", "direct-nopdl", 1);
   setenv("LILY_CUDA_PREFILL", "decode", 1);

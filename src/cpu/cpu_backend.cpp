@@ -1,5 +1,7 @@
 #include "cpu/cpu_backend.h"
 
+#include "core/dtype.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -243,8 +245,14 @@ void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float
       ref::rmsnorm(kt + hh * hd, L.attn.k_norm.data(), hd, c.rms_eps, kt + hh * hd);
       ref::rope_neox(kt + hh * hd, c.rope_dim, pos, c.rope_theta);
     }
+    float* vt = &v[static_cast<size_t>(t) * KV];
+    if (kv_bf16)
+      for (int i = 0; i < KV; ++i) {
+        kt[i] = bf16_to_f32(f32_to_bf16(kt[i]));
+        vt[i] = bf16_to_f32(f32_to_bf16(vt[i]));
+      }
     s.k.insert(s.k.end(), kt, kt + KV);
-    s.v.insert(s.v.end(), &v[static_cast<size_t>(t) * KV], &v[static_cast<size_t>(t) * KV] + KV);
+    s.v.insert(s.v.end(), vt, vt + KV);
     const float* qgt = &qg[static_cast<size_t>(t) * c.q_proj_rows()];
     for (int hh = 0; hh < nq; ++hh) {  // per head [query hd | gate hd]
       ref::rmsnorm(qgt + hh * 2 * hd, L.attn.q_norm.data(), hd, c.rms_eps, q + hh * hd);
