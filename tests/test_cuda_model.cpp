@@ -7,13 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 
 #include "core/error.h"
 #include "cuda/cuda_factory.h"
 #include "engine/backend.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
+#include "tiny_layouts.h"
 
 using namespace lily;
 
@@ -51,11 +51,7 @@ class CudaTiny : public ::testing::TestWithParam<const char*> {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
     const std::string base = std::string(LILY_TEST_DIR) + "/fixtures/tiny/";
     std::string layout = GetParam();
-    // model-mlx-4bit-compact: model-mlx-4bit's tensors re-encoded as MLX writes them (same reference); the
-    // transformers fixtures of the other layouts are optional until generated (tools/fixtures/make_fixtures.py)
-    const std::string ref_layout = layout.ends_with("-compact") ? layout.substr(0, layout.size() - 8) : layout;
-    if (!std::filesystem::exists(base + "reference-" + ref_layout + ".safetensors"))
-      GTEST_SKIP() << "fixture model-" << layout << " not generated";
+    const std::string ref_layout = test::tiny_reference_layout(layout);
     w = load_model(base + "model-" + layout);
     ref = SafetensorsFile::open(base + "reference-" + ref_layout + ".safetensors");
     setenv("LILY_CUDA_PREFILL", "decode", 1);  // these tests hold the f32 decode step to 5e-2: prompts token by token
@@ -169,7 +165,7 @@ TEST_P(CudaTiny, ContextOverflowAndBadIdsAreErrors) {
   EXPECT_THROW(be->forward(*st, &bad, 1, 0, nullptr, {}), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, CudaTiny, ::testing::Values("bf16", "mlx-4bit", "mlx-4bit-compact", "mlx-mixed", "gptq", "awq", "ct"),
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaTiny, ::testing::Values("bf16", "mlx-4bit", "mlx-4bit-compact", "mlx-mixed", "fp8", "gptq", "awq", "ct"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s)

@@ -6,8 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <set>
 
 #include "app/make_backend.h"
 #include "core/error.h"
@@ -16,6 +14,7 @@
 #include "engine/backend.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
+#include "tiny_layouts.h"
 
 using namespace lily;
 
@@ -61,21 +60,13 @@ void report(const char* what, const Cmp& c) {
               std::sqrt(c.sq / std::max<size_t>(1, c.n)));
 }
 
-const std::set<std::string> kOptionalLayouts = {"mlx-mixed", "fp8", "gptq", "awq", "ct"};
-
 class TinyModel : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {
  protected:
   void SetUp() override {
     std::string base = std::string(LILY_TEST_DIR) + "/fixtures/tiny/";
     std::string layout = std::get<0>(GetParam());
-    // The transformers fixtures of the other downloaded layouts (tools/fixtures/make_fixtures.py) are optional
-    // until generated on a machine with torch.
-    if (kOptionalLayouts.count(layout) && !std::filesystem::exists(base + "reference-" + layout + ".safetensors"))
-      GTEST_SKIP() << "fixture model-" << layout << " not generated (tools/fixtures/make_fixtures.py)";
     w = load_model(base + "model-" + layout);
-    // model-mlx-4bit-compact holds model-mlx-4bit's tensors re-encoded as MLX writes them: same reference
-    const std::string ref_layout = layout.ends_with("-compact") ? layout.substr(0, layout.size() - 8) : layout;
-    ref.f = SafetensorsFile::open(base + "reference-" + ref_layout + ".safetensors");
+    ref.f = SafetensorsFile::open(base + "reference-" + test::tiny_reference_layout(layout) + ".safetensors");
     // "cpu-avx2" / "cpu-portable": the fast kernels forced to that tier (on an AVX-512 machine too), same bounds
     // as "cpu"
     std::string kind = std::get<1>(GetParam());

@@ -17,5 +17,5 @@ for l in $(ldd "$B/lily" "$B/lily_tests" | awk '/=> \//{print $3}' | sort -u); d
     libicu*|libcpp-httplib*|libbrotli*|libssl*|libcrypto*|libz.so*|libzstd*) cp -L "$l" .devpack/p/lib/ ;;
   esac
 done
-tar -C .devpack -cJf .devpack/devpack.tar.xz p && rm -rf .devpack/p
+XZ_OPT="-9 -T2" tar -C .devpack -cJf .devpack/devpack.tar.xz p && rm -rf .devpack/p
 ls -la .devpack/devpack.tar.xz
