@@ -134,7 +134,7 @@ DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what, bool wi
 bool CudaBackend::mixed_4_8(std::initializer_list<const QMatrix*> ms) {
   bool b4 = false, b8 = false;
   for (const QMatrix* q : ms) {
-    if (q->kind != QMatrix::Kind::Affine) return false;
+    if (!q || q->kind != QMatrix::Kind::Affine) return false;
     b4 = b4 || q->bits == 4;
     b8 = b8 || q->bits == 8;
   }
@@ -205,8 +205,9 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     d.shg = upload(L.moe.sh_gate_w, "shared_expert_gate");
     // the MoE kernels read gate / up / shared gate / up in one format and the down projections in one: where a
     // mixed recipe gives them affine 4- and 8-bit codes, the 4-bit ones are uploaded as 8-bit codes (exact)
-    const bool w_gu = mixed_4_8({&L.moe.gate.e.at(0), &L.moe.up.e.at(0), &L.moe.sh_gate, &L.moe.sh_up});
-    const bool w_d = mixed_4_8({&L.moe.down.e.at(0), &L.moe.sh_down});
+    auto first = [](const ExpertStack& st) { return st.e.empty() ? nullptr : &st.e[0]; };  // empty: upload_stack
+    const bool w_gu = mixed_4_8({first(L.moe.gate), first(L.moe.up), &L.moe.sh_gate, &L.moe.sh_up});
+    const bool w_d = mixed_4_8({first(L.moe.down), &L.moe.sh_down});
     d.gate = upload_stack(L.moe.gate, "experts.gate", w_gu);
     d.up = upload_stack(L.moe.up, "experts.up", w_gu);
     d.down = upload_stack(L.moe.down, "experts.down", w_d);
