@@ -4,8 +4,8 @@
 // decode GEMV, lm_head + argmax, embedding rows (decode and prefill), the prefill GEMMs (simple, mma.sync, wgmma;
 // bf16, fp16 and split operands; dense store and grouped SiLU * up), and the MoE decode (router in bf16; experts in
 // the form; down projections in the form beside 4-bit affine gate/up, as Q4_K_M files keep Q6_K down projections, or
-// in bf16; two launches and fused; f32 and int8 x). Bounds: those of test_cuda_affine_forms.cpp. Skipped without a
-// device.
+// in bf16; two launches and fused; f32 and int8 x). Bounds: those of test_cuda_affine_forms.cpp. Also an affine
+// 4-bit matrix widened to 8-bit codes at upload. Skipped without a device.
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
@@ -204,14 +204,14 @@ TEST_P(CudaCode8Forms, PrefillGemmMatchesReference) {
     }
 }
 
-// Decode MoE (H 512, E 64, top-8, I 128, Is 256; router and shared gate bf16): the experts' gate/up in the form
+// Decode MoE (H 512, E 64, top-8, I 128 (Q6_K: 256), Is 256; router and shared gate bf16): the experts' gate/up in the form
 // with down in the form or in bf16, or gate/up 4-bit affine (group 32, f32 scales and biases: a Q4_K repack) with
 // down in the form; two launches and fused; f32 x and int8 x (which serves the 4-bit rows only). Routing equal to
 // the reference's; output within 1e-5 (int8 x on 4-bit rows: 2e-4), CudaMoeDecode.MatchesReference's bounds.
 TEST_P(CudaCode8Forms, MoeMatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   Int8xRestore restore;
-  const int H = 512, E = 64, K = 8, I = 128, Is = 256;
+  const int H = 512, E = 64, K = 8, I = GetParam() == Code8::Q6K ? 256 : 128, Is = 256;  // Q6_K rows: 256-blocks
   enum Mix { kAll, kDownBf16, kQ4GateUp };
   for (const Mix mix : {kAll, kDownBf16, kQ4GateUp})
     for (const bool fused : {false, true})
@@ -316,6 +316,33 @@ TEST_P(CudaCode8Forms, MoeMatchesReference) {
         std::printf("[ moe %s ] %.2e\n", what.c_str(), e);
         EXPECT_LT(e, int8x ? 2e-4 : 1e-5);
       }
+}
+
+// An affine 4-bit matrix uploaded as 8-bit codes (describe_matrix's widen8, as the backend does for the MoE
+// projections of mixed recipes): the same GEMV values as the reference on its twin (1e-5).
+TEST(CudaWidenedAffine, GemvMatchesReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Dev dev;
+  testcuda::FormStack a;
+  make_form(a, 1, 300, 2048, 4, 32, testcuda::Origin::F32Free, rng, dev);
+  cuda::DMat m = cuda::describe_matrix(a.src[0], "test matrix", true);
+  ASSERT_EQ(m.fmt, cuda::kQ8);
+  ASSERT_EQ(cuda::dmat_w_bytes(m), size_t(300) * 2048);
+  uint8_t* dw = dev.poisoned<uint8_t>(cuda::dmat_w_bytes(m));
+  uint32_t* dsb = dev.poisoned<uint32_t>(cuda::dmat_sb_words(m));
+  cuda::copy_matrix(a.src[0], m, dw, dsb);
+  m.w = dw;
+  m.sb = dsb;
+  std::vector<float> x(2048), want(300);
+  for (auto& v : x) v = u(rng);
+  ref::matvec(a.twin[0], x.data(), want.data());
+  float* dy = dev.poisoned(300);
+  cuda::GemvSeg seg = {m, dy, 0};
+  cuda::gemv(&seg, 1, dev.up(x), nullptr, 1e-6f, nullptr, false);
+  CK(cudaDeviceSynchronize());
+  EXPECT_LT(testmetrics::rms_rel_err(down(dy, 300), want), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, CudaCode8Forms, ::testing::Values(Code8::Fp8F32, Code8::Fp8Bf16, Code8::Q6K),

@@ -38,8 +38,9 @@ void CudaBackend::dev_free(void* p) {
     }
 }
 
-DMat CudaBackend::upload(const QMatrix& q, const char* what) {
-  DMat m = describe_matrix(q, what);
+DMat CudaBackend::upload(const QMatrix& q, const char* what, bool widen8) {
+  DMat m = describe_matrix(q, what, widen8);
+  if (widen8 && q.kind == QMatrix::Kind::Affine && q.bits == 4) ++widened_;
   uint8_t* dw = static_cast<uint8_t*>(dev_alloc(dmat_w_bytes(m)));
   uint32_t* dsb = m.sb_row ? static_cast<uint32_t*>(dev_alloc(dmat_sb_words(m) * 4)) : nullptr;
   copy_matrix(q, m, dw, dsb);
@@ -55,15 +56,16 @@ DMat CudaBackend::upload(const QMatrix& q, const char* what) {
 }
 
 // Experts are uploaded back to back so that expert e is at a fixed stride from expert 0.
-DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what) {
+DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what, bool widen8) {
   if (s.e.empty()) throw Error(std::string("cuda: empty expert stack ") + what);
   DStack st;
-  st.m = describe_matrix(s.e[0], what);
+  st.m = describe_matrix(s.e[0], what, widen8);
+  if (widen8 && s.e[0].kind == QMatrix::Kind::Affine && s.e[0].bits == 4) widened_ += s.e.size();
   const size_t E = s.e.size(), wb = dmat_w_bytes(st.m), nsb = dmat_sb_words(st.m);
   uint8_t* dw = static_cast<uint8_t*>(dev_alloc(wb * E));
   uint32_t* dsb = nsb ? static_cast<uint32_t*>(dev_alloc(nsb * 4 * E)) : nullptr;
   for (size_t e = 0; e < E; ++e) {
-    const DMat m = describe_matrix(s.e[e], what);
+    const DMat m = describe_matrix(s.e[e], what, widen8);
     if (m.fmt != st.m.fmt || m.rows != st.m.rows || m.cols != st.m.cols || m.group != st.m.group)
       throw Error(std::string("cuda: experts of ") + what + " differ in shape or format");
     copy_matrix(s.e[e], m, dw + e * wb, dsb ? dsb + e * nsb : nullptr);
@@ -81,6 +83,17 @@ DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what) {
   return st;
 }
 
+// Whether the matrices hold affine 4-bit and 8-bit codes both (and nothing else).
+bool CudaBackend::mixed_4_8(std::initializer_list<const QMatrix*> ms) {
+  bool b4 = false, b8 = false;
+  for (const QMatrix* q : ms) {
+    if (!q || q->kind != QMatrix::Kind::Affine) return false;
+    b4 = b4 || q->bits == 4;
+    b8 = b8 || q->bits == 8;
+  }
+  return b4 && b8;
+}
+
 // The load log's line for the matrices kept in 8-bit codes (the others are uploaded as the checkpoint stores them).
 void CudaBackend::log_code8_uploads() const {
   const double mib = 1024.0 * 1024.0;
@@ -88,6 +101,9 @@ void CudaBackend::log_code8_uploads() const {
     std::fprintf(stderr, "lily: cuda: %zu FP8 matrices kept as e4m3 codes with f32 scales per row and %d columns "
                  "(%.1f MiB on the device; dequantised inside the matrix kernels)\n", code8_mats_[0],
                  f8_group_, code8_bytes_[0] / mib);
+  if (widened_)
+    std::fprintf(stderr, "lily: cuda: %zu affine 4-bit MoE matrices uploaded as 8-bit codes (the same scales and "
+                 "biases, exact) to share a kernel with the 8-bit projections beside them\n", widened_);
   if (code8_mats_[1])
     std::fprintf(stderr, "lily: cuda: %zu GGUF Q6_K matrices as int8 codes (q - 32) with f32 scales d * sc per 16 "
                  "columns (exact; %.1f MiB on the device; dequantised inside the matrix kernels)\n", code8_mats_[1],
@@ -129,12 +145,17 @@ DLayer CudaBackend::upload_layer(const LayerWeights& L, int& n_lin, int& n_full)
   }
   d.router = upload(L.moe.router, "router");
   d.shg = upload(L.moe.sh_gate_w, "shared_expert_gate");
-  d.gate = upload_stack(L.moe.gate, "experts.gate");
-  d.up = upload_stack(L.moe.up, "experts.up");
-  d.down = upload_stack(L.moe.down, "experts.down");
-  d.sh_gate = upload(L.moe.sh_gate, "shared_expert.gate");
-  d.sh_up = upload(L.moe.sh_up, "shared_expert.up");
-  d.sh_down = upload(L.moe.sh_down, "shared_expert.down");
+  // the MoE kernels read gate / up / shared gate / up in one format and the down projections in one: where a
+  // mixed recipe gives them affine 4- and 8-bit codes, the 4-bit ones are uploaded as 8-bit codes (exact)
+  auto first = [](const ExpertStack& st) { return st.e.empty() ? nullptr : &st.e[0]; };  // empty: upload_stack
+  const bool w_gu = mixed_4_8({first(L.moe.gate), first(L.moe.up), &L.moe.sh_gate, &L.moe.sh_up});
+  const bool w_d = mixed_4_8({first(L.moe.down), &L.moe.sh_down});
+  d.gate = upload_stack(L.moe.gate, "experts.gate", w_gu);
+  d.up = upload_stack(L.moe.up, "experts.up", w_gu);
+  d.down = upload_stack(L.moe.down, "experts.down", w_d);
+  d.sh_gate = upload(L.moe.sh_gate, "shared_expert.gate", w_gu);
+  d.sh_up = upload(L.moe.sh_up, "shared_expert.up", w_gu);
+  d.sh_down = upload(L.moe.sh_down, "shared_expert.down", w_d);
   return d;
 }
 

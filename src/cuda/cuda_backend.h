@@ -3,6 +3,7 @@
 // argmax) is captured once as a CUDA graph and replayed per token. Prompts (n > 1) run batched (prefill_runner.h).
 // Options: CudaOptions (cuda_options.h), read from the environment once per backend (docs/configuration.md).
 #pragma once
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,9 +82,10 @@ class CudaBackend : public Backend {
   void dev_free(void* p);
 
  private:
-  DMat upload(const QMatrix& m, const char* what);
-  DStack upload_stack(const ExpertStack& s, const char* what);
+  DMat upload(const QMatrix& m, const char* what, bool widen8 = false);
+  DStack upload_stack(const ExpertStack& s, const char* what, bool widen8 = false);
   void log_code8_uploads() const;
+  static bool mixed_4_8(std::initializer_list<const QMatrix*> ms);
   float* upload_f32(const std::vector<float>& v);
   DLayer upload_layer(const LayerWeights& L, int& n_lin, int& n_full);
   // What one launch of the step runs: the whole step with argmax or with the step sampler, or its two halves for
@@ -127,6 +129,7 @@ class CudaBackend : public Backend {
   size_t weight_bytes_ = 0;
   size_t code8_mats_[2] = {}, code8_bytes_[2] = {};  // matrices uploaded as kF8 [0] / kI8 [1], their device bytes
   int f8_group_ = 0;  // the kF8 matrices' group (columns per scale)
+  size_t widened_ = 0;  // affine 4-bit MoE matrices uploaded as 8-bit codes (describe_matrix's widen8)
 
   DMat embed_, lm_head_;
   float* final_norm_ = nullptr;

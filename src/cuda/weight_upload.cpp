@@ -16,7 +16,7 @@
 
 namespace lily::cuda {
 
-DMat describe_matrix(const QMatrix& q, const char* what) {
+DMat describe_matrix(const QMatrix& q, const char* what, bool widen8) {
   if (!q.valid()) throw Error(std::string("cuda: missing weight ") + what);
   DMat m;
   m.rows = int(q.rows);
@@ -29,9 +29,9 @@ DMat describe_matrix(const QMatrix& q, const char* what) {
                   "dividing the " + std::to_string(q.cols) + " columns");
     if (q.sdtype != DType::BF16 && q.sdtype != DType::F16 && q.sdtype != DType::F32)
       throw Error(std::string("cuda: ") + what + ": scales of type " + dtype_name(q.sdtype));
-    m.fmt = q.bits == 4 ? kQ4 : kQ8;
+    m.fmt = q.bits == 4 && !widen8 ? kQ4 : kQ8;
     m.group = q.group;
-    m.row_bytes = q.cols * q.bits / 8;
+    m.row_bytes = q.cols * (m.fmt == kQ4 ? 4 : 8) / 8;
     m.sb_row = int(q.cols / q.group);
   } else if (q.kind == QMatrix::Kind::Fp8Block) {
     if (q.dtype != DType::F8_E4M3 || q.group <= 0 || q.group % 16 || !q.scales)
@@ -103,7 +103,15 @@ void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
                                  cudaMemcpyHostToDevice));
     }
   } else if (m.fmt != kBF16) {
-    LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, dmat_w_bytes(m), cudaMemcpyHostToDevice));
+    if (m.fmt == kQ8 && q.bits == 4) {  // widened: code k of a row from bits [4k, 4k + 4) to byte k
+      const size_t n = size_t(q.rows) * size_t(q.cols);
+      std::vector<uint8_t> codes(n);
+      const auto* src = static_cast<const uint8_t*>(q.w);
+      for (size_t i = 0; i < n; ++i) codes[i] = uint8_t((src[i / 2] >> (4 * (i % 2))) & 15u);
+      LILY_CUDA_CHECK(cudaMemcpy(dw, codes.data(), n, cudaMemcpyHostToDevice));
+    } else {
+      LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, dmat_w_bytes(m), cudaMemcpyHostToDevice));
+    }
     const size_t nsb = dmat_sb_words(m);
     std::vector<uint32_t> sb(nsb);
     for (size_t i = 0; i < nsb; ++i) sb[i] = affine_pair_at(q.scales, q.biases, q.sdtype, i).word();

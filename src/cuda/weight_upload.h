@@ -13,7 +13,9 @@ namespace lily::cuda {
 // cols (scales of any type); FP8 e4m3 blocks as kF8 (the codes as stored, the block scale per row and 128 columns
 // in f32); GGUF Q6_K blocks as kI8 (codes q - 32, f32 scales d * sc per 16 columns: exact); dense matrices (and any
 // other GGUF blocks) as BF16. Throws naming `what` for any other matrix.
-DMat describe_matrix(const QMatrix& q, const char* what);
+// widen8: an affine 4-bit q gets 8-bit codes instead (the same scales and biases: exact), so that it can share a
+// kernel with 8-bit matrices (the MoE projections of mixed recipes).
+DMat describe_matrix(const QMatrix& q, const char* what, bool widen8 = false);
 
 size_t dmat_w_bytes(const DMat& m);   // bytes of the packed rows / bf16 elements
 size_t dmat_sb_words(const DMat& m);  // (scale, bias) words
