@@ -1,6 +1,6 @@
 // Row-range kernels for 4-bit affine (group 64, or group 32 with QuantX's halves' sums) matrices against
-// quantised activations. Group 32 runs in the AVX-512 and portable kernels (the AVX2 one hands it to the
-// portable one).
+// quantised activations, in every tier (the prefill's remainder rows of a group-32 matrix, fewer than a 16-row
+// tile, run in the portable kernel on every tier).
 // Y [n][W.rows]: rows r0..r1 are written for every activation row.
 #pragma once
 #include "cpu/fast/quant_x.h"
