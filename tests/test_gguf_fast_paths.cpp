@@ -242,6 +242,37 @@ TEST(GgufFastPaths, Q6kIntegerKernelMatchesReference) {
     }
 }
 
+// Dense f32 matrices (GGUF's router and shared-expert gate) on the f32 kernels of the SIMD tiers: the reference's
+// sums in another order; the AVX2 tier gives the AVX-512 tier's bits.
+TEST(GgufFastPaths, DenseF32MatchesReference) {
+  std::mt19937 rng(21);
+  for (int64_t cols : {512, 2048})
+    for (int n : {1, 5}) {
+      const int64_t rows = 37;
+      const std::vector<float> w = randn(size_t(rows * cols), rng, 0.05f), X = randn(size_t(n) * size_t(cols), rng);
+      QMatrix m;
+      m.kind = QMatrix::Kind::Dense;
+      m.dtype = DType::F32;
+      m.rows = rows;
+      m.cols = cols;
+      m.w = w.data();
+      std::vector<float> ref(size_t(n) * size_t(rows));
+      ref::matmul(m, X.data(), n, ref.data());
+      std::vector<std::vector<float>> by_tier;
+      for (fast::Isa isa : tiers()) {
+        fast::set_isa_override(isa);
+        std::vector<float> y(ref.size(), NAN);
+        fast::matmul(m, X.data(), n, y.data(), true);
+        fast::clear_isa_override();
+        EXPECT_LE(testmetrics::rms_rel_err(y, ref), 1e-6) << fast::isa_name(isa) << " cols " << cols << " n " << n;
+        if (isa != fast::Isa::Portable) by_tier.push_back(y);
+      }
+      if (by_tier.size() == 2) {
+        for (size_t k = 0; k < ref.size(); ++k) ASSERT_EQ(by_tier[0][k], by_tier[1][k]) << "avx2 vs avx512 at " << k;
+      }
+    }
+}
+
 // --synthetic-format gguf-q4km: the GGUF made in memory goes through the GGUF loader (KS8 Q4_K, Q6_K blocks, Q8_0
 // repacks, as the load log of a file says), and an unknown format is refused naming the known ones.
 TEST(GgufFastPaths, SyntheticQ4kmFormatLoadsThroughTheGgufLoader) {
