@@ -1,6 +1,7 @@
 // The "device twin" of a loaded model: every affine matrix whose scales are not bf16 gets new f32 scale/bias
 // arrays holding the bf16 pair the CUDA backend stores for it (model/affine_pair.h), every GGUF block matrix the
-// backend widens (any but Q6_K) the bf16 rows it uploads for it, everything else shared (FP8 blocks and Q6_K are
+// backend widens (any but Q6_K) and every dense F32 / F16 matrix (GGUF's router and shared-expert gate are F32) the
+// bf16 rows the backend uploads for it (cuda/weight_upload.cpp), everything else shared (FP8 blocks and Q6_K are
 // kept exactly: 8-bit codes with f32 scales). The
 // CPU reference path on the twin computes what the CUDA kernels should compute, so CUDA tests compare against it
 // at the kernels' own bounds, and CPU tests measure what the bf16 pairs cost against the exact repack.
@@ -16,14 +17,18 @@
 namespace lily_test {
 
 // Returns the twin; `changed` (optional) receives the number of matrices given new pairs. naive: both halves rounded
-// to nearest on their own instead (what affine_pair_bf16 improves on; for comparison only).
+// to nearest on their own instead (what affine_pair_bf16 improves on; for comparison only). keep_dense: dense F32 /
+// F16 matrices shared instead of rounded (what the twin was before it rounded them; for comparison only).
 inline std::shared_ptr<lily::ModelWeights> device_twin(const std::shared_ptr<lily::ModelWeights>& src,
-                                                       int* changed = nullptr, bool naive = false) {
+                                                       int* changed = nullptr, bool naive = false,
+                                                       bool keep_dense = false) {
   auto w = std::make_shared<lily::ModelWeights>(*src);
   w->keep_alive.push_back(src);  // the codes stay where the source keeps them
   int n = 0;
   for_each_matrix(*w, [&](lily::QMatrix& m) {
-    if (m.kind == lily::QMatrix::Kind::Ggml && m.gtype != uint32_t(lily::GgmlType::Q6_K)) {  // the device's bf16 rows
+    const bool dense_wide = m.kind == lily::QMatrix::Kind::Dense && m.dtype != lily::DType::BF16 && !keep_dense;
+    const bool ggml_wide = m.kind == lily::QMatrix::Kind::Ggml && m.gtype != uint32_t(lily::GgmlType::Q6_K);
+    if (ggml_wide || dense_wide) {  // the device's bf16 rows
       auto h = std::make_shared<std::vector<uint16_t>>(size_t(m.rows) * size_t(m.cols));
       std::vector<float> row(size_t(m.cols));
       for (int64_t r = 0; r < m.rows; ++r) {

@@ -1,5 +1,5 @@
 // The fast CPU 4-bit kernels on group-32 matrices (GGUF Q4_0 / Q4_1 / Q4_K repacks: f32 scales, each half of a
-// 64-element activation group with its own scale, bias and Σx): portable and AVX-512 kernels against the f32
+// 64-element activation group with its own scale, bias and Σx): portable, AVX2 and AVX-512 kernels against the f32
 // reference and against each other on the same quantised activations, and whole products through matmul_batch
 // (a group-32 and a group-64 job sharing one X) on every tier this CPU has, and GGUF Q4_0 / Q4_1 models on `cpu`.
 #include <gtest/gtest.h>
@@ -103,6 +103,41 @@ TEST(CpuFastG32, Avx512MatchesPortableOnTheSameActivations) {
             for (int r = 16; r < rows; ++r) {
               const float a = part[static_cast<size_t>(i) * rows + r], b = ref[static_cast<size_t>(i) * rows + r];
               ASSERT_LE(std::fabs(a - b), 1e-5f * (1.0f + std::fabs(b))) << what << " row " << r;
+            }
+        }
+}
+
+// The AVX2 kernel on group 32 (decode quads with 4-lane scale halves, 8-row tiles summing dwords 0-3 / 4-7 on their
+// own) on the same activations: bit-identical to the AVX-512 kernel where this CPU has it, within accumulation
+// order of the portable one.
+TEST(CpuFastG32, Avx2MatchesAvx512AndPortable) {
+  if (!has_isa(fast::Isa::Avx2)) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  for (int n : {1, 3, 4, 5, 16, 131})
+    for (int rows : {16, 37, 64})
+      for (int cols : {64, 192, 512, 2048})
+        for (bool precise : {false, true}) {
+          std::mt19937 rng(rows * 131 + cols * 7 + n + 17);
+          RandQ4G q(rows, cols, 32, rng);
+          const std::vector<float> X = randn(static_cast<size_t>(n) * cols, rng);
+          fast::QuantX qx;
+          fast::quantize_x(X.data(), n, cols, precise, qx, true);
+          std::vector<float> ref(static_cast<size_t>(n) * rows, NAN), got(ref.size(), NAN), v512(ref.size(), NAN);
+          fast::q4_rows_portable(q.m, 0, rows, qx, precise, ref.data());
+          fast::q4_rows_avx2(q.m, 0, rows, qx, precise, got.data());
+          const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " n=" + std::to_string(n) +
+                                   " precise=" + std::to_string(precise);
+          EXPECT_LE(testmetrics::rms_rel_err(got, ref), 1e-6) << what;
+          if (fast::q4_avx512_available()) {
+            fast::q4_rows_avx512(q.m, 0, rows, qx, precise, v512.data());
+            for (size_t k = 0; k < got.size(); ++k) ASSERT_EQ(got[k], v512[k]) << what << " at " << k;
+          }
+          std::vector<float> part(ref.size(), NAN);  // a row range starting inside the matrix (decode quads at 5)
+          fast::q4_rows_avx2(q.m, 5, rows, qx, precise, part.data());
+          for (int i = 0; i < n; ++i)
+            for (int r = 0; r < rows; ++r) {
+              const float a = part[static_cast<size_t>(i) * rows + r], b = ref[static_cast<size_t>(i) * rows + r];
+              if (r < 5) ASSERT_TRUE(std::isnan(a)) << what << " row " << r;
+              else ASSERT_LE(std::fabs(a - b), 1e-5f * (1.0f + std::fabs(b))) << what << " row " << r;
             }
         }
 }

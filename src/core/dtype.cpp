@@ -24,6 +24,7 @@ size_t dtype_size(DType t) {
 }
 
 const char* dtype_name(DType t) {
+  if (t == DType::KS8) return "KS8";  // not in kTable: never parsed from a file
   for (const auto& e : kTable)
     if (e.t == t) return e.name;
   return "?";

@@ -27,7 +27,7 @@ DMat describe_matrix(const QMatrix& q, const char* what, bool widen8) {
     if (q.group <= 0 || q.group % 32 || q.cols % q.group)
       throw Error(std::string("cuda: ") + what + ": " + q.format_name() + ": group size not a multiple of 32 "
                   "dividing the " + std::to_string(q.cols) + " columns");
-    if (q.sdtype != DType::BF16 && q.sdtype != DType::F16 && q.sdtype != DType::F32)
+    if (q.sdtype != DType::BF16 && q.sdtype != DType::F16 && q.sdtype != DType::F32 && q.sdtype != DType::KS8)
       throw Error(std::string("cuda: ") + what + ": scales of type " + dtype_name(q.sdtype));
     m.fmt = q.bits == 4 && !widen8 ? kQ4 : kQ8;
     m.group = q.group;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -261,6 +262,30 @@ void gguf_q6k_codes_row(const uint8_t* p, int64_t n, int8_t* codes, float* scale
     const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
     for (int j = 0; j < 16; ++j) scales[e0 / 16 + j] = d * float(sc[j]);
     for (int e = 0; e < 256; ++e) codes[e0 + e] = int8_t(q6_code(p, p + 128, e) - 32);
+  }
+}
+
+bool gguf_repack_ks8(uint32_t t) { return GgmlType(t) == GgmlType::Q4_K || GgmlType(t) == GgmlType::Q5_K; }
+
+void gguf_repack_row_ks8(uint32_t type, const uint8_t* p, int64_t n, uint32_t* words, uint8_t* scales,
+                         uint8_t* biases) {
+  if (!gguf_repack_ks8(type)) throw Error("ggml type " + ggml_type_name(type) + " has no KS8 repack");
+  thread_local std::vector<float> sc, bi;  // the f32 form, discarded (the codes are what is kept)
+  sc.resize(size_t(n / 32) + 1);
+  bi.resize(size_t(n / 32) + 1);
+  gguf_repack_row(type, p, n, words, sc.data(), bi.data());  // checks n
+  GgmlTypeInfo ti;
+  ggml_type_info(type, &ti);
+  for (int64_t b = 0; b < n / 256; ++b, p += ti.bytes, scales += 12, biases += 12) {
+    const float d = h2f(p), mneg = -h2f(p + 2);
+    std::memcpy(scales, &d, 4);
+    std::memcpy(biases, &mneg, 4);
+    for (int s = 0; s < 8; ++s) {
+      uint8_t a, m;
+      k_scale_min(s, p + 4, &a, &m);
+      scales[4 + s] = a;  // 0..63: the same byte as int8
+      biases[4 + s] = m;
+    }
   }
 }
 

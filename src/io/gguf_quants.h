@@ -39,6 +39,12 @@ void k_scale_min(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m);
 //   Q5_K: as Q4_K with 5-bit codes (8 bits)                 Q5_0: scale d, bias -16d (8 bits)
 //   Q5_1: scale d, bias m (8 bits)                          Q8_K: scale d, bias -128d, codes q+128 (8 bits)
 // Q6_K (sub-blocks of 16, signed scales) has no exact group-32 form: it stays in its blocks (QMatrix::Kind::Ggml).
+// Q4_K / Q5_K also repack with their scales and mins kept as they are stored, in the KS8 form (core/dtype.h): per
+// 256-block 12 bytes of scales (f32 d, then the 8 sub-block scales) and 12 of biases (f32 -dmin, then the 8 mins),
+// the same values as gguf_repack_row's f32 ones bit for bit, in 0.75 bits per weight instead of 2.
+bool gguf_repack_ks8(uint32_t type);
+void gguf_repack_row_ks8(uint32_t type, const uint8_t* src, int64_t n, uint32_t* words, uint8_t* scales,
+                         uint8_t* biases);
 bool gguf_repackable(uint32_t type);
 int gguf_repack_bits(uint32_t type);  // 4 or 8
 void gguf_repack_row(uint32_t type, const uint8_t* src, int64_t n, uint32_t* words, float* scales, float* biases);

@@ -152,33 +152,44 @@ class Builder {
       throw Error(t.file + ": tensor '" + name + "': cannot move column blocks of " + std::to_string(col_block));
     if (gguf_repackable(t.type)) {
       const int bits = gguf_repack_bits(t.type);
-      note(name, t.type, "affine " + std::to_string(bits) + "-bit, group 32, f32 scales (exact repack)");
+      // Q4_K / Q5_K keep their scales as stored (KS8, one 12-byte block per 256 columns) unless the column
+      // reorder splits the 256-blocks (ssm_out with 128-wide value heads): f32 scales there.
+      const bool ks8 = gguf_repack_ks8(t.type) && (!col_block || col_block % 256 == 0);
+      const DType sdt = ks8 ? DType::KS8 : DType::F32;
+      note(name, t.type, "affine " + std::to_string(bits) + "-bit, group 32, " +
+                             (ks8 ? "scales as stored (KS8)" : "f32 scales") + " (exact repack)");
       const size_t wpr = size_t(cols) * size_t(bits) / 32, gpr = size_t(cols / 32);
+      const size_t srb = scale_bytes(sdt, gpr);  // scale (and bias) bytes of a row
       auto words = own<uint32_t>(size_t(n * rows) * wpr);
-      auto sc = own<float>(size_t(n * rows) * gpr), bi = own<float>(size_t(n * rows) * gpr);
+      auto sc = own<uint8_t>(size_t(n * rows) * srb), bi = own<uint8_t>(size_t(n * rows) * srb);
       parallel_for(n * rows, 64, [&](int64_t a, int64_t e) {  // rows of all n matrices, on all cores
         for (int64_t g = a; g < e; ++g) {
           const size_t at = size_t(g);
           uint32_t* wr = words + at * wpr;
-          float* sr = sc + at * gpr;
-          float* br = bi + at * gpr;
-          gguf_repack_row(t.type, src_row(g / rows, g % rows), cols, wr, sr, br);
+          uint8_t* sr = sc + at * srb;
+          uint8_t* br = bi + at * srb;
+          if (ks8) {
+            gguf_repack_row_ks8(t.type, src_row(g / rows, g % rows), cols, wr, sr, br);
+          } else {
+            gguf_repack_row(t.type, src_row(g / rows, g % rows), cols, wr, reinterpret_cast<float*>(sr),
+                            reinterpret_cast<float*>(br));
+          }
           permute_cols(reinterpret_cast<uint8_t*>(wr), size_t(col_block) * size_t(bits) / 8);
-          permute_cols(reinterpret_cast<uint8_t*>(sr), size_t(col_block / 32) * 4);
-          permute_cols(reinterpret_cast<uint8_t*>(br), size_t(col_block / 32) * 4);
+          permute_cols(sr, scale_bytes(sdt, size_t(col_block / 32)));
+          permute_cols(br, scale_bytes(sdt, size_t(col_block / 32)));
         }
       });
       for (int64_t k = 0; k < n; ++k) {
         QMatrix& q = out[size_t(k)];
         q.kind = QMatrix::Kind::Affine;
-        q.sdtype = DType::F32;
+        q.sdtype = sdt;
         q.bits = bits;
         q.group = 32;
         q.rows = rows;
         q.cols = cols;
         q.w = words + size_t(k * rows) * wpr;
-        q.scales = sc + size_t(k * rows) * gpr;
-        q.biases = bi + size_t(k * rows) * gpr;
+        q.scales = sc + size_t(k * rows) * srb;
+        q.biases = bi + size_t(k * rows) * srb;
       }
       return out;
     }
@@ -319,7 +330,7 @@ QMatrix sub_rows(const QMatrix& m, int64_t r0, int64_t n) {
   q.rows = n;
   q.w = static_cast<const uint8_t*>(m.w) + size_t(r0) * m.row_bytes();
   if (m.kind == QMatrix::Kind::Affine) {
-    const size_t sb = size_t(m.cols / m.group) * dtype_size(m.sdtype);
+    const size_t sb = scale_bytes(m.sdtype, size_t(m.cols / m.group));
     q.scales = static_cast<const uint8_t*>(m.scales) + size_t(r0) * sb;
     q.biases = static_cast<const uint8_t*>(m.biases) + size_t(r0) * sb;
   }

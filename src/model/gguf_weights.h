@@ -13,7 +13,8 @@
 //    ssm_dt, conv1d's V channels and ssm_out's columns are put back in grouped order here;
 //  - blocks past block_count - nextn_predict_layers (multi-token prediction) are ignored.
 // Weights: F32/F16/BF16 matrices point into the mapping; Q4_0/Q4_1/Q4_K are repacked exactly to 4-bit affine
-// (group 32), Q5_0/Q5_1/Q5_K/Q8_0/Q8_K exactly to 8-bit affine (group 32); Q6_K stays in its own blocks
+// (group 32), Q5_0/Q5_1/Q5_K/Q8_0/Q8_K exactly to 8-bit affine (group 32); Q4_K / Q5_K keep their scales and
+// mins as stored (KS8 scales, core/dtype.h), the others get f32 scales; Q6_K stays in its own blocks
 // (QMatrix::Kind::Ggml, decoded a row at a time in the CPU kernels; dequantised to F32 only where the value-head
 // column reorder of ssm_out splits its 256-wide blocks). The load log (stderr) says which tensors went where.
 #pragma once

@@ -21,7 +21,7 @@ size_t QMatrix::row_bytes() const {
 
 size_t QMatrix::bytes() const {
   size_t b = size_t(rows) * row_bytes();
-  if (kind == Kind::Affine && group > 0) b += 2 * size_t(rows) * size_t(cols / group) * dtype_size(sdtype);
+  if (kind == Kind::Affine && group > 0) b += 2 * size_t(rows) * scale_bytes(sdtype, size_t(cols / group));
   if (kind == Kind::Fp8Block && group > 0)
     b += size_t((rows + group - 1) / group) * size_t((cols + group - 1) / group) * dtype_size(sdtype);
   return b;

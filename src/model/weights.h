@@ -16,7 +16,8 @@ namespace lily {
 //  Dense: `w` points to rows*cols elements of `dtype` (BF16, F16 or F32), row-major.
 //  Affine (MLX): `w` points to [rows, cols*bits/8] bytes, each row a little-endian bit stream (element j in bits
 //    [j*bits, (j+1)*bits) of the row, which for 2/4/8 bits is element k of a u32 word in bits [k*bits, ...)),
-//    `scales`/`biases` to [rows, cols/group] of `sdtype` (BF16/F16/F32); w = scale*q + bias per group. After
+//    `scales`/`biases` to [rows, cols/group] of `sdtype` (BF16/F16/F32, or KS8 for GGUF K-quants: each row a
+//    whole number of 8-scale blocks, scale_bytes(sdtype, cols/group) bytes); w = scale*q + bias per group. After
 //    loading, bits is 4 or 8 (other MLX widths are repacked to 8 at load); dequant_row reads 2..8 (not 7).
 //  Fp8Block: `w` points to rows*cols F8_E4M3 bytes (dtype F8_E4M3), `scales` to [ceil(rows/group),
 //    ceil(cols/group)] of `sdtype` (F32/BF16) block scales (weight_scale_inv); w = fp8 * scale of its block.

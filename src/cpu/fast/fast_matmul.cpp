@@ -1,6 +1,7 @@
 // The fast CPU matmul: 4-bit affine group-64 and group-32 matrices go to the integer kernels (AVX-512 VNNI, AVX2 + FMA or
-// portable, as fast::active_isa() says); 8-bit affine and bf16 matrices to the AVX-512 / AVX2 f32 kernels; every
-// other matrix (and all of them on the portable tier) is decoded a row at a time and dotted in f32.
+// portable, as fast::active_isa() says); GGUF Q6_K blocks to their integer kernel on the same activations (AVX-512) or
+// to their f32 kernel (AVX2); 8-bit affine and bf16 matrices to the AVX-512 / AVX2 f32 kernels; every other matrix
+// (and all of them on the portable tier) is decoded a row at a time and dotted in f32.
 // Rows are split across the thread pool; scratch buffers are per thread and only ever grow.
 #include "cpu/fast/fast_matmul.h"
 
@@ -8,6 +9,7 @@
 
 #include "cpu/fast/cpu_isa.h"
 #include "cpu/fast/q4_kernels.h"
+#include "cpu/fast/q6k_kernels.h"
 #include "cpu/fast/scale_at.h"
 #include "cpu/thread_pool.h"
 
@@ -100,9 +102,11 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
   thread_local std::vector<char> thalves;  // distinct quantisation k also needs the halves' sums (group 32)
   std::vector<char>& halves = thalves;
   halves.assign(count, 0);
+  const Isa isa = active_isa();
   for (int j = 0; j < count; ++j) {
     const MatJob& jb = jobs[j];
-    if (is_q4_integer(*jb.W)) {
+    // quantised activations: the 4-bit matrices, and Q6_K blocks on the AVX-512 tier
+    if (is_q4_integer(*jb.W) || (isa == Isa::Avx512 && q6k_int_supported(*jb.W))) {
       for (int k = 0; k < j && qidx[j] < 0; ++k)
         if (qidx[k] >= 0 && jobs[k].X == jb.X && jobs[k].n == jb.n && jobs[k].W->cols == jb.W->cols) qidx[j] = qidx[k];
       if (qidx[j] < 0) {
@@ -110,7 +114,7 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
         quant_elems += static_cast<int64_t>(jb.n) * jb.W->cols;
         qidx[j] = nq++;
       }
-      halves[size_t(qidx[j])] |= jb.W->group == 32;
+      halves[size_t(qidx[j])] |= jb.W->kind == QMatrix::Kind::Affine && jb.W->group == 32;
     }
     // the tile GEMM takes 16 weight rows at a time
     blk[j] = (qidx[j] >= 0 && jb.n >= kTileMinRows) ? (block + 15) / 16 * 16 : block;
@@ -140,7 +144,6 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
       quantize_x_rows(jb.X, i0, i1, static_cast<int>(jb.W->cols), precise, qs[k]);
     });
   }
-  const Isa isa = active_isa();
   const int64_t* fst = first.data();
   const int64_t* bl = blk.data();
   const int* qi = qidx.data();
@@ -149,12 +152,16 @@ void matmul_batch(const MatJob* jobs, int count, bool precise) {
     const MatJob& jb = jobs[j];
     const int64_t r0 = (t - fst[j]) * bl[j], r1 = std::min(jb.W->rows, r0 + bl[j]);
     if (qi[j] < 0) {
-      if (isa == Isa::Avx512 && q8_bf16_supported(*jb.W))
+      if (isa == Isa::Avx2 && q6k_supported(*jb.W))
+        q6k_rows_avx2(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
+      else if (isa == Isa::Avx512 && q8_bf16_supported(*jb.W))
         q8_bf16_rows_avx512(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
       else if (isa == Isa::Avx2 && q8_bf16_supported(*jb.W))
         q8_bf16_rows_avx2(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
       else
         generic_rows(*jb.W, r0, r1, jb.X, jb.n, jb.Y);
+    } else if (jb.W->kind == QMatrix::Kind::Ggml) {  // Q6_K (outliers added inside)
+      q6k_rows_avx512(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
     } else {
       if (isa == Isa::Avx512) q4_rows_avx512(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);
       else if (isa == Isa::Avx2) q4_rows_avx2(*jb.W, r0, r1, qs[qi[j]], precise, jb.Y);

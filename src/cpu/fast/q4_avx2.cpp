@@ -1,10 +1,13 @@
-// 4-bit affine (MLX, group 64) matrix x activations with AVX2 + FMA, for CPUs without AVX-512 VNNI. The same
+// 4-bit affine (MLX, group 64; or group 32, GGUF Q4_0 / Q4_1 / Q4_K) matrix x activations with AVX2 + FMA, for
+// CPUs without AVX-512 VNNI. The same
 // integer arithmetic as the AVX-512 kernel: u8 codes x s8 activations by vpmaddubsw (pair sums |.| <= 2·15·127,
 // no saturation; up to 8 of them summed in s16 stay below 32767) and vpmaddwd by ones (s16 pairs -> s32), so the
 // per-dword integer sums equal vpdpbusd's exactly. The float epilogues replay the AVX-512 kernel's operations
 // lane by lane and its horizontal sums in the same order, so the results are bit-identical to it (tested).
 // One group (32 code bytes) per 256-bit register: the AVX-512 kernel's lanes 0-7 / 8-15 (even / odd group of a
-// pair) are two registers here.
+// pair) are two registers here. Groups of 32 (SUB = 2): dword lanes 0-3 / 4-7 of a 64-group (elements 0-31 /
+// 32-63) take their own scale and Σx, as in the AVX-512 kernel; remainder rows of a prefill go to the portable
+// kernel, as there.
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -104,25 +107,29 @@ LILY_AVX2 inline __m256 fold4(const __m256* a) {
                        _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(s01), _mm256_castps_pd(s23))));
 }
 
-// One activation row against 4 weight rows (decode), as the AVX-512 gemv_quad.
-template <bool PRECISE>
+// One activation row against 4 weight rows (decode), as the AVX-512 gemv_quad (SUB 2: groups of 32).
+template <bool PRECISE, int SUB>
 LILY_AVX2 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X, int i, float* Y) {
-  const int G = X.G;
-  alignas(32) float sd[4][256 + 16];
+  const int G = X.G, NG = G * SUB;  // activation groups (64), weight groups per row
+  alignas(32) float sd[4][512 + 16];
   __m256 ae[4], ao[4];
   for (int k = 0; k < 4; ++k) ae[k] = ao[k] = _mm256_setzero_ps();
   alignas(16) float bias[4] = {0, 0, 0, 0};
   const float* dxg = &X.dxg[static_cast<size_t>(i) * G];
-  const float* xs = &X.sum[static_cast<size_t>(i) * G];
-  const float* r8 = &X.res8[static_cast<size_t>(i) * G];
+  const float* xs = SUB == 2 ? &X.sum32[static_cast<size_t>(i) * NG] : &X.sum[static_cast<size_t>(i) * G];
+  const float* r8 = SUB == 2 ? &X.res8_32[static_cast<size_t>(i) * NG] : &X.res8[static_cast<size_t>(i) * G];
+  alignas(32) float dx2[512];  // SUB 2: dx of each weight group (its activation group's)
+  if constexpr (SUB == 2)
+    for (int g = 0; g < NG; ++g) dx2[g] = dxg[g >> 1];
+  const float* dxw = SUB == 2 ? dx2 : dxg;
   for (int k = 0; k < nr; ++k) {
     __m256 bacc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};  // the AVX-512 kernel's lanes 0-7, 8-15
-    for (int g = 0; g < G; g += 16)
+    for (int g = 0; g < NG; g += 16)
       for (int h = 0; h < 2; ++h) {
-        const int gh = g + 8 * h, valid = G - gh;
-        const __m256 sv = load8(W.scales, W.sdtype, (r + k) * G + gh, valid);
-        const __m256 bv = load8(W.biases, W.sdtype, (r + k) * G + gh, valid);
-        _mm256_store_ps(&sd[k][gh], _mm256_mul_ps(sv, loadf8(dxg + gh, valid)));
+        const int gh = g + 8 * h, valid = NG - gh;
+        const __m256 sv = load8(W.scales, W.sdtype, (r + k) * NG + gh, valid);
+        const __m256 bv = load8(W.biases, W.sdtype, (r + k) * NG + gh, valid);
+        _mm256_store_ps(&sd[k][gh], _mm256_mul_ps(sv, loadf8(dxw + gh, valid)));
         bacc[h] = _mm256_fmadd_ps(bv, loadf8(xs + gh, valid), bacc[h]);
         bacc[h] = _mm256_fmadd_ps(sv, loadf8(r8 + gh, valid), bacc[h]);  // quant_x.h: res8 centres the codes
       }
@@ -145,13 +152,18 @@ LILY_AVX2 void gemv_quad(const QMatrix& W, int64_t r, int nr, const QuantX& X, i
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[k] + p * 64));
       const __m256 f0 = group_dot<PRECISE>(_mm256_and_si256(w0, m4), _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4),
                                            ph, pl);
-      ae[k] = _mm256_fmadd_ps(f0, _mm256_set1_ps(sd[k][2 * p]), ae[k]);
+      // lane l of a 64-group's register takes weight group 2p (+1) (SUB 1) or 4p + l / 4 (+2) (SUB 2)
+      const __m256 s0 = SUB == 2 ? _mm256_set_m128(_mm_set1_ps(sd[k][4 * p + 1]), _mm_set1_ps(sd[k][4 * p]))
+                                 : _mm256_set1_ps(sd[k][2 * p]);
+      ae[k] = _mm256_fmadd_ps(f0, s0, ae[k]);
       if (full) {
         const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[k] + p * 64 + 32));
         const __m256 f1 = group_dot<PRECISE>(_mm256_and_si256(w1, m4),
                                              _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4), ph + 32,
                                              PRECISE ? pl + 32 : nullptr);
-        ao[k] = _mm256_fmadd_ps(f1, _mm256_set1_ps(sd[k][2 * p + 1]), ao[k]);
+        const __m256 s1 = SUB == 2 ? _mm256_set_m128(_mm_set1_ps(sd[k][4 * p + 3]), _mm_set1_ps(sd[k][4 * p + 2]))
+                                   : _mm256_set1_ps(sd[k][2 * p + 1]);
+        ao[k] = _mm256_fmadd_ps(f1, s1, ao[k]);
       }
     }
   }
@@ -195,61 +207,67 @@ LILY_AVX2 inline void tile_codes(const uint8_t* base, int64_t rb, __m256i* wl, _
   }
 }
 
-template <bool PRECISE, int NB>
-LILY_AVX2 inline void tile_act(const __m256i* wl, const __m256i* wh, const QuantX& X, int i, int g, __m256 sv,
-                               __m256 bv, float* acc) {
+// SUB 2: dwords 0-3 and 4-7 (elements 0-31, 32-63) are two weight groups, each summed on its own (sums of 4
+// vpmaddubsw in s16) with sv[h], bv[h] and the halves' Σx.
+template <bool PRECISE, int NB, int SUB>
+LILY_AVX2 inline void tile_act(const __m256i* wl, const __m256i* wh, const QuantX& X, int i, int g, const __m256* sv,
+                               const __m256* bv, float* acc) {
   const int8_t* xh[NB];
   const int8_t* xl[NB];
-  __m256i ih[NB], il[NB];
   for (int j = 0; j < NB; ++j) {
     xh[j] = X.hi_at(i + j, g);
     if constexpr (PRECISE) xl[j] = X.lo_at(i + j, g);
-    ih[j] = il[j] = _mm256_setzero_si256();
   }
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int part = 0; part < 2; ++part) {  // low nibbles x even block, then high nibbles x odd block
-    const __m256i* w = part ? wh : wl;
-    const int xo = part * 64;
-    __m256i sh[NB], sl[NB];
+  for (int h = 0; h < SUB; ++h) {
+    __m256i ih[NB], il[NB];
+    for (int j = 0; j < NB; ++j) ih[j] = il[j] = _mm256_setzero_si256();
+    const int q0 = h * 8 / SUB, q1 = (h + 1) * 8 / SUB;
+    for (int part = 0; part < 2; ++part) {  // low nibbles x even block, then high nibbles x odd block
+      const __m256i* w = part ? wh : wl;
+      const int xo = part * 64;
+      __m256i sh[NB], sl[NB];
 #pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q)
-      for (int j = 0; j < NB; ++j) {
-        const __m256i ph = _mm256_maddubs_epi16(w[q], _mm256_set1_epi32(load_i32(xh[j] + xo + 4 * q)));
-        sh[j] = q ? _mm256_add_epi16(sh[j], ph) : ph;
-        if constexpr (PRECISE) {
-          const __m256i pl = _mm256_maddubs_epi16(w[q], _mm256_set1_epi32(load_i32(xl[j] + xo + 4 * q)));
-          sl[j] = q ? _mm256_add_epi16(sl[j], pl) : pl;
+      for (int q = q0; q < q1; ++q)
+        for (int j = 0; j < NB; ++j) {
+          const __m256i ph = _mm256_maddubs_epi16(w[q], _mm256_set1_epi32(load_i32(xh[j] + xo + 4 * q)));
+          sh[j] = q > q0 ? _mm256_add_epi16(sh[j], ph) : ph;
+          if constexpr (PRECISE) {
+            const __m256i pl = _mm256_maddubs_epi16(w[q], _mm256_set1_epi32(load_i32(xl[j] + xo + 4 * q)));
+            sl[j] = q > q0 ? _mm256_add_epi16(sl[j], pl) : pl;
+          }
         }
+      for (int j = 0; j < NB; ++j) {
+        ih[j] = _mm256_add_epi32(ih[j], _mm256_madd_epi16(sh[j], ones));
+        if constexpr (PRECISE) il[j] = _mm256_add_epi32(il[j], _mm256_madd_epi16(sl[j], ones));
       }
-    for (int j = 0; j < NB; ++j) {
-      ih[j] = _mm256_add_epi32(ih[j], _mm256_madd_epi16(sh[j], ones));
-      if constexpr (PRECISE) il[j] = _mm256_add_epi32(il[j], _mm256_madd_epi16(sl[j], ones));
     }
-  }
-  for (int j = 0; j < NB; ++j) {
-    const size_t gi = static_cast<size_t>(i + j) * X.G + g;
-    __m256 f;
-    if constexpr (PRECISE)
-      f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(il[j]), _mm256_set1_ps(1.0f / 254.0f), _mm256_cvtepi32_ps(ih[j]));
-    else
-      f = _mm256_cvtepi32_ps(ih[j]);
-    float* a = acc + static_cast<size_t>(j) * kTile8;
-    __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(f, _mm256_set1_ps(X.dxg[gi])), sv, _mm256_load_ps(a));
-    v = _mm256_fmadd_ps(bv, _mm256_set1_ps(X.sum[gi]), v);
-    _mm256_store_ps(a, _mm256_fmadd_ps(sv, _mm256_set1_ps(X.res8[gi]), v));  // quant_x.h: res8 centres the codes
+    for (int j = 0; j < NB; ++j) {
+      const size_t gi = static_cast<size_t>(i + j) * X.G + g;
+      __m256 f;
+      if constexpr (PRECISE)
+        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(il[j]), _mm256_set1_ps(1.0f / 254.0f), _mm256_cvtepi32_ps(ih[j]));
+      else
+        f = _mm256_cvtepi32_ps(ih[j]);
+      const float xs = SUB == 2 ? X.sum32[2 * gi + h] : X.sum[gi], r8 = SUB == 2 ? X.res8_32[2 * gi + h] : X.res8[gi];
+      float* a = acc + static_cast<size_t>(j) * kTile8;
+      __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(f, _mm256_set1_ps(X.dxg[gi])), sv[h], _mm256_load_ps(a));
+      v = _mm256_fmadd_ps(bv[h], _mm256_set1_ps(xs), v);
+      _mm256_store_ps(a, _mm256_fmadd_ps(sv[h], _mm256_set1_ps(r8), v));  // quant_x.h: res8 centres the codes
+    }
   }
 }
 
 // Rows [r, r + 8) against every activation row.
-template <bool PRECISE>
+template <bool PRECISE, int SUB>
 LILY_AVX2 void tile_rows(const QMatrix& W, int64_t r, const QuantX& X, float* Y) {
-  const int G = X.G;
+  const int G = X.G, NG = G * SUB;
   const int64_t rb = static_cast<int64_t>(W.row_bytes());
-  alignas(32) float s[256 * kTile8], b[256 * kTile8];  // [g][row of the tile]
+  alignas(32) float s[512 * kTile8], b[512 * kTile8];  // [weight group][row of the tile]
   for (int k = 0; k < kTile8; ++k)
-    for (int g = 0; g < G; ++g) {
-      s[g * kTile8 + k] = scale_at(W.scales, W.sdtype, (r + k) * G + g);
-      b[g * kTile8 + k] = scale_at(W.biases, W.sdtype, (r + k) * G + g);
+    for (int g = 0; g < NG; ++g) {
+      s[g * kTile8 + k] = scale_at(W.scales, W.sdtype, (r + k) * NG + g);
+      b[g * kTile8 + k] = scale_at(W.biases, W.sdtype, (r + k) * NG + g);
     }
   alignas(32) float acc[kActBlock * kTile8];
   const uint8_t* w0 = static_cast<const uint8_t*>(W.w) + r * rb;
@@ -263,10 +281,14 @@ LILY_AVX2 void tile_rows(const QMatrix& W, int64_t r, const QuantX& X, float* Y)
           _mm_prefetch(reinterpret_cast<const char*>(w0 + k * rb + (g + 4) * 32), _MM_HINT_T0);
       __m256i wl[8], wh[8];
       tile_codes(w0 + g * 32, rb, wl, wh);
-      const __m256 sv = _mm256_load_ps(s + g * kTile8), bv = _mm256_load_ps(b + g * kTile8);
+      __m256 sv[SUB], bv[SUB];
+      for (int h = 0; h < SUB; ++h) {
+        sv[h] = _mm256_load_ps(s + (g * SUB + h) * kTile8);
+        bv[h] = _mm256_load_ps(b + (g * SUB + h) * kTile8);
+      }
       int i = i0;
-      for (; i + NB <= i1; i += NB) tile_act<PRECISE, NB>(wl, wh, X, i, g, sv, bv, acc + (i - i0) * kTile8);
-      for (; i < i1; ++i) tile_act<PRECISE, 1>(wl, wh, X, i, g, sv, bv, acc + (i - i0) * kTile8);
+      for (; i + NB <= i1; i += NB) tile_act<PRECISE, NB, SUB>(wl, wh, X, i, g, sv, bv, acc + (i - i0) * kTile8);
+      for (; i < i1; ++i) tile_act<PRECISE, 1, SUB>(wl, wh, X, i, g, sv, bv, acc + (i - i0) * kTile8);
     }
     for (int i = i0; i < i1; ++i)
       _mm256_storeu_ps(Y + static_cast<size_t>(i) * W.rows + r, _mm256_load_ps(acc + (i - i0) * kTile8));
@@ -275,19 +297,32 @@ LILY_AVX2 void tile_rows(const QMatrix& W, int64_t r, const QuantX& X, float* Y)
 
 template <bool PRECISE>
 LILY_AVX2 void rows_impl(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, float* Y) {
+  const bool g32 = W.group == 32;
   if (X.n < kTileMinRows) {  // decode: 4 weight rows at a time against each activation row
     for (int64_t r = r0; r < r1; r += 4) {
       const int nr = static_cast<int>(std::min<int64_t>(4, r1 - r));
-      for (int i = 0; i < X.n; ++i) gemv_quad<PRECISE>(W, r, nr, X, i, Y);
+      for (int i = 0; i < X.n; ++i) {
+        if (g32) gemv_quad<PRECISE, 2>(W, r, nr, X, i, Y);
+        else gemv_quad<PRECISE, 1>(W, r, nr, X, i, Y);
+      }
     }
     return;
   }
   // the same split as the AVX-512 kernel (16-row tiles, the rest row by row) so that results match it exactly
   for (; r0 + 16 <= r1; r0 += 16) {
-    tile_rows<PRECISE>(W, r0, X, Y);
-    tile_rows<PRECISE>(W, r0 + kTile8, X, Y);
+    if (g32) {
+      tile_rows<PRECISE, 2>(W, r0, X, Y);
+      tile_rows<PRECISE, 2>(W, r0 + kTile8, X, Y);
+    } else {
+      tile_rows<PRECISE, 1>(W, r0, X, Y);
+      tile_rows<PRECISE, 1>(W, r0 + kTile8, X, Y);
+    }
   }
   if (r0 == r1) return;
+  if (g32) {  // the last rows % 16 of a group-32 matrix: the portable kernel (as the AVX-512 kernel does)
+    q4_rows_portable(W, r0, r1, X, PRECISE, Y);
+    return;
+  }
   constexpr int kXBlock = 64;
   float s[256], b[256];
   for (int i0 = 0; i0 < X.n; i0 += kXBlock) {
@@ -307,7 +342,6 @@ LILY_AVX2 void rows_impl(const QMatrix& W, int64_t r0, int64_t r1, const QuantX&
 }  // namespace
 
 void q4_rows_avx2(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, bool precise, float* Y) {
-  if (W.group == 32) return q4_rows_portable(W, r0, r1, X, precise, Y);  // no AVX2 form of group 32 yet
   if (precise)
     rows_impl<true>(W, r0, r1, X, Y);
   else

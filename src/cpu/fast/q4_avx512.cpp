@@ -64,9 +64,24 @@ LILY_AVX512 void rows_block(const QMatrix& W, int64_t r, const QuantX& X, int i0
 // One activation row against 4 weight rows at a time (decode): the activation bytes are loaded once per
 // pair of groups for 4 rows, and each row's scale·dx per group is precomputed so a single permute places
 // it in the lanes of its group.
-// 16 scales (bf16/f16/f32) starting at element i, zero past `valid`
+// 16 scales (bf16/f16/f32/KS8) starting at element i, zero past `valid` (KS8: i a multiple of 8, as every caller's
+// index is: rows of a KS8 matrix hold whole 8-scale blocks and g steps by 16)
 LILY_AVX512 inline __m512 load16(const void* p, DType t, int64_t i, int valid) {
   const __mmask16 m = valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << valid) - 1);
+  if (t == DType::KS8) {  // block i / 8 (lanes 0-7) and, when valid > 8, the next one (lanes 8-15)
+    const uint8_t* b = static_cast<const uint8_t*>(p) + (i / 8) * 12;
+    const bool two = valid > 8;
+    float m0, m1 = 0.0f;
+    std::memcpy(&m0, b, 4);
+    __m128i f = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 4));
+    if (two) {
+      std::memcpy(&m1, b + 12, 4);
+      f = _mm_unpacklo_epi64(f, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 16)));
+    }
+    const __m512 fv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(f));
+    const __m512 mv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(m0)), _mm256_set1_ps(m1), 1);
+    return _mm512_maskz_mul_ps(m, mv, fv);
+  }
   if (t == DType::BF16) {
     const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));

@@ -1,4 +1,4 @@
-// AVX2 + FMA version of q8_bf16_avx512.cpp (8-bit affine and dense bf16 matrices, f32 activations). The
+// AVX2 + FMA version of q8_bf16_avx512.cpp (8-bit affine, dense bf16 and dense f32 matrices, f32 activations). The
 // AVX-512 kernel's two 16-lane accumulators are four 8-lane ones here, updated with the same operations lane by
 // lane and summed in the same order, so the results are bit-identical to it.
 #if defined(__x86_64__)
@@ -33,6 +33,13 @@ LILY_AVX2 void q8_bf16_rows_avx2(const QMatrix& W, int64_t r0, int64_t r1, const
               a[h] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + col + 8 * h), a[h]);
             }
           }
+        }
+      } else if (W.dtype == DType::F32) {  // dense f32
+        const float* w32 = reinterpret_cast<const float*>(wr);
+        for (int64_t c = 0; c < cols; c += 16) {
+          __m256* a = acc[(c & 16) ? 1 : 0];
+          for (int h = 0; h < 2; ++h)
+            a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(w32 + c + 8 * h), _mm256_loadu_ps(x + c + 8 * h), a[h]);
         }
       } else {  // dense bf16
         const uint16_t* w16 = reinterpret_cast<const uint16_t*>(wr);

@@ -1,5 +1,5 @@
-// AVX-512 kernels for the matrices that are not 4-bit: MLX affine 8-bit (router, shared-expert gate) and dense
-// bf16 (Hugging Face checkpoints). Weights are decoded in registers (w = s·q + b, or bf16 << 16) and multiplied
+// AVX-512 kernels for the matrices that are not 4-bit: MLX affine 8-bit (router, shared-expert gate), dense
+// bf16 (Hugging Face checkpoints) and dense f32 (GGUF's router and shared-expert gate). Weights are decoded in registers (w = s·q + b, or bf16 << 16) and multiplied
 // with the f32 activations: exact f32 arithmetic, no activation quantisation.
 // GCC 12 reports false (maybe-)uninitialized warnings inside its own AVX-512 intrinsic headers.
 #include "cpu/fast/q4_kernels.h"
@@ -8,7 +8,7 @@ namespace lily::fast {
 
 bool q8_bf16_supported(const QMatrix& W) {
   if (W.kind == QMatrix::Kind::Affine) return W.bits == 8 && W.group % 16 == 0 && W.cols % W.group == 0;
-  return W.kind == QMatrix::Kind::Dense && W.dtype == DType::BF16 && W.cols % 16 == 0;
+  return W.kind == QMatrix::Kind::Dense && (W.dtype == DType::BF16 || W.dtype == DType::F32) && W.cols % 16 == 0;
 }
 
 }  // namespace lily::fast
@@ -49,6 +49,14 @@ LILY_AVX512 void q8_bf16_rows_avx512(const QMatrix& W, int64_t r0, int64_t r1, c
             else
               acc0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + col), acc0);
           }
+        }
+      } else if (W.dtype == DType::F32) {  // dense f32 (GGUF's router and shared-expert gate)
+        const float* w32 = reinterpret_cast<const float*>(wr);
+        for (int64_t c = 0; c < cols; c += 16) {
+          if (c & 16)
+            acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(w32 + c), _mm512_loadu_ps(x + c), acc1);
+          else
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(w32 + c), _mm512_loadu_ps(x + c), acc0);
         }
       } else {  // dense bf16
         const uint16_t* w16 = reinterpret_cast<const uint16_t*>(wr);
