@@ -99,6 +99,7 @@ class CudaBackend : public Backend {
                      const GemvSide* side = nullptr);
   void begin(CudaState& st, int n_given);
   void run_step(StepPart part = StepPart::kArgmax);  // enqueued directly or replayed from its graph
+  cudaGraphExec_t step_graph(StepPart part);          // captured on first use
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
 
   struct Mark {

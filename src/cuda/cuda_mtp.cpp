@@ -54,6 +54,9 @@ void CudaBackend::upload_mtp() {
   prefill_->set_mtp(pm, [this](size_t b) { return dev_alloc(b); });
   vhid_ = static_cast<float*>(dev_alloc(size_t(kMaxVerifyDecode) * cfg_.hidden * 4));
   has_mtp_ = true;
+  // The speculative loop's plain steps (verify of one token) replay the argmax step's graph; captured now, so that
+  // the first one (which auto-off times as plain decoding's cost) does not include the capture.
+  if (opt_.graph) step_graph(StepPart::kArgmax);
 }
 
 std::string CudaBackend::mtp_unavailable_reason() const {
