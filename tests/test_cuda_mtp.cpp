@@ -248,6 +248,7 @@ TEST(CudaMtpLoad, WithoutWeightsSaysWhy) {
   auto be = make_test_backend("cuda", load_model(kTiny + "model-bf16"));
   EXPECT_FALSE(be->mtp_available());
   EXPECT_NE(be->mtp_unavailable_reason().find("not loaded"), std::string::npos);
+  EXPECT_FALSE(be->mtp_default_off_reason().empty());  // decode-step verify: exact, never faster
   auto st = be->new_state(64);
   const int32_t id = 5;
   std::vector<float> h(size_t(be->config().hidden));

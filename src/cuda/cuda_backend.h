@@ -70,6 +70,7 @@ class CudaBackend : public Backend {
   // through the prefill runner: CudaOptions::verify_batched), accept copies the kept position's states back.
   bool mtp_available() const override { return has_mtp_; }
   std::string mtp_unavailable_reason() const override;
+  std::string mtp_default_off_reason() const override;
   void mtp_forward(SeqState& st, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
                    float* logits, float* hidden_out) override;
   int mtp_rows(const SeqState& st) const override;

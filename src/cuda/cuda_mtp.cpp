@@ -71,6 +71,10 @@ std::string CudaBackend::mtp_unavailable_reason() const {
   return "cuda: multi-token prediction runs through the batched prefill, which LILY_CUDA_PREFILL=decode turns off";
 }
 
+std::string CudaBackend::mtp_default_off_reason() const {
+  return "cuda: the verify runs as plain decode steps (exact, not faster than plain decoding); --mtp K turns it on";
+}
+
 int CudaBackend::mtp_rows(const SeqState& s) const {
   const auto* st = dynamic_cast<const CudaState*>(&s);
   if (!st) throw Error("cuda backend: state was made by another backend");
