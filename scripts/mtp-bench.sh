@@ -5,12 +5,13 @@
 # per round and P in {0, 0.5, 0.7, 0.86, 1}: tok/s at decode contexts 256, 4K and 32K (and 128K with
 # MTP_BENCH_128K=1), and the cost of one verify step of k+1 positions against one plain decode step.
 # Usage: scripts/mtp-bench.sh BUILD_DIR OUT_DIR (BUILD_DIR holds lily built with CUDA; OUT_DIR receives one text
-# report and one JSON per k). MTP_BENCH_KS="1 2" restricts k.
+# report and one JSON per k). MTP_BENCH_KS="1 2" restricts k, MTP_BENCH_CTX=256,4096 the contexts; the verify mode is
+# LILY_CUDA_VERIFY's (decode steps by default; batched: the prefill runner, docs/configuration.md).
 set -uo pipefail
 B=${1:-build}
 OUT=${2:-mtp-bench-out}
 mkdir -p "$OUT"
-ctx=256,4096,32768
+ctx=${MTP_BENCH_CTX:-256,4096,32768}
 if [ "${MTP_BENCH_128K:-0}" = 1 ]; then ctx=$ctx,131072; fi
 for k in ${MTP_BENCH_KS:-1 2 3 4}; do
   echo "== k=$k"
@@ -18,5 +19,5 @@ for k in ${MTP_BENCH_KS:-1 2 3 4}; do
     --prefill-lengths 256 --decode-contexts "$ctx" --decode-steps 64 --reps 1 --json "$OUT/mtp-k$k.json" \
     > "$OUT/mtp-k$k.txt" 2>&1
   echo "exit $?"
-  grep -E -A4 "^(decode|mtp) " "$OUT/mtp-k$k.txt" | grep -v "^--$"
+  grep -E -A5 "^(decode|mtp) " "$OUT/mtp-k$k.txt" | grep -v "^--$"
 done

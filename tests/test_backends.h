@@ -1,5 +1,5 @@
 // Backends by name for tests that run on every backend: "cuda" needs a build with the CUDA backend and a device
-// (the tests skip without one); "cuda-verify-decode" is the CUDA backend with LILY_CUDA_VERIFY=decode.
+// (the tests skip without one); "cuda-verify-batched" is the CUDA backend with LILY_CUDA_VERIFY=batched.
 #pragma once
 #include <cstdlib>
 #include <memory>
@@ -20,8 +20,8 @@ inline bool test_backend_usable(const std::string& kind) {
 }
 
 inline std::unique_ptr<lily::Backend> make_test_backend(const std::string& kind, std::shared_ptr<lily::ModelWeights> w) {
-  if (kind != "cuda-verify-decode") return lily::make_backend(kind, std::move(w));
-  setenv("LILY_CUDA_VERIFY", "decode", 1);
+  if (kind != "cuda-verify-batched") return lily::make_backend(kind, std::move(w));
+  setenv("LILY_CUDA_VERIFY", "batched", 1);
   try {
     auto be = lily::make_backend("cuda", std::move(w));
     unsetenv("LILY_CUDA_VERIFY");

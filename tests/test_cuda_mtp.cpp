@@ -1,7 +1,7 @@
 // The CUDA backend's speculative-decoding pieces on the tiny fixture with its MTP block: verify + accept(m) leave the
 // device state (KV rows, DeltaNet recurrent and conv states, position) equal to the state of forwarding only the m
-// kept tokens, bit for bit (LILY_CUDA_VERIFY=decode: against plain decode steps; batched: against one batched
-// forward of the m tokens); clone / assign carry the MTP cache; the greedy output of a speculative decode does not depend on k
+// kept tokens, bit for bit (the default decode-step verify: against plain decode steps; LILY_CUDA_VERIFY=batched:
+// against one batched forward of the m tokens); clone / assign carry the MTP cache; the greedy output of a speculative decode does not depend on k
 // or on how many drafts are accepted. The logits and the 520-token comparison with plain decoding are in
 // test_mtp.cpp / test_speculative.cpp.
 #include <gtest/gtest.h>
@@ -107,7 +107,7 @@ class CudaMtp : public ::testing::TestWithParam<const char*> {
 
 // verify [cur, wrong drafts] then accept(m): the state is the one that forwarded only the first m tokens.
 TEST_P(CudaMtp, AcceptLeavesThePlainState) {
-  const bool decode = std::string(GetParam()) == "cuda-verify-decode";
+  const bool decode = std::string(GetParam()) == "cuda";
   const ModelConfig& c = be->config();
   auto base = prefilled(128);
   const int32_t run[4] = {17, 400, 33, 2900};
@@ -147,6 +147,10 @@ TEST_P(CudaMtp, AcceptLeavesThePlainState) {
   EXPECT_THROW(be->accept(*st, *undo, 3), Error);
   EXPECT_THROW(be->accept(*st, *undo, 0), Error);
   EXPECT_THROW(be->accept(*other, *undo, 1), Error);  // another state's undo
+  auto undo2 = be->verify(*other, run, 2, vlog.data(), nullptr);
+  EXPECT_THROW(be->accept(*st, *undo, 1), Error);  // a verify ran since: its snapshots are gone
+  be->accept(*other, *undo2, 1);
+  EXPECT_EQ(other->pos, base->pos + 1);
   const int32_t bad[2] = {1, V};
   EXPECT_THROW(be->verify(*st, bad, 2, vlog.data(), nullptr), Error);
 }
@@ -228,7 +232,7 @@ TEST_P(CudaMtp, GreedyOutputIndependentOfDrafts) {
   while (agree < a.size() && agree < plain.size() && a[agree] == plain[agree]) ++agree;
   std::printf("[ %s ] speculative greedy agrees with plain decoding on the first %zu of %zu tokens\n", GetParam(),
               agree, plain.size());
-  if (std::string(GetParam()) == "cuda-verify-decode") {
+  if (std::string(GetParam()) == "cuda") {
     EXPECT_EQ(agree, plain.size());  // plain decoding's kernels
   }
   EXPECT_EQ(a, b);
@@ -236,14 +240,15 @@ TEST_P(CudaMtp, GreedyOutputIndependentOfDrafts) {
   EXPECT_EQ(a, e);
 }
 
-INSTANTIATE_TEST_SUITE_P(Verify, CudaMtp, ::testing::Values("cuda", "cuda-verify-decode"),
-                         [](const auto& i) { return std::string(i.param) == "cuda" ? "batched" : "decode_steps"; });
+INSTANTIATE_TEST_SUITE_P(Verify, CudaMtp, ::testing::Values("cuda", "cuda-verify-batched"),
+                         [](const auto& i) { return std::string(i.param) == "cuda" ? "decode_steps" : "batched"; });
 
 TEST(CudaMtpLoad, WithoutWeightsSaysWhy) {
   if (!test_backend_usable("cuda")) GTEST_SKIP() << "no CUDA device";
   auto be = make_test_backend("cuda", load_model(kTiny + "model-bf16"));
   EXPECT_FALSE(be->mtp_available());
   EXPECT_NE(be->mtp_unavailable_reason().find("not loaded"), std::string::npos);
+  EXPECT_FALSE(be->mtp_default_off_reason().empty());  // decode-step verify: exact, never faster
   auto st = be->new_state(64);
   const int32_t id = 5;
   std::vector<float> h(size_t(be->config().hidden));

@@ -118,7 +118,7 @@ TEST(CudaOptionsEnv, DefaultsWhenUnset) {
   EXPECT_TRUE(o.device_sampler);
   EXPECT_TRUE(o.router_y);
   EXPECT_TRUE(o.int8_x);
-  EXPECT_TRUE(o.verify_batched);
+  EXPECT_FALSE(o.verify_batched);  // decode steps: lossless (docs/architecture.md, speculative decoding)
 }
 
 TEST(CudaOptionsEnv, VerifyModes) {
@@ -133,7 +133,7 @@ TEST(CudaOptionsEnv, VerifyModes) {
   ScopedVars bad({{"LILY_CUDA_VERIFY", "steps"}});
   const std::string e = error_of([] { CudaOptions::from_env(); });
   EXPECT_NE(e.find("LILY_CUDA_VERIFY"), std::string::npos) << e;
-  EXPECT_NE(e.find("batched, decode"), std::string::npos) << e;
+  EXPECT_NE(e.find("decode, batched"), std::string::npos) << e;
 }
 
 TEST(CudaOptionsEnv, LaunchModes) {

@@ -278,6 +278,22 @@ TEST(MtpArgs, DefaultOnWithWeightsAndClearErrors) {
   auto be = make_backend("cpu-ref", load_model(kTiny + "model-bf16"));
   EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, *be, "test"), 0);
   EXPECT_THROW(mtp_for_backend(MtpChoice{3, true}, *be, "test"), Error);
+  // a backend with the weights that keeps it off unless asked (Backend::mtp_default_off_reason)
+  struct OffByDefault : Backend {
+    ModelConfig c;
+    std::string name() const override { return "off-by-default"; }
+    const ModelConfig& config() const override { return c; }
+    std::unique_ptr<SeqState> new_state(int) override { return nullptr; }
+    void forward(SeqState&, const int32_t*, int, int, float*, const ForwardOptions&) override {}
+    bool mtp_available() const override { return true; }
+    std::string mtp_default_off_reason() const override { return "not faster here"; }
+  } off_be;
+  EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, off_be, "test"), 0);
+  EXPECT_EQ(mtp_for_backend(MtpChoice{2, true}, off_be, "test"), 2);
+  auto wm = load_model(kTiny + "model-bf16");
+  load_mtp(*wm);
+  auto on_be = make_backend("cpu-ref", wm);
+  EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, *on_be, "test"), 3);
 }
 
 TEST(MtpArgs, MetricsCountDrafts) {

@@ -39,6 +39,10 @@ MtpChoice load_mtp_for(const Args& a, ModelWeights& w) {
 }
 
 int mtp_for_backend(const MtpChoice& c, const Backend& be, const char* cmd) {
+  if (c.k > 0 && !c.asked && be.mtp_available() && !be.mtp_default_off_reason().empty()) {
+    std::fprintf(stderr, "lily %s: speculative decoding off by default: %s\n", cmd, be.mtp_default_off_reason().c_str());
+    return 0;
+  }
   if (c.k == 0 || be.mtp_available()) return c.k;
   if (c.asked) throw Error("--mtp " + std::to_string(c.k) + ": " + be.mtp_unavailable_reason());
   std::fprintf(stderr, "lily %s: speculative decoding off: %s\n", cmd, be.mtp_unavailable_reason().c_str());

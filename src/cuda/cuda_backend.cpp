@@ -429,6 +429,12 @@ void CudaBackend::run_step(StepPart part) {
     }
     return;
   }
+  LILY_CUDA_CHECK(cudaGraphLaunch(step_graph(part), stream_));
+}
+
+// The step's graph for `part`, captured (not launched) on first use: the kernels read the sequence from ctl_ when
+// they run, so a capture needs no state.
+cudaGraphExec_t CudaBackend::step_graph(StepPart part) {
   cudaGraphExec_t& graph = graphs_[int(part)];
   if (!graph) {
     cudaGraph_t g = nullptr;
@@ -445,7 +451,7 @@ void CudaBackend::run_step(StepPart part) {
     LILY_CUDA_CHECK(cudaGraphDestroy(g));
     LILY_CUDA_CHECK(cudaGraphUpload(graph, stream_));  // pre-stage the graph on the device
   }
-  LILY_CUDA_CHECK(cudaGraphLaunch(graph, stream_));
+  return graph;
 }
 
 int CudaBackend::default_prefill_chunk() const { return prefill_ ? prefill_->max_chunk() : kRing; }

@@ -67,10 +67,11 @@ class CudaBackend : public Backend {
   size_t weight_bytes() const { return weight_bytes_; }   // device bytes of weights
 
   // Speculative decoding (cuda_mtp.cpp): the MTP block runs through the prefill runner (run_mtp) with its own KV
-  // cache in the CudaState; verify forwards the rows batched (or as decode steps: CudaOptions::verify_batched)
-  // after a device copy of the DeltaNet states, accept restores that copy and forwards the kept rows again.
+  // cache in the CudaState; verify runs the rows as decode steps keeping the DeltaNet states after each (or batched
+  // through the prefill runner: CudaOptions::verify_batched), accept copies the kept position's states back.
   bool mtp_available() const override { return has_mtp_; }
   std::string mtp_unavailable_reason() const override;
+  std::string mtp_default_off_reason() const override;
   void mtp_forward(SeqState& st, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
                    float* logits, float* hidden_out) override;
   int mtp_rows(const SeqState& st) const override;
@@ -102,6 +103,7 @@ class CudaBackend : public Backend {
                      const GemvSide* side = nullptr);
   void begin(CudaState& st, int n_given);
   void run_step(StepPart part = StepPart::kArgmax);  // enqueued directly or replayed from its graph
+  cudaGraphExec_t step_graph(StepPart part);          // captured on first use
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
 
   struct Mark {
@@ -120,9 +122,9 @@ class CudaBackend : public Backend {
   void setup_router_y();                  // makes each eligible layer's side rows (opt_.router_y)
   void upload_mtp();                      // the MTP block, when loaded (cuda_mtp.cpp)
   // verify as decode steps: n steps from st.pos, the logits of each to logits [n][V], the final-normed hidden
-  // state of each to hidden [n][H] (may be null); st.pos += n
+  // state of each to hidden [n][H] (may be null), the DeltaNet states after each of the first n - 1 to the state's
+  // snapshots; st.pos += n
   void verify_decode_steps(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden);
-  void replay_kept(CudaState& st, const int32_t* ids, int m);  // accept's recompute of the kept rows
   bool gdn_split_ = true;                 // the split DeltaNet step (gdn_split_parts(Dv) > 0)
   cudaGraphExec_t graphs_[kStepParts] = {};  // per StepPart, captured on first use
   std::vector<void*> allocs_;
@@ -142,6 +144,15 @@ class CudaBackend : public Backend {
   DLayer mtp_layer_;
   float* vhid_ = nullptr;       // [kMaxVerifyDecode][H] final-normed hidden rows of a decode-step verify
   static constexpr int kMaxVerifyDecode = 16;
+  // verify's copies of a state's DeltaNet states, each [s_bytes S | conv_bytes conv] (allocated on first use, kept):
+  // decode steps: slot i after i + 1 tokens (i < n - 1); batched: slot 0 before the rows. They belong to the undo
+  // record of the last verify (snap_ticket_).
+  std::vector<float*> snaps_;
+  size_t snap_bytes_ = 0;
+  uint64_t snap_ticket_ = 0;
+  float* snap(size_t i, size_t bytes);  // slot i, grown to i + 1 slots of `bytes`
+  void save_states(const CudaState& st, size_t slot);     // S, conv -> snapshot slot (async on stream_)
+  void restore_states(CudaState& st, size_t slot);        // snapshot slot -> S, conv (async on stream_)
 
   // scratch (device), sizes in elements
   float* x_ = nullptr;          // [H] residual

@@ -1,12 +1,14 @@
 // The CUDA backend's speculative-decoding pieces (engine/backend.h, engine/speculative.h):
 //  - the MTP block on the device (upload_mtp) and its forward through the prefill runner (run_mtp) with the
 //    block's own KV cache in the CudaState (rows stored at their position; mtp_rows of them in use);
-//  - verify: a device copy of the DeltaNet recurrent + conv states (the only state a forward changes in place; KV
-//    rows past the kept position are simply overwritten later), then the n rows through the prefill runner in one
-//    batched forward with the logits and final-normed hidden state of every row (CudaOptions::verify_batched), or
-//    as n decode steps (LILY_CUDA_VERIFY=decode: plain decoding's kernels); a verify of one token (a plain step of
-//    the speculative loop, which auto-off times as plain decoding's cost) is always one decode step;
-//  - accept(m < n): the copy restored and the m kept rows forwarded again the same way (recompute).
+//  - verify (default): n decode steps, plain decoding's own kernels and numerics (lossless), with a device copy of
+//    the DeltaNet recurrent + conv states (the only state a forward changes in place) after each of the first n - 1;
+//    accept(m < n) copies the one after m tokens back (the KV rows before the kept position are final, those past
+//    it are overwritten later);
+//  - verify with LILY_CUDA_VERIFY=batched (CudaOptions::verify_batched): a copy of the DeltaNet states, then the n
+//    rows through the prefill runner in one forward with every row's logits and final-normed hidden state; accept
+//    (m < n) restores the copy and forwards the m kept rows again the same way. A verify of one token is always one
+//    decode step (the speculative loop's plain steps, which auto-off times as plain decoding's cost).
 // Numerics: the batched runner and the decode step differ in the last bits (prefill precision modes,
 // docs/architecture.md "Speculative decoding").
 #include <algorithm>
@@ -28,9 +30,11 @@ CudaState& cuda_state(SeqState& s) {
 }
 
 struct CudaUndo final : VerifyUndo {
-  const CudaState* st = nullptr;  // the state whose snapshot (S_bak, conv_bak) this undo restores
+  const CudaState* st = nullptr;  // the state verified
+  uint64_t ticket = 0;            // CudaBackend::snap_ticket_ of this verify (its snapshots)
   int pos = 0;
   std::vector<int32_t> ids;
+  bool batched = false;  // rows through the prefill runner (else decode steps with per-token snapshots)
 };
 
 }  // namespace
@@ -54,6 +58,9 @@ void CudaBackend::upload_mtp() {
   prefill_->set_mtp(pm, [this](size_t b) { return dev_alloc(b); });
   vhid_ = static_cast<float*>(dev_alloc(size_t(kMaxVerifyDecode) * cfg_.hidden * 4));
   has_mtp_ = true;
+  // The speculative loop's plain steps (verify of one token) replay the argmax step's graph; captured now, so that
+  // the first one (which auto-off times as plain decoding's cost) does not include the capture.
+  if (opt_.graph) step_graph(StepPart::kArgmax);
 }
 
 std::string CudaBackend::mtp_unavailable_reason() const {
@@ -62,6 +69,10 @@ std::string CudaBackend::mtp_unavailable_reason() const {
            "checkpoint of the model";
   if (!w_->mtp) return "the multi-token-prediction weights were not loaded (--mtp off)";
   return "cuda: multi-token prediction runs through the batched prefill, which LILY_CUDA_PREFILL=decode turns off";
+}
+
+std::string CudaBackend::mtp_default_off_reason() const {
+  return "cuda: the verify runs as plain decode steps (exact, not faster than plain decoding); --mtp K turns it on";
 }
 
 int CudaBackend::mtp_rows(const SeqState& s) const {
@@ -113,6 +124,30 @@ void CudaBackend::mtp_forward(SeqState& s, const int32_t* ids, const float* hidd
   st.mtp_rows = pos0 + n;
 }
 
+float* CudaBackend::snap(size_t i, size_t bytes) {
+  if (snap_bytes_ != bytes) {  // one size per backend (the states' shapes come from its config)
+    for (float* p : snaps_) dev_free(p);
+    snaps_.clear();
+    snap_bytes_ = bytes;
+  }
+  while (snaps_.size() <= i) snaps_.push_back(static_cast<float*>(dev_alloc(std::max<size_t>(bytes, 16))));
+  return snaps_[i];
+}
+
+void CudaBackend::save_states(const CudaState& st, size_t slot) {
+  float* d = snap(slot, st.s_bytes + st.conv_bytes);
+  LILY_CUDA_CHECK(cudaMemcpyAsync(d, st.S, st.s_bytes, cudaMemcpyDeviceToDevice, stream_));
+  LILY_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(d) + st.s_bytes, st.conv, st.conv_bytes,
+                                  cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::restore_states(CudaState& st, size_t slot) {
+  const float* d = snap(slot, st.s_bytes + st.conv_bytes);
+  LILY_CUDA_CHECK(cudaMemcpyAsync(st.S, d, st.s_bytes, cudaMemcpyDeviceToDevice, stream_));
+  LILY_CUDA_CHECK(cudaMemcpyAsync(st.conv, reinterpret_cast<const char*>(d) + st.s_bytes, st.conv_bytes,
+                                  cudaMemcpyDeviceToDevice, stream_));
+}
+
 void CudaBackend::verify_decode_steps(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden) {
   if (n > kMaxVerifyDecode)
     throw Error("cuda verify: " + std::to_string(n) + " rows, at most " + std::to_string(kMaxVerifyDecode) +
@@ -122,26 +157,15 @@ void CudaBackend::verify_decode_steps(CudaState& st, const int32_t* ids, int n, 
   LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, ids, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
   for (int i = 0; i < n; ++i) {
     run_step(StepPart::kArgmax);
-    if (logits)
-      LILY_CUDA_CHECK(cudaMemcpyAsync(logits + size_t(i) * cfg_.vocab, logits_, size_t(cfg_.vocab) * 4,
-                                      cudaMemcpyDeviceToHost, stream_));
+    LILY_CUDA_CHECK(cudaMemcpyAsync(logits + size_t(i) * cfg_.vocab, logits_, size_t(cfg_.vocab) * 4,
+                                    cudaMemcpyDeviceToHost, stream_));
     if (hidden) prefill_rmsnorm_f32(x_, H, final_norm_, 1, H, cfg_.rms_eps, vhid_ + size_t(i) * H, H, stream_);
+    if (i < n - 1) save_states(st, size_t(i));  // the DeltaNet states after i + 1 tokens, for accept(i + 1)
   }
   if (hidden)
     LILY_CUDA_CHECK(cudaMemcpyAsync(hidden, vhid_, size_t(n) * H * 4, cudaMemcpyDeviceToHost, stream_));
   LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   st.pos += n;
-}
-
-void CudaBackend::replay_kept(CudaState& st, const int32_t* ids, int m) {
-  if (opt_.verify_batched) {
-    const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
-    prefill_->run(ps, ids, m, st.pos, 0, nullptr, stream_);
-    LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    st.pos += m;
-  } else {
-    verify_decode_steps(st, ids, m, nullptr, nullptr);
-  }
 }
 
 std::unique_ptr<VerifyUndo> CudaBackend::verify(SeqState& s, const int32_t* ids, int n, float* logits, float* hidden) {
@@ -160,12 +184,10 @@ std::unique_ptr<VerifyUndo> CudaBackend::verify(SeqState& s, const int32_t* ids,
   u->st = &st;
   u->pos = st.pos;
   u->ids.assign(ids, ids + n);
-  if (n > 1) {  // with one token there is nothing to rewind to
-    st.ensure_backup();
-    LILY_CUDA_CHECK(cudaMemcpyAsync(st.S_bak, st.S, st.s_bytes, cudaMemcpyDeviceToDevice, stream_));
-    LILY_CUDA_CHECK(cudaMemcpyAsync(st.conv_bak, st.conv, st.conv_bytes, cudaMemcpyDeviceToDevice, stream_));
-  }
-  if (opt_.verify_batched && n > 1) {
+  u->batched = opt_.verify_batched && n > 1;
+  u->ticket = ++snap_ticket_;
+  if (u->batched) {  // the DeltaNet states before the rows, restored by accept(m < n) before the recompute
+    save_states(st, 0);
     const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
     prefill_->run(ps, ids, n, st.pos, n, logits, stream_, hidden);
     LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -185,10 +207,18 @@ void CudaBackend::accept(SeqState& s, VerifyUndo& undo, int m) {
   if (m < 1 || m > n) throw Error("accept: " + std::to_string(m) + " tokens kept of " + std::to_string(n));
   if (st.pos != u->pos + n) throw Error("accept: the state moved since its verify");
   if (m == n) return;
-  LILY_CUDA_CHECK(cudaMemcpyAsync(st.S, st.S_bak, st.s_bytes, cudaMemcpyDeviceToDevice, stream_));
-  LILY_CUDA_CHECK(cudaMemcpyAsync(st.conv, st.conv_bak, st.conv_bytes, cudaMemcpyDeviceToDevice, stream_));
-  st.pos = u->pos;
-  replay_kept(st, u->ids.data(), m);
+  if (u->ticket != snap_ticket_) throw Error("accept: another verify ran since this one (its snapshots are gone)");
+  if (!u->batched) {  // decode steps: the DeltaNet states after m tokens; the KV rows before pos + m are final
+    restore_states(st, size_t(m - 1));
+    LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    st.pos = u->pos + m;
+    return;
+  }
+  restore_states(st, 0);
+  const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
+  prefill_->run(ps, u->ids.data(), m, u->pos, 0, nullptr, stream_);
+  LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  st.pos = u->pos + m;
 }
 
 }  // namespace lily::cuda

@@ -1,4 +1,4 @@
-// CudaState (cuda_state.h): allocation, clone, assign and the verify snapshot buffers.
+// CudaState (cuda_state.h): allocation, clone, assign.
 #include "cuda/cuda_state.h"
 
 #include <algorithm>
@@ -33,8 +33,6 @@ CudaState::~CudaState() {
   be_->dev_free(S);
   be_->dev_free(conv);
   if (mtp_kv) be_->dev_free(mtp_kv);
-  if (S_bak) be_->dev_free(S_bak);
-  if (conv_bak) be_->dev_free(conv_bak);
 }
 
 void CudaState::copy_kv_rows(uint16_t* dst, const uint16_t* src, size_t nslab, int rows) const {
@@ -71,12 +69,6 @@ void CudaState::assign(const SeqState& other) {
   if (mtp_kv) copy_kv_rows(mtp_kv, o->mtp_kv, size_t(2) * be_->config().n_kv_heads, o->mtp_rows);
   pos = o->pos;
   mtp_rows = o->mtp_rows;
-}
-
-void CudaState::ensure_backup() {
-  if (S_bak) return;
-  S_bak = static_cast<float*>(be_->dev_alloc(std::max<size_t>(s_bytes, 16)));
-  conv_bak = static_cast<float*>(be_->dev_alloc(std::max<size_t>(conv_bytes, 16)));
 }
 
 }  // namespace lily::cuda

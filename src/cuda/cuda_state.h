@@ -1,5 +1,5 @@
 // CudaState: the device buffers of one sequence (KV cache, DeltaNet recurrent and conv states, the MTP block's
-// KV cache) and the snapshot of the DeltaNet states that verify / accept (cuda_mtp.cpp) rewind to.
+// KV cache).
 #pragma once
 #include <memory>
 
@@ -9,18 +9,16 @@ namespace lily::cuda {
 
 // KV cache [n_full][2][nkv][max_ctx][hd] bf16, recurrent state [n_lin][Hv][Dv][Dk] f32, conv ring
 // [n_lin][K][conv_dim] f32; with MTP weights also the MTP layer's KV cache [2][nkv][max_ctx][hd] bf16 (mtp_rows
-// rows used) and, once the first verify of more than one token runs, a copy of S and conv ([s_bytes], [conv_bytes])
-// taken before it.
+// rows used).
 class CudaState : public SeqState {
  public:
   CudaState(CudaBackend* be, const ModelConfig& c, int max_ctx, bool with_mtp);
   ~CudaState() override;
   std::unique_ptr<SeqState> clone() const override;
   void assign(const SeqState& other) override;  // cuda_mtp.cpp
-  size_t bytes() const override { return kv_bytes + s_bytes + conv_bytes + mtp_kv_bytes + (S_bak ? s_bytes + conv_bytes : 0); }
+  size_t bytes() const override { return kv_bytes + s_bytes + conv_bytes + mtp_kv_bytes; }
   // Copies the first `rows` positions of every (layer, K/V, head) slab of a KV cache of `nslab` slabs.
   void copy_kv_rows(uint16_t* dst, const uint16_t* src, size_t nslab, int rows) const;
-  void ensure_backup();  // allocates S_bak / conv_bak (once)
 
   CudaBackend* be_;
   uint16_t* kv = nullptr;
@@ -31,8 +29,6 @@ class CudaState : public SeqState {
   uint16_t* mtp_kv = nullptr;     // null without MTP weights
   size_t mtp_kv_bytes = 0;
   int mtp_rows = 0;               // rows of the MTP KV cache in use
-  float* S_bak = nullptr;         // snapshot before a verify (null until needed)
-  float* conv_bak = nullptr;
 };
 
 }  // namespace lily::cuda

@@ -101,6 +101,9 @@ class Backend {
   virtual bool mtp_available() const { return false; }
   // Why not, when !mtp_available() (for messages).
   virtual std::string mtp_unavailable_reason() const { return name() + ": multi-token prediction is not available on this backend"; }
+  // Empty when speculative decoding should be on by default where available; else why it is off unless asked for
+  // (`--mtp K`), e.g. a verify that cannot be faster than plain decoding.
+  virtual std::string mtp_default_off_reason() const { return ""; }
   // Runs the MTP block on n rows: row i pairs hidden[i] ([H], the main model's final-normed hidden state at position
   // pos0+i, or a chained MTP output) with ids[i] (the token that follows that position), at rotary position pos0+i.
   // Appends n rows to the state's MTP KV cache (the rows attend to every row before them in that cache). Writes the

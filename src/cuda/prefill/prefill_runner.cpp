@@ -250,7 +250,9 @@ void PrefillRunner::moe_layer(const DLayer& d, int n, cudaStream_t s) {
   g.sb_stride = d.gate.sb_stride;
   g.tiles = tiles_;
   g.n_tiles = ntiles_;
-  g.max_tiles = max_tiles_;
+  // grid: at most ceil(n k / tile_m) + min(E, n k) tiles are used (each active expert adds one partial tile); the
+  // tile map's capacity (max_tiles_) would launch thousands of idle blocks at a few rows
+  g.max_tiles = std::min(max_tiles_, (n * k + r.tile_m - 1) / r.tile_m + std::min(E, n * k));
   g.tile_m = r.tile_m;
   if (prec_ == kPrecBF16) g.Cb = acta_.hi;
   else g.C = stage_;
