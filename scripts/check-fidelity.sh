@@ -9,13 +9,14 @@
 # exit when a bound is missed: top-1 agreement >= MIN_TOP1 (0.99) and mean KL <= MAX_KL (1e-3) for every mode
 # except those in INFO_MODES, whose figures are shown only: cuda-bf16 (a coarser precision the default never
 # picks), cuda-fp16 (the faster precision, not the default: it misses the bound on the 8-layer fixtures),
+# cuda-mixed (fp16 on the expert GEMMs and the lm_head, split on the rest: between the two, not the default),
 # cuda-fp16-c64 (fp16 in 64-token chunks: the sequential DeltaNet scan instead of the chunked tensor-core form)
 # and cuda-decode-f32x (the decode path with LILY_CUDA_INT8_X=0: f32 activations in its 4-bit GEMVs).
 # Usage: scripts/check-fidelity.sh BUILD_DIR OUT_DIR [WORK_DIR]
 #   BUILD_DIR/lily (CUDA build; without a GPU the cuda rows are skipped). OUT_DIR receives fidelity.txt (the
 #   table), fidelity.json (every eval's figures), massive.json (the magnitudes in the massive fixtures'
 #   references), fixtures.log, and tinym.tar.gz (the small massive fixture, as tests/fixtures/tinym holds it).
-#   FIXTURES="small fid8" limits the fixtures; PRECISIONS="fp16 split bf16" the precision modes; REUSE=1 keeps
+#   FIXTURES="small fid8" limits the fixtures; PRECISIONS="fp16 split mixed bf16" the precision modes; REUSE=1 keeps
 #   the fixtures already in WORK_DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +24,8 @@ B=$(realpath "${1:-build}")
 OUT=$(realpath -m "${2:-fidelity-out}")
 W=$(realpath -m "${3:-/tmp/lily-fidelity}")
 FIXTURES=${FIXTURES:-"small fid8 fid6 fid8m tinym"}
-PRECISIONS=${PRECISIONS:-"fp16 split bf16"}
-INFO_MODES=${INFO_MODES:-"cuda-bf16 cuda-fp16 cuda-fp16-c64 cuda-decode-f32x"}
+PRECISIONS=${PRECISIONS:-"fp16 split mixed bf16"}
+INFO_MODES=${INFO_MODES:-"cuda-bf16 cuda-fp16 cuda-mixed cuda-fp16-c64 cuda-decode-f32x"}
 MIN_TOP1=${MIN_TOP1:-0.99}
 MAX_KL=${MAX_KL:-1e-3}
 mkdir -p "$OUT" "$W/json" "$W/log"

@@ -322,16 +322,6 @@ TEST_P(PrefillGemmPrec, FineOperandsMatchReference) {
   CK(cudaDeviceSynchronize());
   const std::vector<float> got = down(g.C, size_t(M) * N);
   const double e_round = row_err(got, y_round, M, N), e_exact = row_err(got, y_exact, M, N);
-  if (path == cuda::kGemmKernelWG && prec == cuda::kPrecSplit) {  // the 3-stage form of the 128-row split tiles
-    cuda::GemmArgs g3 = g;
-    g3.wg_stages = 3;
-    g3.C = dev.poisoned<float>(size_t(M) * N);
-    cuda::prefill_gemm(g3, cuda::kGemmStore, nullptr, simple);
-    CK(cudaDeviceSynchronize());
-    const double e3s = row_err(down(g3.C, size_t(M) * N), y_round, M, N);
-    std::printf("[ prefill gemm split fmt %d wg 3-stage ] vs rounded-input ref %.2e\n", fmt, e3s);
-    EXPECT_LT(e3s, 2e-4);
-  }
   const bool w_rounded = !simple && fmt != cuda::kBF16;
   const double tol = (prec == cuda::kPrecFP16 || w_rounded) ? 2e-3 : 2e-5;
   // grouped SiLU*mul over gathered rows, f32 output
@@ -388,6 +378,8 @@ TEST(PrefillPrec, ParsesEnvValues) {
   EXPECT_EQ(cuda::parse_prefill_prec("bf16"), cuda::kPrecBF16);
   EXPECT_EQ(cuda::parse_prefill_prec("fp16"), cuda::kPrecFP16);
   EXPECT_EQ(cuda::parse_prefill_prec("split"), cuda::kPrecSplit);
+  EXPECT_EQ(cuda::parse_prefill_prec("mixed"), cuda::kPrecMixed);
+  EXPECT_STREQ(cuda::prefill_prec_name(cuda::kPrecMixed), "mixed");
   EXPECT_THROW(cuda::parse_prefill_prec("f16"), Error);
   EXPECT_THROW(cuda::parse_prefill_prec(""), Error);
 }
@@ -466,18 +458,15 @@ TEST(PrefillGemmSpeed, Q4LargeTiles) {
     q.n_tiles = d_nt;
     q.max_tiles = ntv[0];
     q.tile_m = cuda::kGemmTileMBig;
-    for (int kernel : {int(cuda::kGemmKernelV2), int(cuda::kGemmKernelWG), int(cuda::kGemmKernelWG) + 100}) {
-      const int stages = kernel > 100 ? 3 : 0;  // split, 128-row tiles: 3 stages at one block per SM
-      if (kernel > 100) kernel -= 100;
-      if (path_unavailable(kernel) || (stages && prec != cuda::kPrecSplit)) continue;
+    for (int kernel : {int(cuda::kGemmKernelV2), int(cuda::kGemmKernelWG)}) {
+      if (path_unavailable(kernel)) continue;
       g.kernel = q.kernel = kernel;
-      g.wg_stages = q.wg_stages = stages;
       const double ms = time_gemm(g, cuda::kGemmStore, 10);
       const double ms_moe = time_gemm(q, cuda::kGemmSiluMul, 10);
       CK(cudaDeviceSynchronize());
-      std::printf("[ prefill gemm speed %s %s%s ] %dx%dx%d Q4: %.3f ms, %.1f TFLOP/s | MoE gate+up %d rows x %d x %d "
+      std::printf("[ prefill gemm speed %s %s ] %dx%dx%d Q4: %.3f ms, %.1f TFLOP/s | MoE gate+up %d rows x %d x %d "
                   "(x2): %.3f ms, %.1f TFLOP/s\n",
-                  cuda::prefill_prec_name(prec), cuda::gemm_kernel_name(kernel), stages ? " 3-stage" : "", M, N, K, ms,
+                  cuda::prefill_prec_name(prec), cuda::gemm_kernel_name(kernel), M, N, K, ms,
                   2.0 * M * N * K / (ms * 1e-3) / 1e12, R, I, K, ms_moe, 4.0 * R * I * K / (ms_moe * 1e-3) / 1e12);
       for (float v : down(g.C, 1000)) EXPECT_TRUE(std::isfinite(v));
       for (uint16_t v : down(moe_out, 1000)) EXPECT_TRUE(std::isfinite(bf16_to_f32(v)));

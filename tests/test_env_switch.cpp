@@ -177,9 +177,15 @@ TEST(CudaOptionsEnv, PrefillModes) {
     EXPECT_NE(e.find("LILY_CUDA_PREFILL"), std::string::npos) << bad << ": " << e;
     EXPECT_NE(e.find("batched, simple, decode"), std::string::npos) << bad << ": " << e;
   }
-  for (const auto& [value, prec] : {std::pair{"bf16", 0}, std::pair{"fp16", 1}, std::pair{"split", 2}}) {
+  for (const auto& [value, prec] :
+       {std::pair{"bf16", 0}, std::pair{"fp16", 1}, std::pair{"split", 2}, std::pair{"mixed", 3}}) {
     ScopedVars v({{"LILY_CUDA_PREFILL_PRECISION", value}});
     EXPECT_EQ(CudaOptions::from_env().prefill_prec, prec) << value;
+  }
+  {
+    ScopedVars v({{"LILY_CUDA_PREFILL_PRECISION", "fp32"}});
+    const std::string e = error_of([] { CudaOptions::from_env(); });
+    EXPECT_NE(e.find("bf16, fp16, split, mixed"), std::string::npos) << e;
   }
 }
 

@@ -20,8 +20,8 @@ struct CudaOptions {
   bool prefill_simple = false; // simple: the reference (non-tensor-core) prefill GEMM/attention
   int prefill_max_chunk = 0;   // LILY_CUDA_PREFILL_MAX_CHUNK: prompt tokens per chunk at most (scratch sized by it);
                                // 0: 4096 on devices with >= 40 GiB, else 2048
-  int prefill_prec = 2;        // LILY_CUDA_PREFILL_PRECISION=bf16|fp16|split: GEMM operands, a PrefillPrec
-                               // (prefill/prefill.h: 0 bf16, 1 fp16, 2 split)
+  int prefill_prec = 2;        // LILY_CUDA_PREFILL_PRECISION=bf16|fp16|split|mixed: GEMM operands, a PrefillPrec
+                               // (prefill/prefill.h: 0 bf16, 1 fp16, 2 split, 3 mixed)
   bool router_y = true;        // LILY_CUDA_ROUTER_Y=0: the router's own rows in the MoE kernel (the reference for
                                // router-from-y, router_y.h, which the layers whose shapes allow it use by default)
   bool int8_x = true;          // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (reference for the

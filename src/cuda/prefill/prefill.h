@@ -6,6 +6,8 @@
 //               [2^14, 2^15) (no overflow whatever the activation range); weights s*q+b in f32 rounded to fp16
 //               (saturating); fp16 mma (11-bit significand), the row scale folded into the f32 result.
 //   kPrecSplit: as kPrecFP16 plus a second fp16 part, A = scale * (hi + lo), two mma per k-step (A to ~22 bits).
+//   kPrecMixed: a PrefillRunner mode, not a GEMM precision: operand rows as kPrecSplit, the GEMMs of some roles
+//               (PrefillRunner::kMixedSplitRoles) split, the others fp16 on the high parts.
 // All launchers are asynchronous on `s` and check the launch.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -16,8 +18,9 @@
 
 namespace lily::cuda {
 
-enum PrefillPrec : int { kPrecBF16 = 0, kPrecFP16 = 1, kPrecSplit = 2 };
-// Parses LILY_CUDA_PREFILL_PRECISION values "bf16" | "fp16" | "split" (case-sensitive); throws on anything else.
+enum PrefillPrec : int { kPrecBF16 = 0, kPrecFP16 = 1, kPrecSplit = 2, kPrecMixed = 3 };
+// Parses LILY_CUDA_PREFILL_PRECISION values "bf16" | "fp16" | "split" | "mixed" (case-sensitive); throws on
+// anything else.
 int parse_prefill_prec(const char* s);
 const char* prefill_prec_name(int prec);
 
@@ -59,7 +62,6 @@ struct GemmArgs {
   uint16_t* Cb = nullptr;        // bf16 out (kGemmSiluMul; null: f32 to C)
   int ldc = 0;
   int kernel = 0;                // tensor-core kernel, a GemmKernel (0: kGemmKernelAuto)
-  int wg_stages = 0;             // measurement: 3 = k_gemm_wg's split 128-row tiles in 3 stages, one block per SM
 };
 // The tensor-core GEMM kernels: kGemmKernelV2 = k_gemm_v2 (prefill_gemm.cu, mma.sync: one barrier per k-tile,
 // quantised W two k-tiles ahead), kGemmKernelWG = k_gemm_wg (prefill_gemm_wg.cu, Hopper wgmma, sm_90a builds only;
@@ -147,8 +149,8 @@ const char* gdn_scan_name(int scan);
 int prefill_gdn_scan_kernel(const GdnChunkArgs& g);
 // The delta-rule form prefill runs (PrefillRunner): the tensor-core chunked form for chunks of >= kGdnTcMinN tokens
 // where prefill_gdn_tc_device_ok and the prefill precision is fp16 or bf16 (the tc form is 1.02x the wide scan at
-// 128 tokens, 0.76x at 64, 1.77x at 4096: docs/cuda-prefill.md), else the sequential scan (split precision keeps
-// the f32 scan).
+// 128 tokens, 0.76x at 64, 1.77x at 4096: docs/cuda-prefill.md), else the sequential scan (split and mixed
+// precision keep the f32 scan: the tc form's single-tf32 output products measured as a fidelity loss there).
 constexpr int kGdnTcMinN = 128;
 // Whether the tc form supports these head sizes on the current device (shared memory); pointer alignment is
 // checked per call by prefill_gdn_tc_supported.

@@ -5,7 +5,7 @@
 // Block: 256 threads = 2 warpgroups, tile BM x 128 x 64 (k). BM = 128: warpgroup g computes rows 64g.. x all
 // 128 columns (m64n128k16); BM = 64: both take rows 0..63, warpgroup g columns 64g.. (m64n64k16).
 // Shared memory: kStages stages of {A [BM][64], (split: A low parts [BM][64],) W [128][64]}, 16-bit, 128-byte
-// swizzle (wgmma.cuh); 3 stages, 2 for split with BM = 128 (two blocks per SM in every case).
+// swizzle (wgmma.cuh); 3 stages, 2 for split with BM = 128 (two blocks per SM in every case: 97 KiB).
 // Step kt (stage P = kt % kStages):
 //   wait for A(kt) (cp.async), proxy fence, barrier -> A(kt), W(kt) visible to wgmma; every warpgroup has waited
 //                                                     for its wgmma of step kt-1, so that stage is free
@@ -27,22 +27,19 @@
 namespace lily::cuda {
 namespace {
 
-// ST: a stage count forced for measurement (GemmArgs::wg_stages; 0 = the default)
-template <int BM, int PREC, int ST = 0>
+// 3 stages; 2 for split 128-row tiles, so that two blocks fit an SM (3 stages at one block per SM measured slower:
+// docs/performance-log.md)
+template <int BM, int PREC>
 constexpr int wg_stages() {
-  return ST ? ST : PREC == kPrecSplit && BM == 128 ? 2 : 3;
-}
-template <int BM, int PREC, int ST = 0>
-constexpr int wg_min_blocks() {
-  return PREC == kPrecSplit && BM == 128 && wg_stages<BM, PREC, ST>() == 3 ? 1 : 2;
+  return PREC == kPrecSplit && BM == 128 ? 2 : 3;
 }
 template <int BM, int PREC>
 constexpr int wg_stage_bytes() {
   return BM * 128 * (PREC == kPrecSplit ? 2 : 1) + kBN * 128;
 }
-template <int BM, int PREC, int ST = 0>
+template <int BM, int PREC>
 constexpr int wg_smem_bytes() {
-  return wg_stages<BM, PREC, ST>() * wg_stage_bytes<BM, PREC>() + 1024;  // + alignment slack (1024-aligned tiles)
+  return wg_stages<BM, PREC>() * wg_stage_bytes<BM, PREC>() + 1024;  // + alignment slack (1024-aligned tiles)
 }
 
 __global__ void k_wg_probe(int* out) {
@@ -96,13 +93,13 @@ __device__ __forceinline__ void wg_store(const GemmArgs& g, const float (&d)[N /
 }
 #endif
 
-template <int BM, int MODE, int FMT, int PREC, int ST>
-__global__ void __launch_bounds__(kThreads, wg_min_blocks<BM, PREC, ST>()) k_gemm_wg(const GemmArgs g) {
+template <int BM, int MODE, int FMT, int PREC>
+__global__ void __launch_bounds__(kThreads, 2) k_gemm_wg(const GemmArgs g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int N = BM == 128 ? 128 : 64;  // wgmma N per warpgroup
   constexpr int kWSets = FMT == kBF16 ? 1 : 2;
   constexpr bool kSplit = PREC == kPrecSplit;
-  constexpr int kStages = wg_stages<BM, PREC, ST>();
+  constexpr int kStages = wg_stages<BM, PREC>();
   // A hi [BM][64] | split: A lo [BM][64] | W [128][64] per stage
   constexpr uint32_t kABytes = BM * 128, kWOff = kABytes * (kSplit ? 2 : 1);
   constexpr uint32_t kStageBytes = wg_stage_bytes<BM, PREC>();
@@ -198,27 +195,27 @@ __global__ void __launch_bounds__(kThreads, wg_min_blocks<BM, PREC, ST>()) k_gem
 #endif
 }
 
-template <int BM, int MODE, int FMT, int PREC, int ST = 0>
+template <int BM, int MODE, int FMT, int PREC>
 void launch_wg(const GemmArgs& g, dim3 grid, cudaStream_t s) {
-  constexpr int smem = wg_smem_bytes<BM, PREC, ST>();
+  constexpr int smem = wg_smem_bytes<BM, PREC>();
   static bool once = [] {
-    LILY_CUDA_CHECK(cudaFuncSetAttribute(k_gemm_wg<BM, MODE, FMT, PREC, ST>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LILY_CUDA_CHECK(
+        cudaFuncSetAttribute(k_gemm_wg<BM, MODE, FMT, PREC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return true;
   }();
   (void)once;
-  k_gemm_wg<BM, MODE, FMT, PREC, ST><<<grid, kThreads, smem, s>>>(g);
+  k_gemm_wg<BM, MODE, FMT, PREC><<<grid, kThreads, smem, s>>>(g);
   LILY_CUDA_CHECK_LAUNCH();
 }
 
-template <int BM, int MODE, int PREC, int ST = 0>
+template <int BM, int MODE, int PREC>
 void wg_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   switch (g.W0.fmt) {
-    case kQ4: launch_wg<BM, MODE, kQ4, PREC, ST>(g, grid, s); break;
-    case kQ8: launch_wg<BM, MODE, kQ8, PREC, ST>(g, grid, s); break;
-    case kF8: launch_wg<BM, MODE, kF8, PREC, ST>(g, grid, s); break;
-    case kI8: launch_wg<BM, MODE, kI8, PREC, ST>(g, grid, s); break;
-    case kBF16: launch_wg<BM, MODE, kBF16, PREC, ST>(g, grid, s); break;
+    case kQ4: launch_wg<BM, MODE, kQ4, PREC>(g, grid, s); break;
+    case kQ8: launch_wg<BM, MODE, kQ8, PREC>(g, grid, s); break;
+    case kF8: launch_wg<BM, MODE, kF8, PREC>(g, grid, s); break;
+    case kI8: launch_wg<BM, MODE, kI8, PREC>(g, grid, s); break;
+    case kBF16: launch_wg<BM, MODE, kBF16, PREC>(g, grid, s); break;
     default: throw Error("prefill_gemm_wg: unknown weight format");
   }
 }
@@ -226,7 +223,6 @@ void wg_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
 template <int BM, int MODE>
 void wg_prec(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   if (g.prec == kPrecBF16) wg_fmt<BM, MODE, kPrecBF16>(g, grid, s);
-  else if (g.prec == kPrecSplit && BM == 128 && g.wg_stages == 3) wg_fmt<BM, MODE, kPrecSplit, 3>(g, grid, s);
   else if (g.prec == kPrecSplit) wg_fmt<BM, MODE, kPrecSplit>(g, grid, s);
   else wg_fmt<BM, MODE, kPrecFP16>(g, grid, s);
 }

@@ -79,11 +79,12 @@ int parse_prefill_prec(const char* s) {
   if (std::strcmp(s, "bf16") == 0) return kPrecBF16;
   if (std::strcmp(s, "fp16") == 0) return kPrecFP16;
   if (std::strcmp(s, "split") == 0) return kPrecSplit;
-  throw Error(std::string("LILY_CUDA_PREFILL_PRECISION: '") + s + "' is not one of bf16, fp16, split");
+  if (std::strcmp(s, "mixed") == 0) return kPrecMixed;
+  throw Error(std::string("LILY_CUDA_PREFILL_PRECISION: '") + s + "' is not one of bf16, fp16, split, mixed");
 }
 
 const char* prefill_prec_name(int prec) {
-  return prec == kPrecSplit ? "split" : prec == kPrecFP16 ? "fp16" : "bf16";
+  return prec == kPrecMixed ? "mixed" : prec == kPrecSplit ? "split" : prec == kPrecFP16 ? "fp16" : "bf16";
 }
 
 void prefill_rmsnorm_act(const float* x, int ldx, const float* w, int n, int H, float eps, int prec,

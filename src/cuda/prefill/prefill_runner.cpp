@@ -7,9 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
 #include "core/error.h"
 #include "cuda/common/cuda_check.h"
@@ -25,8 +22,12 @@ int PrefillRunner::tile_rows(int n) const {
 
 PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc,
                              bool simple, int prec, bool profile)
-    : m_(m), max_chunk_(max_chunk), simple_(simple), prec_(prec), timer_(profile) {
-  if (prec != kPrecBF16 && prec != kPrecFP16 && prec != kPrecSplit) throw Error("prefill: bad precision");
+    : m_(m), max_chunk_(max_chunk), simple_(simple), prec_(prec), mode_(prec), timer_(profile) {
+  if (prec != kPrecBF16 && prec != kPrecFP16 && prec != kPrecSplit && prec != kPrecMixed)
+    throw Error("prefill: bad precision");
+  // mixed: operand rows as split; the roles of kMixedSplitRoles multiply both parts, the others the high part
+  if (prec == kPrecMixed) prec_ = kPrecSplit;
+  split_roles_ = prec == kPrecMixed ? kMixedSplitRoles : ~0u;
   const ModelConfig& c = *m.cfg;
   const size_t N = size_t(max_chunk), H = size_t(c.hidden), nk = N * size_t(c.top_k);
   const size_t cd = size_t(c.conv_dim()), vd = size_t(c.value_dim()), qd = size_t(c.n_q_heads) * c.head_dim;
@@ -41,33 +42,6 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   cbuf_ = f32(N * cd);
   obuf_ = f32(N * vd);
   gdn_tc_ = prec_ != kPrecSplit && prefill_gdn_tc_device_ok(c.lin_k_dim, c.lin_v_dim);
-  // Temporary switches for the precision diagnosis (docs/cuda-prefill.md): LILY_DIAG_SPLIT=role,role.. (split
-  // precision on those GEMM roles only, fp16 on the rest), LILY_DIAG_GDN=tc|seq, LILY_DIAG_KERNEL=v2|wg,
-  // LILY_DIAG_ATTN=simple.
-  if (const char* v = std::getenv("LILY_DIAG_SPLIT")) {
-    static const char* names[kRoles] = {"gdnproj", "gdnba", "attnproj", "out", "router",
-                                        "gateup", "down", "shgateup", "shdown", "head"};
-    split_roles_ = 0;
-    std::string list(v);
-    size_t p0 = 0;
-    while (p0 <= list.size()) {
-      size_t p1 = list.find(',', p0);
-      if (p1 == std::string::npos) p1 = list.size();
-      const std::string t = list.substr(p0, p1 - p0);
-      bool found = t.empty() || t == "none";
-      if (t == "all") split_roles_ = ~0u, found = true;
-      for (int i = 0; i < kRoles; ++i)
-        if (t == names[i]) split_roles_ |= 1u << i, found = true;
-      if (!found) throw Error("LILY_DIAG_SPLIT: unknown role '" + t + "'");
-      p0 = p1 + 1;
-    }
-  }
-  if (const char* v = std::getenv("LILY_DIAG_GDN"))
-    gdn_tc_ = std::strcmp(v, "tc") == 0 && prefill_gdn_tc_device_ok(c.lin_k_dim, c.lin_v_dim);
-  if (const char* v = std::getenv("LILY_DIAG_KERNEL"))
-    diag_kernel_ = std::strcmp(v, "v2") == 0 ? kGemmKernelV2 : std::strcmp(v, "wg") == 0 ? kGemmKernelWG : 0;
-  if (const char* v = std::getenv("LILY_DIAG_ATTN")) attn_simple_ = std::strcmp(v, "simple") == 0;
-  if (const char* v = std::getenv("LILY_DIAG_WGSTAGES")) diag_wg_stages_ = std::atoi(v);
   if (gdn_tc_) gdn_ws_ = f32(prefill_gdn_ws_floats(int(N), c.lin_v_heads, c.lin_k_dim, c.lin_v_dim));
   rl_ = f32(N * size_t(c.n_experts));
   sg_ = f32(N);
@@ -121,8 +95,6 @@ void PrefillRunner::set_a(GemmArgs& g, const ActRows& A, int role) const {
     g.prec = kPrecFP16;
     g.A_lo = nullptr;
   }
-  g.kernel = diag_kernel_;
-  g.wg_stages = diag_wg_stages_;
 }
 
 void PrefillRunner::to_act(int n, int K, const ActRows& dst, cudaStream_t s) {
@@ -209,7 +181,7 @@ void PrefillRunner::attn_layer(const DLayer& d, const PrefillState& st, int n, i
   if (prec_ == kPrecBF16) a.out = ya_.hi;
   else a.out_f = stage_;
   a.precise = &d == mtp_.layer ? mtp_precise_ : attn_precise_[size_t(&d - m_.layers->data())] != 0;
-  prefill_attn(a, s, simple_ || attn_simple_);
+  prefill_attn(a, s, simple_);
   timer_.mark("attn.out", s);
   to_act(n, c.n_q_heads * hd, ya_, s);
   gemm(ya_, c.n_q_heads * hd, n, d.o, x_, H, kGemmAdd, kRoleOut, s);

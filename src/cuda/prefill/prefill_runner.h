@@ -46,7 +46,7 @@ class PrefillRunner {
   PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc, bool simple,
                 int prec = kPrecFP16, bool profile = false);
   int max_chunk() const { return max_chunk_; }
-  int prec() const { return prec_; }
+  int prec() const { return mode_; }
   ~PrefillRunner() { timer_.report("prefill profile (LILY_PROFILE=1)"); }
   // Consumes ids (host) [0, n) at positions pos0.. (n <= max_chunk); logits of chunk rows [n - n_logits, n) to
   // out (host, [n_logits][vocab]). Synchronises the stream only when logits are copied out.
@@ -65,7 +65,7 @@ class PrefillRunner {
   void gdn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
   void attn_layer(const DLayer& d, const PrefillState& st, int n, int pos0, cudaStream_t s);
   void moe_layer(const DLayer& d, int n, cudaStream_t s);
-  // The GEMMs of a layer by role (diagnosis of the operand precision per role: LILY_DIAG_SPLIT).
+  // The GEMMs of a layer by role: kPrecMixed rounds the operands of some roles to fp16 (kMixedSplitRoles).
   enum GemmRole : int {
     kRoleGdnProj = 0,  // DeltaNet in_proj qkv and z
     kRoleGdnBA,        // DeltaNet in_proj b and a (beta, decay)
@@ -82,6 +82,10 @@ class PrefillRunner {
   // RMSNorm(x_ rows; norm) of the last n_logits of n rows -> lm_head -> out (host); f32 normed rows of all n to
   // hidden_out (host) when set
   void head(const float* norm, int n, int n_logits, float* out, float* hidden_out, cudaStream_t s);
+  // kPrecMixed: the roles whose fp16 rounding moved the logits most (docs/cuda-prefill.md, per-role measurement)
+  // keep split operands; the routed and shared experts and the lm_head take fp16 ones.
+  static constexpr unsigned kMixedSplitRoles =
+      1u << kRoleGdnProj | 1u << kRoleGdnBA | 1u << kRoleAttnProj | 1u << kRoleOut | 1u << kRoleRouter;
   void gemm(const ActRows& A, int lda, int M, const DMat& W, float* C, int ldc, int mode, int role, cudaStream_t s);
   void set_a(GemmArgs& g, const ActRows& A, int role) const;
   // f32 rows in stage_ -> operand rows dst (no-op in bf16 mode, where the producers write bf16 directly)
@@ -90,11 +94,9 @@ class PrefillRunner {
   PrefillModel m_;
   int max_chunk_ = 0, max_tiles_ = 0, P_ = 0;
   bool simple_ = false;
-  int prec_ = kPrecFP16;
-  unsigned split_roles_ = ~0u;  // split precision: the roles whose GEMMs use both parts (the others: hi only)
-  int diag_kernel_ = 0;         // GemmArgs::kernel of the GEMMs
-  int diag_wg_stages_ = 0;      // GemmArgs::wg_stages of the GEMMs
-  bool attn_simple_ = false;    // the reference attention kernel
+  int prec_ = kPrecFP16;         // the operand rows' precision (kPrecSplit for kPrecMixed)
+  int mode_ = kPrecFP16;         // the PrefillPrec asked for
+  unsigned split_roles_ = ~0u;  // operand rows in split: the roles whose GEMMs use both parts (the others: hi only)
   std::vector<char> attn_precise_;  // per layer: fp16 Q K^T is safe (RMSNorm bound of q/k below fp16 range)
   int32_t* ids_ = nullptr;
   float *x_ = nullptr, *proj_ = nullptr, *cbuf_ = nullptr, *obuf_ = nullptr, *rl_ = nullptr, *sg_ = nullptr;
