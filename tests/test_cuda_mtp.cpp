@@ -20,6 +20,7 @@
 #include "io/safetensors.h"
 #include "model/weights.h"
 #include "test_backends.h"
+#include "tiny_mtp_fixture.h"
 
 using namespace lily;
 
@@ -27,22 +28,7 @@ namespace {
 
 const std::string kTiny = std::string(LILY_TEST_DIR) + "/fixtures/tiny/";
 
-struct Fx {
-  std::shared_ptr<ModelWeights> w;
-  std::vector<int32_t> prompt;
-  Fx() {
-    w = load_model(kTiny + "model-bf16");
-    load_mtp(*w);
-    auto ref = SafetensorsFile::open(kTiny + "reference-bf16.safetensors");
-    const TensorView* t = ref->find("prompt_ids");
-    const int32_t* p = static_cast<const int32_t*>(t->data);
-    prompt.assign(p, p + t->nbytes / 4);
-  }
-};
-Fx& fx() {
-  static Fx f;
-  return f;
-}
+test::TinyMtp& fx() { return test::tiny_mtp(); }
 
 // The device state on the host: KV rows [0, pos) of every slab, S, conv, MTP KV rows [0, mtp_rows).
 struct HostState {

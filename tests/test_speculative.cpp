@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "model/weights.h"
 #include "test_backends.h"
+#include "tiny_mtp_fixture.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace lily;
@@ -26,22 +27,7 @@ namespace {
 
 const std::string kTiny = std::string(LILY_TEST_DIR) + "/fixtures/tiny/";
 
-struct Fx {
-  std::shared_ptr<ModelWeights> w;
-  std::vector<int32_t> prompt;
-  Fx() {
-    w = load_model(kTiny + "model-bf16");
-    load_mtp(*w);
-    auto ref = SafetensorsFile::open(kTiny + "reference-bf16.safetensors");
-    const TensorView* t = ref->find("prompt_ids");
-    const int32_t* p = static_cast<const int32_t*>(t->data);
-    prompt.assign(p, p + t->nbytes / 4);
-  }
-};
-Fx& fx() {
-  static Fx f;
-  return f;
-}
+test::TinyMtp& fx() { return test::tiny_mtp(); }
 
 // Prefill of the fixture prompt with the MTP rows filled; returns the first token (greedy or sampled by ss).
 struct Prefilled {
