@@ -5,8 +5,7 @@
 # per round and P in {0, 0.5, 0.7, 0.86, 1}: tok/s at decode contexts 256, 4K and 32K (and 128K with
 # MTP_BENCH_128K=1), and the cost of one verify step of k+1 positions against one plain decode step.
 # Usage: scripts/mtp-bench.sh BUILD_DIR OUT_DIR (BUILD_DIR holds lily built with CUDA; OUT_DIR receives one text
-# report and one JSON per k). MTP_BENCH_KS="1 2" restricts k, MTP_BENCH_CTX=256,4096 the contexts; the verify mode is
-# LILY_CUDA_VERIFY's (decode steps by default; batched: the prefill runner, docs/configuration.md).
+# report and one JSON per k). MTP_BENCH_KS="1 2" restricts k, MTP_BENCH_CTX=256,4096 the contexts.
 set -uo pipefail
 B=${1:-build}
 OUT=${2:-mtp-bench-out}

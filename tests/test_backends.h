@@ -1,7 +1,6 @@
 // Backends by name for tests that run on every backend: "cuda" needs a build with the CUDA backend and a device
-// (the tests skip without one); "cuda-verify-batched" is the CUDA backend with LILY_CUDA_VERIFY=batched.
+// (the tests skip without one).
 #pragma once
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -20,14 +19,5 @@ inline bool test_backend_usable(const std::string& kind) {
 }
 
 inline std::unique_ptr<lily::Backend> make_test_backend(const std::string& kind, std::shared_ptr<lily::ModelWeights> w) {
-  if (kind != "cuda-verify-batched") return lily::make_backend(kind, std::move(w));
-  setenv("LILY_CUDA_VERIFY", "batched", 1);
-  try {
-    auto be = lily::make_backend("cuda", std::move(w));
-    unsetenv("LILY_CUDA_VERIFY");
-    return be;
-  } catch (...) {
-    unsetenv("LILY_CUDA_VERIFY");
-    throw;
-  }
+  return lily::make_backend(kind, std::move(w));
 }

@@ -1,7 +1,6 @@
 // The CUDA backend's speculative-decoding pieces on the tiny fixture with its MTP block: verify + accept(m) leave the
 // device state (KV rows, DeltaNet recurrent and conv states, position) equal to the state of forwarding only the m
-// kept tokens, bit for bit (the default decode-step verify: against plain decode steps; LILY_CUDA_VERIFY=batched:
-// against one batched forward of the m tokens); clone / assign carry the MTP cache; the greedy output of a speculative decode does not depend on k
+// kept tokens, bit for bit (the verify runs decode steps: against plain decode steps); clone / assign carry the MTP cache; the greedy output of a speculative decode does not depend on k
 // or on how many drafts are accepted. The logits and the 520-token comparison with plain decoding are in
 // test_mtp.cpp / test_speculative.cpp.
 #include <gtest/gtest.h>
@@ -93,21 +92,14 @@ class CudaMtp : public ::testing::TestWithParam<const char*> {
 
 // verify [cur, wrong drafts] then accept(m): the state is the one that forwarded only the first m tokens.
 TEST_P(CudaMtp, AcceptLeavesThePlainState) {
-  const bool decode = std::string(GetParam()) == "cuda";
   const ModelConfig& c = be->config();
   auto base = prefilled(128);
   const int32_t run[4] = {17, 400, 33, 2900};
   for (int m = 1; m <= 4; ++m) {
     auto plain = base->clone();
     std::vector<float> plain_logits(size_t(m) * size_t(V));
-    if (decode) {  // plain decoding: one decode step per token
-      for (int i = 0; i < m; ++i)
-        be->forward(*plain, &run[i], 1, 1, plain_logits.data() + size_t(i) * size_t(V), ForwardOptions{});
-    } else {  // the batched path on the m tokens alone (a hidden-state hook keeps even one token on it)
-      ForwardOptions fo;
-      fo.on_hidden = [](const float*, int, int) {};
-      be->forward(*plain, run, m, m, plain_logits.data(), fo);
-    }
+    for (int i = 0; i < m; ++i)  // plain decoding: one decode step per token
+      be->forward(*plain, &run[i], 1, 1, plain_logits.data() + size_t(i) * size_t(V), ForwardOptions{});
     auto spec = base->clone();
     std::vector<float> vlog(size_t(4) * size_t(V)), hid(size_t(4) * size_t(c.hidden));
     auto undo = be->verify(*spec, run, 4, vlog.data(), hid.data());
@@ -226,8 +218,8 @@ TEST_P(CudaMtp, GreedyOutputIndependentOfDrafts) {
   EXPECT_EQ(a, e);
 }
 
-INSTANTIATE_TEST_SUITE_P(Verify, CudaMtp, ::testing::Values("cuda", "cuda-verify-batched"),
-                         [](const auto& i) { return std::string(i.param) == "cuda" ? "decode_steps" : "batched"; });
+INSTANTIATE_TEST_SUITE_P(Verify, CudaMtp, ::testing::Values("cuda"),
+                         [](const auto&) { return std::string("decode_steps"); });
 
 TEST(CudaMtpLoad, WithoutWeightsSaysWhy) {
   if (!test_backend_usable("cuda")) GTEST_SKIP() << "no CUDA device";

@@ -103,8 +103,7 @@ class ScopedVars {
 
 TEST(CudaOptionsEnv, DefaultsWhenUnset) {
   for (const char* v : {"LILY_CUDA_LAUNCH", "LILY_PROFILE", "LILY_CUDA_PREFILL", "LILY_CUDA_PREFILL_MAX_CHUNK",
-                        "LILY_CUDA_PREFILL_PRECISION", "LILY_CUDA_SAMPLER", "LILY_CUDA_ROUTER_Y", "LILY_CUDA_INT8_X",
-                        "LILY_CUDA_VERIFY"})
+                        "LILY_CUDA_PREFILL_PRECISION", "LILY_CUDA_SAMPLER", "LILY_CUDA_ROUTER_Y", "LILY_CUDA_INT8_X"})
     if (std::getenv(v)) GTEST_SKIP() << v << " is set in the test's environment";
   const CudaOptions o = CudaOptions::from_env();
   EXPECT_TRUE(o.graph);
@@ -118,22 +117,6 @@ TEST(CudaOptionsEnv, DefaultsWhenUnset) {
   EXPECT_TRUE(o.device_sampler);
   EXPECT_TRUE(o.router_y);
   EXPECT_TRUE(o.int8_x);
-  EXPECT_FALSE(o.verify_batched);  // decode steps: lossless (docs/architecture.md, speculative decoding)
-}
-
-TEST(CudaOptionsEnv, VerifyModes) {
-  {
-    ScopedVars v({{"LILY_CUDA_VERIFY", "decode"}});
-    EXPECT_FALSE(CudaOptions::from_env().verify_batched);
-  }
-  {
-    ScopedVars v({{"LILY_CUDA_VERIFY", "batched"}});
-    EXPECT_TRUE(CudaOptions::from_env().verify_batched);
-  }
-  ScopedVars bad({{"LILY_CUDA_VERIFY", "steps"}});
-  const std::string e = error_of([] { CudaOptions::from_env(); });
-  EXPECT_NE(e.find("LILY_CUDA_VERIFY"), std::string::npos) << e;
-  EXPECT_NE(e.find("decode, batched"), std::string::npos) << e;
 }
 
 TEST(CudaOptionsEnv, LaunchModes) {

@@ -67,8 +67,8 @@ class CudaBackend : public Backend {
   size_t weight_bytes() const { return weight_bytes_; }   // device bytes of weights
 
   // Speculative decoding (cuda_mtp.cpp): the MTP block runs through the prefill runner (run_mtp) with its own KV
-  // cache in the CudaState; verify runs the rows as decode steps keeping the DeltaNet states after each (or batched
-  // through the prefill runner: CudaOptions::verify_batched), accept copies the kept position's states back.
+  // cache in the CudaState; verify runs the rows as decode steps keeping the DeltaNet states after each, accept
+  // copies the kept position's states back.
   bool mtp_available() const override { return has_mtp_; }
   std::string mtp_unavailable_reason() const override;
   std::string mtp_default_off_reason() const override;
@@ -145,7 +145,7 @@ class CudaBackend : public Backend {
   float* vhid_ = nullptr;       // [kMaxVerifyDecode][H] final-normed hidden rows of a decode-step verify
   static constexpr int kMaxVerifyDecode = 16;
   // verify's copies of a state's DeltaNet states, each [s_bytes S | conv_bytes conv] (allocated on first use, kept):
-  // decode steps: slot i after i + 1 tokens (i < n - 1); batched: slot 0 before the rows. They belong to the undo
+  // slot i after i + 1 tokens (i < n - 1). They belong to the undo
   // record of the last verify (snap_ticket_).
   std::vector<float*> snaps_;
   size_t snap_bytes_ = 0;

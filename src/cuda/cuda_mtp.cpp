@@ -5,12 +5,9 @@
 //    the DeltaNet recurrent + conv states (the only state a forward changes in place) after each of the first n - 1;
 //    accept(m < n) copies the one after m tokens back (the KV rows before the kept position are final, those past
 //    it are overwritten later);
-//  - verify with LILY_CUDA_VERIFY=batched (CudaOptions::verify_batched): a copy of the DeltaNet states, then the n
-//    rows through the prefill runner in one forward with every row's logits and final-normed hidden state; accept
-//    (m < n) restores the copy and forwards the m kept rows again the same way. A verify of one token is always one
-//    decode step (the speculative loop's plain steps, which auto-off times as plain decoding's cost).
-// Numerics: the batched runner and the decode step differ in the last bits (prefill precision modes,
-// docs/architecture.md "Speculative decoding").
+//    A verify of one token is one decode step (the speculative loop's plain steps, which auto-off times as plain
+//    decoding's cost). A verify of the n rows in one forward of the prefill runner measured slower and, with the
+//    runner's other numerics, not lossless (docs/performance-log.md).
 #include <algorithm>
 #include <cstring>
 
@@ -34,7 +31,6 @@ struct CudaUndo final : VerifyUndo {
   uint64_t ticket = 0;            // CudaBackend::snap_ticket_ of this verify (its snapshots)
   int pos = 0;
   std::vector<int32_t> ids;
-  bool batched = false;  // rows through the prefill runner (else decode steps with per-token snapshots)
 };
 
 }  // namespace
@@ -184,17 +180,8 @@ std::unique_ptr<VerifyUndo> CudaBackend::verify(SeqState& s, const int32_t* ids,
   u->st = &st;
   u->pos = st.pos;
   u->ids.assign(ids, ids + n);
-  u->batched = opt_.verify_batched && n > 1;
   u->ticket = ++snap_ticket_;
-  if (u->batched) {  // the DeltaNet states before the rows, restored by accept(m < n) before the recompute
-    save_states(st, 0);
-    const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
-    prefill_->run(ps, ids, n, st.pos, n, logits, stream_, hidden);
-    LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    st.pos += n;
-  } else {
-    verify_decode_steps(st, ids, n, logits, hidden);
-  }
+  verify_decode_steps(st, ids, n, logits, hidden);
   return u;
 }
 
@@ -208,15 +195,8 @@ void CudaBackend::accept(SeqState& s, VerifyUndo& undo, int m) {
   if (st.pos != u->pos + n) throw Error("accept: the state moved since its verify");
   if (m == n) return;
   if (u->ticket != snap_ticket_) throw Error("accept: another verify ran since this one (its snapshots are gone)");
-  if (!u->batched) {  // decode steps: the DeltaNet states after m tokens; the KV rows before pos + m are final
-    restore_states(st, size_t(m - 1));
-    LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    st.pos = u->pos + m;
-    return;
-  }
-  restore_states(st, 0);
-  const PrefillState ps{st.kv, st.S, st.conv, st.max_ctx};
-  prefill_->run(ps, u->ids.data(), m, u->pos, 0, nullptr, stream_);
+  // the DeltaNet states after m tokens; the KV rows before pos + m are final
+  restore_states(st, size_t(m - 1));
   LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   st.pos = u->pos + m;
 }

@@ -26,7 +26,6 @@ CudaOptions CudaOptions::from_env() {
   o.prefill_prec = env_choice("LILY_CUDA_PREFILL_PRECISION", {"bf16", "fp16", "split", "mixed"}, 2);
   o.router_y = env_on("LILY_CUDA_ROUTER_Y", true);
   o.int8_x = env_on("LILY_CUDA_INT8_X", true);
-  o.verify_batched = env_choice("LILY_CUDA_VERIFY", {"decode", "batched"}, 0) == 1;
   return o;
 }
 

@@ -26,10 +26,6 @@ struct CudaOptions {
                                // router-from-y, router_y.h, which the layers whose shapes allow it use by default)
   bool int8_x = true;          // LILY_CUDA_INT8_X=0: f32 activations in the 4-bit decode GEMVs (reference for the
                                // int8 hi + lo form with dp4a)
-  // LILY_CUDA_VERIFY=decode (default) | batched: how a speculative verify of n tokens runs the main model
-  bool verify_batched = false;  // decode: n decode steps (plain decoding's own kernels and numerics: lossless);
-                                // batched: one forward of the n rows through the prefill runner (its numerics
-                                // differ from the decode step's in the last bits: greedy output may differ)
   // Throws lily::Error naming the variable for a value that is not one of its choices, and for a retired name.
   static CudaOptions from_env();
 };
