@@ -132,6 +132,21 @@ const QMatrix& slot_matrix(const ModelWeights& w, const ModuleSpec& m, int index
 std::vector<float>& slot_vector(ModelWeights& w, const VectorSpec& v) { return vector_of(w, v); }
 const std::vector<float>& slot_vector(const ModelWeights& w, const VectorSpec& v) { return vector_of(w, v); }
 
+std::shared_ptr<ModelWeights> empty_model(const ModelConfig& cfg, const std::string& layout) {
+  auto w = std::make_shared<ModelWeights>();
+  w->cfg = cfg;
+  w->layout = layout;
+  w->layers.resize(size_t(cfg.n_layers));
+  for (int i = 0; i < cfg.n_layers; ++i) {
+    auto& L = w->layers[size_t(i)];
+    L.is_full = cfg.is_full.at(size_t(i));
+    L.moe.gate.e.resize(size_t(cfg.n_experts));
+    L.moe.up.e.resize(size_t(cfg.n_experts));
+    L.moe.down.e.resize(size_t(cfg.n_experts));
+  }
+  return w;
+}
+
 size_t qmatrix_bytes(const QMatrix& m) { return m.bytes(); }
 
 }  // namespace lily

@@ -2,6 +2,7 @@
 // quantisation, and where each lives in ModelWeights. Shared by the synthetic generator and the writers.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ struct VectorSpec {
 
 std::vector<ModuleSpec> plan_modules(const ModelConfig& c);   // checkpoint order: per layer, then globals
 std::vector<VectorSpec> plan_vectors(const ModelConfig& c);
+// An empty ModelWeights with cfg's layers and expert slots, ready for slot_matrix / slot_vector to fill.
+std::shared_ptr<ModelWeights> empty_model(const ModelConfig& cfg, const std::string& layout);
 
 QMatrix& slot_matrix(ModelWeights& w, const ModuleSpec& m, int index);
 const QMatrix& slot_matrix(const ModelWeights& w, const ModuleSpec& m, int index);

@@ -75,17 +75,7 @@ void fill(const ModuleSpec& m, const Buffers& b, uint64_t key, int64_t r0, int64
 std::shared_ptr<ModelWeights> make_synthetic_fp8(const std::string& preset, uint64_t seed,
                                                  const SynthProgressFn& progress) {
   const ModelConfig cfg = make_synthetic_config(preset);
-  auto w = std::make_shared<ModelWeights>();
-  w->cfg = cfg;
-  w->layout = "fp8";
-  w->layers.resize(size_t(cfg.n_layers));
-  for (int i = 0; i < cfg.n_layers; ++i) {
-    auto& L = w->layers[size_t(i)];
-    L.is_full = cfg.is_full.at(size_t(i));
-    L.moe.gate.e.resize(size_t(cfg.n_experts));
-    L.moe.up.e.resize(size_t(cfg.n_experts));
-    L.moe.down.e.resize(size_t(cfg.n_experts));
-  }
+  auto w = empty_model(cfg, "fp8");
   const double rms = code_rms();
   const auto modules = plan_modules(cfg);
   std::vector<Buffers> bufs(modules.size());

@@ -104,17 +104,7 @@ std::shared_ptr<ModelWeights> make_synthetic(const std::string& preset, uint64_t
 
 std::shared_ptr<ModelWeights> make_synthetic_from_config(const ModelConfig& cfg, uint64_t seed,
                                                          const SynthProgressFn& progress) {
-  auto w = std::make_shared<ModelWeights>();
-  w->cfg = cfg;
-  w->layout = "mlx-affine";
-  w->layers.resize(size_t(cfg.n_layers));
-  for (int i = 0; i < cfg.n_layers; ++i) {
-    auto& L = w->layers[size_t(i)];
-    L.is_full = cfg.is_full.at(size_t(i));
-    L.moe.gate.e.resize(size_t(cfg.n_experts));
-    L.moe.up.e.resize(size_t(cfg.n_experts));
-    L.moe.down.e.resize(size_t(cfg.n_experts));
-  }
+  auto w = empty_model(cfg, "mlx-affine");
 
   const auto modules = plan_modules(cfg);
   std::vector<ModuleBuffers> bufs(modules.size());
