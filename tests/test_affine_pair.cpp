@@ -100,7 +100,9 @@ TEST(AffinePair, Q4zWordRoundsTheScaleToNearestEven) {
     q4z_decode(w, &s, &b);
     EXPECT_LE(std::fabs(double(s) - s32), std::ldexp(double(s32), -20));
     EXPECT_EQ(b, -float(z) * s);
-    if (i % 2 == 0) EXPECT_EQ(s, s32) << "an f16 scale has 11 significant bits: exact";
+    if (i % 2 == 0) {
+      EXPECT_EQ(s, s32) << "an f16 scale has 11 significant bits: exact";
+    }
   }
   // not of the form: z out of 0..15, a bias that is not a multiple, non-finite values
   EXPECT_FALSE(q4z_word(0.01f, -16.f * 0.01f, &w));
