@@ -2,7 +2,8 @@
 // 32, 64 or 128, and (scale, bias) as bf16 (MLX), as f32 with bias = -z * scale (GPTQ / AWQ / compressed-tensors
 // int4, GGUF Q4_0 / Q5_0 / Q8_0 repacks: f16 scales, integer zero points) or as f32 with an independent bias
 // (GGUF Q4_K / Q5_K / Q4_1). Uploaded through the backend's own path (describe_matrix / copy_matrix), with a host
-// "twin" whose f32 scales hold the bf16 pairs the device keeps (model/affine_pair.h): the reference for the kernels.
+// "twin" whose f32 scales hold the bf16 pairs the device keeps (model/affine_pair.h), or for 4-bit f32 scales with
+// bias -z * scale (kQ4Z) the scale to 2^-20 and its exact bias: the reference for the kernels.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "cuda/weight_upload.h"
 #include "cuda_test_buffers.h"
 #include "model/affine_pair.h"
@@ -101,6 +103,12 @@ inline void make_form(FormStack& st, int n, int rows, int cols, int bits, int gr
     }
   // the upload, as CudaBackend::upload_stack does it
   cuda::DMat m = cuda::describe_matrix(st.src[0], "test matrix");
+  if (m.fmt == cuda::kQ4Z)  // the twin holds the scale and bias the kQ4Z word decodes to
+    for (size_t i = 0; i < st.ts.size(); ++i) {
+      uint32_t word = 0;
+      if (!q4z_word(st.s32[i], st.b32[i], &word)) throw Error("make_form: a group not of the kQ4Z form");
+      q4z_decode(word, &st.ts[i], &st.tb[i]);
+    }
   const size_t wb = cuda::dmat_w_bytes(m), nsb = cuda::dmat_sb_words(m);
   uint8_t* dw = dev.poisoned<uint8_t>(wb * size_t(n));
   uint32_t* dsb = nsb ? dev.poisoned<uint32_t>(nsb * size_t(n)) : nullptr;

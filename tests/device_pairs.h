@@ -1,5 +1,7 @@
 // The "device twin" of a loaded model: every affine matrix whose scales are not bf16 gets new f32 scale/bias
-// arrays holding the bf16 pair the CUDA backend stores for it (model/affine_pair.h), every GGUF block matrix the
+// arrays holding the bf16 pair the CUDA backend stores for it (model/affine_pair.h), or for 4-bit matrices with
+// zero points (GPTQ / AWQ / compressed-tensors int4: kQ4Z) the f32 scale to 2^-20 and its exact bias -z * scale
+// (naive: the bf16 pairs for those too), every GGUF block matrix the
 // backend widens (any but Q6_K) and every dense F32 / F16 matrix (GGUF's router and shared-expert gate are F32) the
 // bf16 rows the backend uploads for it (cuda/weight_upload.cpp), everything else shared (FP8 blocks and Q6_K are
 // kept exactly: 8-bit codes with f32 scales). The
@@ -49,6 +51,19 @@ inline std::shared_ptr<lily::ModelWeights> device_twin(const std::shared_ptr<lil
     if (m.kind != lily::QMatrix::Kind::Affine || m.sdtype == lily::DType::BF16) return;
     const size_t ng = size_t(m.rows) * size_t(m.cols / m.group);
     auto buf = std::make_shared<std::vector<float>>(2 * ng);
+    if (!naive && m.bits == 4 && lily::affine_q4z(m.scales, m.biases, m.sdtype, ng)) {  // kQ4Z (scale to 2^-20)
+      for (size_t i = 0; i < ng; ++i) {
+        uint32_t word = 0;
+        lily::q4z_word(lily::decode_scalar(m.scales, m.sdtype, i), lily::decode_scalar(m.biases, m.sdtype, i), &word);
+        lily::q4z_decode(word, &(*buf)[i], &(*buf)[ng + i]);
+      }
+      m.scales = buf->data();
+      m.biases = buf->data() + ng;
+      m.sdtype = lily::DType::F32;
+      w->keep_alive.push_back(buf);
+      ++n;
+      return;
+    }
     for (size_t i = 0; i < ng; ++i) {
       lily::Bf16Pair p = lily::affine_pair_at(m.scales, m.biases, m.sdtype, i);
       if (naive) {

@@ -38,8 +38,8 @@ void CudaBackend::dev_free(void* p) {
     }
 }
 
-DMat CudaBackend::upload(const QMatrix& q, const char* what, bool widen8) {
-  DMat m = describe_matrix(q, what, widen8);
+DMat CudaBackend::upload(const QMatrix& q, const char* what, bool widen8, bool allow_q4z) {
+  DMat m = describe_matrix(q, what, widen8, allow_q4z);
   if (widen8 && q.kind == QMatrix::Kind::Affine && q.bits == 4) ++widened_;
   uint8_t* dw = static_cast<uint8_t*>(dev_alloc(dmat_w_bytes(m)));
   uint32_t* dsb = m.sb_row ? static_cast<uint32_t*>(dev_alloc(dmat_sb_words(m) * 4)) : nullptr;
@@ -47,6 +47,7 @@ DMat CudaBackend::upload(const QMatrix& q, const char* what, bool widen8) {
   m.w = dw;
   m.sb = dsb;
   weight_bytes_ += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
+  if (m.fmt == kQ4Z) ++q4z_mats_;
   if (fmt_code8(m.fmt)) {
     code8_mats_[m.fmt == kI8] += 1;
     if (m.fmt == kF8) f8_group_ = m.group;
@@ -56,16 +57,16 @@ DMat CudaBackend::upload(const QMatrix& q, const char* what, bool widen8) {
 }
 
 // Experts are uploaded back to back so that expert e is at a fixed stride from expert 0.
-DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what, bool widen8) {
+DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what, bool widen8, bool allow_q4z) {
   if (s.e.empty()) throw Error(std::string("cuda: empty expert stack ") + what);
   DStack st;
-  st.m = describe_matrix(s.e[0], what, widen8);
+  st.m = describe_matrix(s.e[0], what, widen8, allow_q4z);
   if (widen8 && s.e[0].kind == QMatrix::Kind::Affine && s.e[0].bits == 4) widened_ += s.e.size();
   const size_t E = s.e.size(), wb = dmat_w_bytes(st.m), nsb = dmat_sb_words(st.m);
   uint8_t* dw = static_cast<uint8_t*>(dev_alloc(wb * E));
   uint32_t* dsb = nsb ? static_cast<uint32_t*>(dev_alloc(nsb * 4 * E)) : nullptr;
   for (size_t e = 0; e < E; ++e) {
-    const DMat m = describe_matrix(s.e[e], what, widen8);
+    const DMat m = describe_matrix(s.e[e], what, widen8, allow_q4z);
     if (m.fmt != st.m.fmt || m.rows != st.m.rows || m.cols != st.m.cols || m.group != st.m.group)
       throw Error(std::string("cuda: experts of ") + what + " differ in shape or format");
     copy_matrix(s.e[e], m, dw + e * wb, dsb ? dsb + e * nsb : nullptr);
@@ -75,12 +76,22 @@ DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what, bool wi
   st.w_stride = int64_t(wb);
   st.sb_stride = int64_t(nsb);
   weight_bytes_ += (wb + nsb * 4) * E;
+  if (st.m.fmt == kQ4Z) q4z_mats_ += E;
   if (fmt_code8(st.m.fmt)) {
     code8_mats_[st.m.fmt == kI8] += E;
     if (st.m.fmt == kF8) f8_group_ = st.m.group;
     code8_bytes_[st.m.fmt == kI8] += (wb + nsb * 4) * E;
   }
   return st;
+}
+
+bool CudaBackend::all_q4z(std::initializer_list<const ExpertStack*> st, std::initializer_list<const QMatrix*> ms) {
+  for (const ExpertStack* s : st)
+    for (const QMatrix& q : s->e)
+      if (!q4z_matrix(q)) return false;
+  for (const QMatrix* q : ms)
+    if (!q4z_matrix(*q)) return false;
+  return true;
 }
 
 // Whether the matrices hold affine 4-bit and 8-bit codes both (and nothing else).
@@ -94,13 +105,18 @@ bool CudaBackend::mixed_4_8(std::initializer_list<const QMatrix*> ms) {
   return b4 && b8;
 }
 
-// The load log's line for the matrices kept in 8-bit codes (the others are uploaded as the checkpoint stores them).
+// The load log's lines for the matrices kept in 8-bit codes or as kQ4Z (the others are uploaded as the checkpoint
+// stores them).
 void CudaBackend::log_code8_uploads() const {
   const double mib = 1024.0 * 1024.0;
   if (code8_mats_[0])
     std::fprintf(stderr, "lily: cuda: %zu FP8 matrices kept as e4m3 codes with f32 scales per row and %d columns "
                  "(%.1f MiB on the device; dequantised inside the matrix kernels)\n", code8_mats_[0],
                  f8_group_, code8_bytes_[0] / mib);
+  if (q4z_mats_)
+    std::fprintf(stderr, "lily: cuda: %zu affine 4-bit matrices with zero points (scale * (q - z)) kept with f32 "
+                 "scales to 2^-20 and their zeros in one word per group (kQ4Z, exact where bf16 pairs are not)\n",
+                 q4z_mats_);
   if (widened_)
     std::fprintf(stderr, "lily: cuda: %zu affine 4-bit MoE matrices uploaded as 8-bit codes (the same scales and "
                  "biases, exact) to share a kernel with the 8-bit projections beside them\n", widened_);
@@ -143,19 +159,24 @@ DLayer CudaBackend::upload_layer(const LayerWeights& L, int& n_lin, int& n_full)
     d.a_neg = upload_f32(L.lin.a_neg);
     d.gnorm = upload_f32(L.lin.norm);
   }
-  d.router = upload(L.moe.router, "router");
-  d.shg = upload(L.moe.sh_gate_w, "shared_expert_gate");
+  // kQ4Z only where every matrix a MoE kernel reads in one format takes it (router and shared gate; gate / up with
+  // the shared ones; the down projections), else kQ4 for all of them
+  const bool z_r = all_q4z({}, {&L.moe.router, &L.moe.sh_gate_w});
+  d.router = upload(L.moe.router, "router", false, z_r);
+  d.shg = upload(L.moe.sh_gate_w, "shared_expert_gate", false, z_r);
   // the MoE kernels read gate / up / shared gate / up in one format and the down projections in one: where a
   // mixed recipe gives them affine 4- and 8-bit codes, the 4-bit ones are uploaded as 8-bit codes (exact)
   auto first = [](const ExpertStack& st) { return st.e.empty() ? nullptr : &st.e[0]; };  // empty: upload_stack
   const bool w_gu = mixed_4_8({first(L.moe.gate), first(L.moe.up), &L.moe.sh_gate, &L.moe.sh_up});
   const bool w_d = mixed_4_8({first(L.moe.down), &L.moe.sh_down});
-  d.gate = upload_stack(L.moe.gate, "experts.gate", w_gu);
-  d.up = upload_stack(L.moe.up, "experts.up", w_gu);
-  d.down = upload_stack(L.moe.down, "experts.down", w_d);
-  d.sh_gate = upload(L.moe.sh_gate, "shared_expert.gate", w_gu);
-  d.sh_up = upload(L.moe.sh_up, "shared_expert.up", w_gu);
-  d.sh_down = upload(L.moe.sh_down, "shared_expert.down", w_d);
+  const bool z_gu = all_q4z({&L.moe.gate, &L.moe.up}, {&L.moe.sh_gate, &L.moe.sh_up});
+  const bool z_d = all_q4z({&L.moe.down}, {&L.moe.sh_down});
+  d.gate = upload_stack(L.moe.gate, "experts.gate", w_gu, z_gu);
+  d.up = upload_stack(L.moe.up, "experts.up", w_gu, z_gu);
+  d.down = upload_stack(L.moe.down, "experts.down", w_d, z_d);
+  d.sh_gate = upload(L.moe.sh_gate, "shared_expert.gate", w_gu, z_gu);
+  d.sh_up = upload(L.moe.sh_up, "shared_expert.up", w_gu, z_gu);
+  d.sh_down = upload(L.moe.sh_down, "shared_expert.down", w_d, z_d);
   return d;
 }
 

@@ -16,7 +16,12 @@
 
 namespace lily::cuda {
 
-DMat describe_matrix(const QMatrix& q, const char* what, bool widen8) {
+bool q4z_matrix(const QMatrix& q) {
+  if (q.kind != QMatrix::Kind::Affine || q.bits != 4 || q.group <= 0) return false;
+  return affine_q4z(q.scales, q.biases, q.sdtype, size_t(q.rows) * size_t(q.cols / q.group));
+}
+
+DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, bool allow_q4z) {
   if (!q.valid()) throw Error(std::string("cuda: missing weight ") + what);
   DMat m;
   m.rows = int(q.rows);
@@ -29,9 +34,9 @@ DMat describe_matrix(const QMatrix& q, const char* what, bool widen8) {
                   "dividing the " + std::to_string(q.cols) + " columns");
     if (q.sdtype != DType::BF16 && q.sdtype != DType::F16 && q.sdtype != DType::F32 && q.sdtype != DType::KS8)
       throw Error(std::string("cuda: ") + what + ": scales of type " + dtype_name(q.sdtype));
-    m.fmt = q.bits == 4 && !widen8 ? kQ4 : kQ8;
+    m.fmt = q.bits == 4 && !widen8 ? (allow_q4z && q4z_matrix(q) ? kQ4Z : kQ4) : kQ8;
     m.group = q.group;
-    m.row_bytes = q.cols * (m.fmt == kQ4 ? 4 : 8) / 8;
+    m.row_bytes = q.cols * (fmt_q4(m.fmt) ? 4 : 8) / 8;
     m.sb_row = int(q.cols / q.group);
   } else if (q.kind == QMatrix::Kind::Fp8Block) {
     if (q.dtype != DType::F8_E4M3 || q.group <= 0 || q.group % 16 || !q.scales)
@@ -114,7 +119,13 @@ void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
     }
     const size_t nsb = dmat_sb_words(m);
     std::vector<uint32_t> sb(nsb);
-    for (size_t i = 0; i < nsb; ++i) sb[i] = affine_pair_at(q.scales, q.biases, q.sdtype, i).word();
+    if (m.fmt == kQ4Z) {
+      for (size_t i = 0; i < nsb; ++i)
+        if (!q4z_word(decode_scalar(q.scales, q.sdtype, i), decode_scalar(q.biases, q.sdtype, i), &sb[i]))
+          throw Error("cuda: a group of a kQ4Z matrix is not scale * (q - z) with z in 0..15");
+    } else {
+      for (size_t i = 0; i < nsb; ++i) sb[i] = affine_pair_at(q.scales, q.biases, q.sdtype, i).word();
+    }
     LILY_CUDA_CHECK(cudaMemcpy(dsb, sb.data(), nsb * 4, cudaMemcpyHostToDevice));
   } else if (q.kind == QMatrix::Kind::Dense && q.dtype == DType::BF16) {
     LILY_CUDA_CHECK(cudaMemcpy(dw, q.w, dmat_w_bytes(m), cudaMemcpyHostToDevice));

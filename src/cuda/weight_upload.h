@@ -15,13 +15,18 @@ namespace lily::cuda {
 // other GGUF blocks) as BF16. Throws naming `what` for any other matrix.
 // widen8: an affine 4-bit q gets 8-bit codes instead (the same scales and biases: exact), so that it can share a
 // kernel with 8-bit matrices (the MoE projections of mixed recipes).
-DMat describe_matrix(const QMatrix& q, const char* what, bool widen8 = false);
+// An affine 4-bit q whose scales are wider than bf16 (f16 / f32) and every group's bias is exactly -z * scale in f32
+// with an integer z in 0..15 (GPTQ, AWQ and compressed-tensors int4 after their repack; GGUF Q4_0) is kQ4Z: the
+// f32 scale to 2^-20 with z in its low bits (model/affine_pair.h q4z_word), exact where a bf16 pair is not;
+// allow_q4z false keeps it kQ4 (matrices a kernel must read in one format with others that cannot take kQ4Z).
+DMat describe_matrix(const QMatrix& q, const char* what, bool widen8 = false, bool allow_q4z = true);
+bool q4z_matrix(const QMatrix& q);  // whether an affine 4-bit q takes kQ4Z
 
 size_t dmat_w_bytes(const DMat& m);   // bytes of the packed rows / bf16 elements
 size_t dmat_sb_words(const DMat& m);  // (scale, bias) words
 
 // Copies q into dw (packed rows, 8-bit codes, or bf16: dense types rounded to nearest) and dsb (one word per group:
-// affine_pair_at's bf16 scale and bias, model/affine_pair.h; the f32 scale for kF8 / kI8).
+// affine_pair_at's bf16 scale and bias, model/affine_pair.h; q4z_word's word for kQ4Z; the f32 scale for kF8 / kI8).
 void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb);
 
 }  // namespace lily::cuda

@@ -45,4 +45,47 @@ inline Bf16Pair affine_pair_at(const void* scales, const void* biases, DType t, 
   return affine_pair_bf16(decode_scalar(scales, t, i), decode_scalar(biases, t, i));
 }
 
+// kQ4Z, the CUDA backend's exact form of a group whose bias is -z * scale with an integer zero z in 0..15 (GPTQ, AWQ
+// and compressed-tensors int4 after their repack): one 32-bit word, the f32 scale rounded to nearest (ties to even)
+// on its 19 upper mantissa bits, z in the 4 lowest bits. Decoded as scale = bits(word & ~0xf), bias = -(word & 0xf)
+// * scale: relative error of the scale at most 2^-20 (bf16: 2^-9). Fails (false) where the group is not of that
+// form or the rounded scale is not finite.
+inline bool q4z_zero(float scale, float bias, uint32_t* z) {
+  if (!std::isfinite(scale) || !std::isfinite(bias)) return false;
+  if (scale == 0.0f) {
+    if (bias != 0.0f) return false;
+    *z = 0;
+    return true;
+  }
+  const float zf = std::nearbyint(-bias / scale);
+  if (!(zf >= 0.0f && zf <= 15.0f) || -zf * scale != bias) return false;
+  *z = uint32_t(zf);
+  return true;
+}
+inline bool q4z_word(float scale, float bias, uint32_t* word) {
+  uint32_t z = 0;
+  if (!q4z_zero(scale, bias, &z)) return false;
+  uint32_t u;
+  std::memcpy(&u, &scale, 4);
+  u = (u + 7u + ((u >> 4) & 1u)) & ~0xfu;  // round to nearest even on bit 4 (a carry into the exponent is right)
+  if ((u & 0x7f800000u) == 0x7f800000u) return false;
+  *word = u | z;
+  return true;
+}
+// Whether the n groups of an affine 4-bit matrix's scales / biases of type t take kQ4Z: scales wider than bf16
+// (with bf16 scales and biases the bf16 pair is already exact: MLX) and every group of q4z_word's form.
+inline bool affine_q4z(const void* scales, const void* biases, DType t, size_t n) {
+  if (t == DType::BF16 || !scales || !biases) return false;
+  uint32_t w = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!q4z_word(decode_scalar(scales, t, i), decode_scalar(biases, t, i), &w)) return false;
+  return true;
+}
+// The kQ4Z word's (scale, bias), as the device decodes them.
+inline void q4z_decode(uint32_t word, float* scale, float* bias) {
+  const uint32_t u = word & ~0xfu;
+  std::memcpy(scale, &u, 4);
+  *bias = -float(word & 0xfu) * *scale;
+}
+
 }  // namespace lily

@@ -146,6 +146,16 @@ __device__ __forceinline__ const float* stage_vec(const float* src, int n, float
 
 __device__ __forceinline__ float bf_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+// The (scale, bias) of an affine group from its sb word: a bf16 pair (kQ4, kQ8), or for kQ4Z the f32 scale with the
+// zero z in its 4 lowest mantissa bits (bias = -z * scale).
+template <int FMT> __device__ __forceinline__ float sb_scale(uint32_t sb) {
+  if constexpr (FMT == kQ4Z) return __uint_as_float(sb & ~0xfu);
+  else return bf_lo(sb);
+}
+template <int FMT> __device__ __forceinline__ float sb_bias(uint32_t sb) {
+  if constexpr (FMT == kQ4Z) return -float(sb & 0xfu) * __uint_as_float(sb & ~0xfu);
+  else return bf_hi(sb);
+}
 __device__ __forceinline__ uint16_t f2bf(float f) {  // round to nearest even
   uint32_t u = __float_as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
@@ -524,6 +534,7 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
 // Elements per 16-byte chunk for each format.
 template <int FMT> struct FmtInfo;
 template <> struct FmtInfo<kQ4> { static constexpr int kElems = 32; };
+template <> struct FmtInfo<kQ4Z> { static constexpr int kElems = 32; };
 template <> struct FmtInfo<kQ8> { static constexpr int kElems = 16; };
 template <> struct FmtInfo<kBF16> { static constexpr int kElems = 8; };
 template <> struct FmtInfo<kF8> { static constexpr int kElems = 16; };
@@ -544,9 +555,9 @@ template <int K> __device__ __forceinline__ float q8f(uint32_t w) {
 template <int FMT>
 __device__ __forceinline__ float chunk_dot(uint4 raw, uint32_t sb, const float* xs, const float* xsum16, int xc);
 
-template <>
-__device__ __forceinline__ float chunk_dot<kQ4>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
-                                                int xc) {
+// 4-bit chunk (kQ4 or kQ4Z: they differ in the sb word only).
+template <int FMT>
+__device__ __forceinline__ float chunk_dot_q4(uint4 raw, uint32_t sb, const float* xs, const float* xsum16, int xc) {
   const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
   float a0 = 0.f, a1 = 0.f;
 #pragma unroll
@@ -561,9 +572,19 @@ __device__ __forceinline__ float chunk_dot<kQ4>(uint4 raw, uint32_t sb, const fl
     a0 = fmaf(x1.z, q4f<6>(wv[i]), a0);
     a1 = fmaf(x1.w, q4f<7>(wv[i]), a1);
   }
-  const float s16 = 16.f * bf_lo(sb), b = bf_hi(sb);
+  const float s16 = 16.f * sb_scale<FMT>(sb), b = sb_bias<FMT>(sb);
   const float xsum = xsum16[2 * xc] + xsum16[2 * xc + 1];
   return fmaf(s16, a0 + a1, (b - s16) * xsum);
+}
+template <>
+__device__ __forceinline__ float chunk_dot<kQ4>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
+                                                int xc) {
+  return chunk_dot_q4<kQ4>(raw, sb, xs, xsum16, xc);
+}
+template <>
+__device__ __forceinline__ float chunk_dot<kQ4Z>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
+                                                 int xc) {
+  return chunk_dot_q4<kQ4Z>(raw, sb, xs, xsum16, xc);
 }
 
 template <>
@@ -601,6 +622,8 @@ __device__ __forceinline__ float chunk_dot<kBF16>(uint4 raw, uint32_t, const flo
 }
 
 // 4-bit chunk against XQ: 16 dp4a (two exact int32 sums, 254*hi + lo < 2^24 so the float conversion is exact)
+// (kQ4 or kQ4Z: s * Sum(q x) + b * Sum(x) with the group's scale and bias)
+template <int FMT>
 __device__ __forceinline__ float chunk_dot_q4i8(uint4 raw, uint32_t sb, const XQ& q, int xc) {
   const int4 h0 = q.xh[xc], h1 = q.xh[q.nch + xc], l0 = q.xl[xc], l1 = q.xl[q.nch + xc];
   constexpr uint32_t m = 0x0f0f0f0fu;
@@ -622,7 +645,7 @@ __device__ __forceinline__ float chunk_dot_q4i8(uint4 raw, uint32_t sb, const XQ
   sh = __dp4a(w7, h1.w, sh);
   sl = __dp4a(w7, l1.w, sl);
   const float sxq = float(sh * 254 + sl) * q.d[xc];  // Sum(q x) over the chunk
-  return fmaf(bf_lo(sb), sxq, bf_hi(sb) * q.xs32[xc]);
+  return fmaf(sb_scale<FMT>(sb), sxq, sb_bias<FMT>(sb) * q.xs32[xc]);
 }
 template <int FMT>
 __device__ __forceinline__ float XF::dot(uint4 raw, uint32_t sb, int xc) const {
@@ -630,8 +653,8 @@ __device__ __forceinline__ float XF::dot(uint4 raw, uint32_t sb, int xc) const {
 }
 template <int FMT>
 __device__ __forceinline__ float XQ::dot(uint4 raw, uint32_t sb, int xc) const {
-  static_assert(FMT == kQ4, "XQ serves 4-bit weights only");
-  return chunk_dot_q4i8(raw, sb, *this, xc);
+  static_assert(FMT == kQ4 || FMT == kQ4Z, "XQ serves 4-bit weights only");
+  return chunk_dot_q4i8<FMT>(raw, sb, *this, xc);
 }
 
 // Loads of chunk c of row `row` of m: the 16 bytes and the (scale, bias) word of its group.

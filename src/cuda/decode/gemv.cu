@@ -251,7 +251,7 @@ bool g_int8_x = true;
 
 void set_decode_int8_x(bool on) { g_int8_x = on; }
 bool decode_int8_x() { return g_int8_x; }
-bool use_int8_x(int fmt, int cols) { return g_int8_x && fmt == kQ4 && cols % 32 == 0 && cols <= 32 * 256; }
+bool use_int8_x(int fmt, int cols) { return g_int8_x && fmt_q4(fmt) && cols % 32 == 0 && cols <= 32 * 256; }
 
 size_t xq_image_bytes(int n) { return XQ::bytes(n); }
 
@@ -326,6 +326,13 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
           if (!whole(k_gemv_whole<kQ4, XQ, 2, K>)) run(k_gemv<kQ4, XQ, 2, K>, k_gemv<kQ4, XQ, 4, K>);
         } else if (!whole(k_gemv_whole<kQ4, XF, 2, K>)) {
           run(k_gemv<kQ4, XF, 2, K>, k_gemv<kQ4, XF, 4, K>);
+        }
+        break;
+      case kQ4Z:
+        if (use_int8_x(kQ4Z, p.cols)) {
+          if (!whole(k_gemv_whole<kQ4Z, XQ, 2, K>)) run(k_gemv<kQ4Z, XQ, 2, K>, k_gemv<kQ4Z, XQ, 4, K>);
+        } else if (!whole(k_gemv_whole<kQ4Z, XF, 2, K>)) {
+          run(k_gemv<kQ4Z, XF, 2, K>, k_gemv<kQ4Z, XF, 4, K>);
         }
         break;
       case kQ8: run(k_gemv<kQ8, XF, 2, K>, k_gemv<kQ8, XF, 4, K>); break;

@@ -11,7 +11,11 @@ struct StepParams;  // engine/sample_math.h
 
 namespace lily::cuda {
 
-enum Fmt : int { kQ4 = 4, kQ8 = 8, kF8 = 9, kI8 = 10, kBF16 = 16 };
+// kQ4: 4-bit codes, sb word = bf16 scale | bf16 bias << 16. kQ4Z: the same codes, sb word = the f32 scale with its
+// 4 lowest mantissa bits replaced by an integer zero z in 0..15 (w = scale * (q - z); the GPTQ / AWQ /
+// compressed-tensors repacks, exact to 2^-20 of the scale). kQ8: 8-bit codes, bf16 pair. kF8 / kI8: 8-bit codes, f32
+// scale. kBF16: plain bf16.
+enum Fmt : int { kQ4 = 4, kQ4Z = 5, kQ8 = 8, kF8 = 9, kI8 = 10, kBF16 = 16 };
 
 // A weight matrix on the device, W [rows, cols], y = W x.
 //  kQ4/kQ8: w = rows x row_bytes of packed little-endian u32 (element k of a word in bits [k*bits, (k+1)*bits)),
@@ -32,7 +36,9 @@ struct DMat {
 };
 
 // Elements per 16-byte chunk of a row (the unit the decode kernels load).
-constexpr int fmt_chunk_elems(int fmt) { return fmt == kQ4 ? 32 : fmt == kBF16 ? 8 : 16; }
+constexpr int fmt_chunk_elems(int fmt) { return fmt == kQ4 || fmt == kQ4Z ? 32 : fmt == kBF16 ? 8 : 16; }
+// The 4-bit formats (one nibble per weight, same packing; they differ in the sb word only).
+constexpr bool fmt_q4(int fmt) { return fmt == kQ4 || fmt == kQ4Z; }
 // The formats whose sb words are f32 scales (kF8, kI8: 8-bit codes, no bias).
 constexpr bool fmt_code8(int fmt) { return fmt == kF8 || fmt == kI8; }
 

@@ -394,7 +394,8 @@ int fused_grid(K kern, const MoeArgs& a, size_t smem) {
 void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   check(args);
   MoeArgs a = args;
-  a.router_xf = a.gate.m.fmt == kQ4 && use_int8_x(kQ4, a.gate.m.cols);  // the int8 form exists (4-bit experts)
+  // the int8 form exists (4-bit experts)
+  a.router_xf = fmt_q4(a.gate.m.fmt) && use_int8_x(a.gate.m.fmt, a.gate.m.cols);
   a.route_packed = route_packed_ok(a);
   if (a.pre) {
     if (a.E > 256 || a.pre_parts < 1 || a.pre_parts > kMoePreMaxParts || !a.shg ||
@@ -427,7 +428,12 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
       case kQ4: run(k_moe_route_gate_up<F, kQ4, X>, X::bytes(H)); break;
       case kQ8: run(k_moe_route_gate_up<F, kQ8, X>, X::bytes(H)); break;
       case kBF16: run(k_moe_route_gate_up<F, kBF16, X>, X::bytes(H)); break;
-      default:  // the checkpoints keep routers in bf16 or affine codes; moe_router serves any format
+      case kQ4Z:  // a kQ4Z router only beside kQ4Z experts (both from one GPTQ / AWQ / compressed-tensors file)
+        if constexpr (F == kQ4Z) run(k_moe_route_gate_up<F, kQ4Z, X>, X::bytes(H));
+        else throw Error("moe_route_gate_up: a kQ4Z router beside experts in another format needs moe_router + "
+                         "moe_gate_up");
+        break;
+      default:  // the checkpoints keep routers in bf16 or MLX affine codes; moe_router serves any format
         throw Error("moe_route_gate_up: a router in 8-bit codes with f32 scales needs moe_router + moe_gate_up");
     }
   };
@@ -436,6 +442,10 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     case kQ4:
       if (use_int8_x(kQ4, H)) by_router(Q4{}, XTag<XQ>{});
       else by_router(Q4{}, XTag<XF>{});
+      break;
+    case kQ4Z:
+      if (use_int8_x(kQ4Z, H)) by_router(std::integral_constant<int, kQ4Z>{}, XTag<XQ>{});
+      else by_router(std::integral_constant<int, kQ4Z>{}, XTag<XF>{});
       break;
     case kQ8: by_router(std::integral_constant<int, kQ8>{}, XTag<XF>{}); break;
     case kF8: by_router(std::integral_constant<int, kF8>{}, XTag<XF>{}); break;

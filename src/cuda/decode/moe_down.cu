@@ -171,6 +171,12 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
         else if (use_int8_x(kQ4, n)) run(k_moe_down<kQ4, XQ, kThreads, P>);
         else run(k_moe_down<kQ4, XF, kThreads, P>);
         break;
+      case kQ4Z:
+        if (use_int8_x(kQ4Z, n) && ng > kThreads && ng <= kDownWide)
+          run(k_moe_down<kQ4Z, XQ, kDownWide, P>, kDownWide);
+        else if (use_int8_x(kQ4Z, n)) run(k_moe_down<kQ4Z, XQ, kThreads, P>);
+        else run(k_moe_down<kQ4Z, XF, kThreads, P>);
+        break;
       case kQ8: run(k_moe_down<kQ8, XF, kThreads, P>); break;
       case kF8: run(k_moe_down<kF8, XF, kThreads, P>); break;
       case kI8: run(k_moe_down<kI8, XF, kThreads, P>); break;

@@ -184,6 +184,14 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
         run(k_lm_head<kQ4, 4, XF, 1>);
       }
       break;
+    case kQ4Z:
+      if (use_int8_x(kQ4Z, W.cols)) {
+        if (two_sets) run(k_lm_head<kQ4Z, 2, XQ, 2>);
+        else run(k_lm_head<kQ4Z, 4, XQ, 1>);
+      } else {
+        run(k_lm_head<kQ4Z, 4, XF, 1>);
+      }
+      break;
     case kQ8: run(k_lm_head<kQ8, 4, XF, 1>); break;
     case kF8: run(k_lm_head<kF8, 4, XF, 1>); break;
     case kI8: run(k_lm_head<kI8, 4, XF, 1>); break;

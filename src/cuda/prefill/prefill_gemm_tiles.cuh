@@ -77,8 +77,8 @@ __device__ __forceinline__ uint4 code8_x8(uint32_t w0, uint32_t w1, float s) {
 
 template <int FMT, int PREC>
 struct BTile {
-  static constexpr int kU4 = FMT == kQ4 ? 1 : FMT == kBF16 ? 4 : 2;  // 16-byte words per 32 elements
-  static constexpr int kBits = FMT == kQ4 ? 4 : FMT == kBF16 ? 16 : 8;
+  static constexpr int kU4 = fmt_q4(FMT) ? 1 : FMT == kBF16 ? 4 : 2;  // 16-byte words per 32 elements
+  static constexpr int kBits = fmt_q4(FMT) ? 4 : FMT == kBF16 ? 16 : 8;
   uint4 raw[kU4];
   uint32_t sb = 0;
   uint32_t sb2 = 0;                // kI8 (group 16): the scale of the second 16 of the thread's 32 weights
@@ -113,13 +113,13 @@ struct BTile {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         dst[i] = make_uint4(bf2_to_h2(raw[i].x), bf2_to_h2(raw[i].y), bf2_to_h2(raw[i].z), bf2_to_h2(raw[i].w));
-    } else if constexpr (FMT == kQ4 && PREC != kPrecBF16) {
-      const __half2 s2 = __float2half2_rn(bf_lo(sb)), b2 = __float2half2_rn(bf_hi(sb));
+    } else if constexpr (fmt_q4(FMT) && PREC != kPrecBF16) {
+      const __half2 s2 = __float2half2_rn(sb_scale<FMT>(sb)), b2 = __float2half2_rn(sb_bias<FMT>(sb));
       const uint32_t wv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) dst[i] = q4_fp16x8(wv[i], s2, b2);
-    } else if constexpr (FMT == kQ4) {
-      const float s16 = 16.f * bf_lo(sb), b = bf_hi(sb) - s16;
+    } else if constexpr (fmt_q4(FMT)) {
+      const float s16 = 16.f * sb_scale<FMT>(sb), b = sb_bias<FMT>(sb) - s16;
       const uint32_t wv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
