@@ -24,10 +24,18 @@ namespace {
 // KV cache in bf16 and f32 accumulation order differ from the f32 reference: allow 5e-2 on logits of |30|.
 constexpr double kTol = 5e-2;
 
+// A row where the reference's two best logits are closer than this is a tie: an argmax there may go either way
+// under any error, however small (the fixtures' greedy paths hold such rows, e.g. a gap of 9e-5).
+constexpr double kTie = 1e-2;
+
+// The reference's lead of its top logit over token t in row y of V logits.
+double ref_gap(const float* y, int V, int t) { return double(*std::max_element(y, y + V)) - y[t]; }
+
 struct Stats {
   double max_abs = 0, sq = 0;
   size_t n = 0;
   int top1 = 0, rows = 0;
+  int ties = 0;  // rows whose argmax differs where the reference is a tie (kTie)
   bool nan = false;
 };
 
@@ -42,7 +50,9 @@ void compare(const float* a, const float* b, int rows, int V, Stats& s) {
       s.sq += d * d;
       ++s.n;
     }
-    s.top1 += (std::max_element(x, x + V) - x) == (std::max_element(y, y + V) - y);
+    const int tx = int(std::max_element(x, x + V) - x);
+    if (tx == int(std::max_element(y, y + V) - y)) ++s.top1;
+    else if (ref_gap(y, V, tx) <= kTie) ++s.ties;
     ++s.rows;
   }
 }
@@ -85,10 +95,10 @@ TEST_P(CudaTiny, PromptLogitsMatchReference) {
   be->forward(*st, ids.data(), L, L, got.data(), {});
   Stats s;
   compare(got.data(), want.data(), L, V, s);
-  std::printf("[ cuda %s prompt ] top-1 %d/%d, max |dlogit| %.3g, rms %.3g\n", GetParam(), s.top1, s.rows,
-              s.max_abs, std::sqrt(s.sq / double(std::max<size_t>(s.n, 1))));
+  std::printf("[ cuda %s prompt ] top-1 %d/%d (+%d ties), max |dlogit| %.3g, rms %.3g\n", GetParam(), s.top1,
+              s.rows, s.ties, s.max_abs, std::sqrt(s.sq / double(std::max<size_t>(s.n, 1))));
   EXPECT_FALSE(s.nan);
-  EXPECT_EQ(s.top1, L);
+  EXPECT_EQ(s.top1 + s.ties, L);
   EXPECT_LE(s.max_abs, kTol);
 }
 
@@ -102,10 +112,23 @@ TEST_P(CudaTiny, GreedyOnDeviceMatchesReference) {
   be->forward(*st, ids.data(), L - 1, 0, nullptr, {});
   std::vector<int32_t> got(size_t(N) + 1, -1);
   be->decode_argmax(*st, N + 1, ids[size_t(L) - 1], got.data());  // consumes the last prompt id, then its own
+  // Ids agree up to the end, or up to a step where the reference itself is a tie: there the device may take the
+  // other token, and the two continuations part (the teacher-forced check below still covers every step). The
+  // logits that chose gids[i] are the prompt's last row (i = 0) or greedy_logits row i - 1.
+  auto plog = get<float>("prompt_logits");
   int agree = 0;
-  for (int i = 0; i < N; ++i) agree += got[size_t(i)] == gids[size_t(i)];
+  while (agree < N && got[size_t(agree)] == gids[size_t(agree)]) ++agree;
   std::printf("[ cuda %s greedy ] %d/%d ids agree\n", GetParam(), agree, N);
-  EXPECT_EQ(agree, N);
+  if (agree < N) {
+    const int t = got[size_t(agree)];
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, V);
+    const float* row = agree == 0 ? plog.data() + size_t(L - 1) * V : glog.data() + size_t(agree - 1) * V;
+    const double gap = ref_gap(row, V, t);
+    std::printf("[ cuda %s greedy ] step %d: the reference's top logit leads the device's token by %.3g\n", GetParam(),
+                agree, gap);
+    EXPECT_LE(gap, kTie) << "the device left the reference's greedy path at step " << agree << " where it is no tie";
+  }
   EXPECT_EQ(st->pos, L + N);
   // teacher-forced logits through the caches
   auto st2 = be->new_state(1024);
@@ -115,10 +138,10 @@ TEST_P(CudaTiny, GreedyOnDeviceMatchesReference) {
     be->forward(*st2, &gids[size_t(i)], 1, 1, last.data(), {});
     compare(last.data(), glog.data() + size_t(i) * V, 1, V, s);
   }
-  std::printf("[ cuda %s greedy logits ] top-1 %d/%d, max |dlogit| %.3g, rms %.3g\n", GetParam(), s.top1, s.rows,
-              s.max_abs, std::sqrt(s.sq / double(std::max<size_t>(s.n, 1))));
+  std::printf("[ cuda %s greedy logits ] top-1 %d/%d (+%d ties), max |dlogit| %.3g, rms %.3g\n", GetParam(), s.top1,
+              s.rows, s.ties, s.max_abs, std::sqrt(s.sq / double(std::max<size_t>(s.n, 1))));
   EXPECT_FALSE(s.nan);
-  EXPECT_EQ(s.top1, N);
+  EXPECT_EQ(s.top1 + s.ties, N);
   EXPECT_LE(s.max_abs, kTol);
 }
 

@@ -41,26 +41,45 @@ __device__ __forceinline__ uint32_t pack_w(float lo, float hi) {
   else return pack_h2(lo, hi);
 }
 
-// 8 nibbles (k = 0..7 of the word, nibble i at bits 4i) -> fp16 s * q + b for k pairs (0,1) (2,3) (4,5) (6,7),
+// 8 nibbles (k = 0..7 of the word, nibble i at bits 4i) -> fp16 (q - z) for k pairs (0,1) (2,3) (4,5) (6,7), exact,
 // without float conversions: OR-ing a nibble into the mantissa of 1024 (0x6400) gives the fp16 1024 + q (nibble at
-// bits 0-3 of a half) or 1024 + 16 q (bits 4-7); a permute pairs neighbours, one fma with (1, 1/16) and
-// (-1024, -64) recovers q exactly, and the fma with (s, b) rounds once (as the f32 fma + fp16 rounding it replaces,
-// where s and b, bf16 in the checkpoint, are fp16 normals; a product beyond the fp16 range would be inf, not
-// saturated: affine 4-bit weights of real checkpoints are far below 65504).
-__device__ __forceinline__ uint4 q4_fp16x8(uint32_t x, __half2 s2, __half2 b2) {
+// bits 0-3 of a half) or 1024 + 16 q (bits 4-7); a permute pairs neighbours, and one fma with (1, 1/16) and
+// (-1024 - z, -64 - z) gives q - z exactly (integers below 2048 are exact in fp16).
+__device__ __forceinline__ void q4_fp16_pairs(uint32_t x, float z, __half2 (&q)[4]) {
   const uint32_t y = x >> 8;
   const uint32_t h04 = (x & 0x000F000Fu) | 0x64006400u, h15 = (x & 0x00F000F0u) | 0x64006400u;
   const uint32_t h26 = (y & 0x000F000Fu) | 0x64006400u, h37 = (y & 0x00F000F0u) | 0x64006400u;
   const uint32_t p[4] = {__byte_perm(h04, h15, 0x5410), __byte_perm(h26, h37, 0x5410), __byte_perm(h04, h15, 0x7632),
                          __byte_perm(h26, h37, 0x7632)};
   const __half2 unit = __halves2half2(__float2half_rn(1.f), __float2half_rn(0.0625f));
-  const __half2 off = __halves2half2(__float2half_rn(-1024.f), __float2half_rn(-64.f));
-  uint32_t o[4];
+  const __half2 off = __halves2half2(__float2half_rn(-1024.f - z), __float2half_rn(-64.f - z));
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __half2 q = __hfma2(*reinterpret_cast<const __half2*>(&p[i]), unit, off);
-    const __half2 w = __hfma2(q, s2, b2);
-    o[i] = *reinterpret_cast<const uint32_t*>(&w);
+  for (int i = 0; i < 4; ++i) q[i] = __hfma2(*reinterpret_cast<const __half2*>(&p[i]), unit, off);
+}
+// The fp16 operands s * q + b (kQ4: one fma rounds once, as the f32 fma + fp16 rounding it replaces, where s and b,
+// bf16 in the checkpoint, are fp16 normals) or s * (q - z) (kQ4Z: the exact q - z times the fp16 scale, one
+// rounding, where s * q + b with b = -z * s rounded on its own would lose up to 15 half-ulps of s). A product beyond
+// the fp16 range would be inf, not saturated: 4-bit weights of real checkpoints are far below 65504.
+template <int FMT>
+__device__ __forceinline__ uint4 q4_fp16x8(uint32_t x, uint32_t sb) {
+  const __half2 s2 = __float2half2_rn(sb_scale<FMT>(sb));
+  __half2 q[4];
+  uint32_t o[4];
+  if constexpr (FMT == kQ4Z) {
+    q4_fp16_pairs(x, float(sb & 0xfu), q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __half2 w = __hmul2(q[i], s2);
+      o[i] = *reinterpret_cast<const uint32_t*>(&w);
+    }
+  } else {
+    q4_fp16_pairs(x, 0.f, q);
+    const __half2 b2 = __float2half2_rn(sb_bias<FMT>(sb));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __half2 w = __hfma2(q[i], s2, b2);
+      o[i] = *reinterpret_cast<const uint32_t*>(&w);
+    }
   }
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
@@ -114,10 +133,9 @@ struct BTile {
       for (int i = 0; i < 4; ++i)
         dst[i] = make_uint4(bf2_to_h2(raw[i].x), bf2_to_h2(raw[i].y), bf2_to_h2(raw[i].z), bf2_to_h2(raw[i].w));
     } else if constexpr (fmt_q4(FMT) && PREC != kPrecBF16) {
-      const __half2 s2 = __float2half2_rn(sb_scale<FMT>(sb)), b2 = __float2half2_rn(sb_bias<FMT>(sb));
       const uint32_t wv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) dst[i] = q4_fp16x8(wv[i], s2, b2);
+      for (int i = 0; i < 4; ++i) dst[i] = q4_fp16x8<FMT>(wv[i], sb);
     } else if constexpr (fmt_q4(FMT)) {
       const float s16 = 16.f * sb_scale<FMT>(sb), b = sb_bias<FMT>(sb) - s16;
       const uint32_t wv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
