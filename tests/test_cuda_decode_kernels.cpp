@@ -242,15 +242,15 @@ TEST_P(CudaAttnDecode, MatchesReference) {
   for (auto& x : v) x = u(rng);
   for (auto& x : qn) x = 1.f + 0.2f * u(rng);
   for (auto& x : kn) x = 1.f + 0.2f * u(rng);
-  // cache [layer][K/V][nkv][max_ctx][hd] bf16, positions < pos random
+  // cache [layer][K/V][nkv][max_ctx][hd] fp16, positions < pos random
   std::vector<uint16_t> kv(size_t(nlayer) * 2 * nkv * max_ctx * hd, 0);
   auto at = [&](int l, int kvsel, int h, int t) { return ((size_t(l) * 2 + kvsel) * nkv + h) * max_ctx * hd + size_t(t) * hd; };
   for (int l = 0; l < nlayer; ++l)
     for (int s = 0; s < 2; ++s)
       for (int h = 0; h < nkv; ++h)
         for (int t = 0; t < pos; ++t)
-          for (int d = 0; d < hd; ++d) kv[at(l, s, h, t) + d] = f32_to_bf16(2.f * u(rng));
-  // reference: q/k norm + rope, new k/v rounded to bf16 like the cache
+          for (int d = 0; d < hd; ++d) kv[at(l, s, h, t) + d] = f32_to_f16(2.f * u(rng));
+  // reference: q/k norm + rope, new k/v rounded to fp16 like the cache
   std::vector<float> q(size_t(nq) * hd), kc(size_t(T) * nkv * hd), vc(size_t(T) * nkv * hd), want(size_t(nq) * hd);
   for (int h = 0; h < nq; ++h) {
     ref::rmsnorm(&qg[size_t(h) * 2 * hd], qn.data(), hd, 1e-6f, &q[size_t(h) * hd]);
@@ -263,8 +263,8 @@ TEST_P(CudaAttnDecode, MatchesReference) {
     for (int t = 0; t < T; ++t)
       for (int d = 0; d < hd; ++d) {
         const size_t o = (size_t(t) * nkv + h) * hd + d;
-        kc[o] = t < pos ? bf16_to_f32(kv[at(layer, 0, h, t) + d]) : bf16_to_f32(f32_to_bf16(kk[d]));
-        vc[o] = t < pos ? bf16_to_f32(kv[at(layer, 1, h, t) + d]) : bf16_to_f32(f32_to_bf16(v[h * hd + d]));
+        kc[o] = t < pos ? f16_to_f32(kv[at(layer, 0, h, t) + d]) : f16_to_f32(f32_to_f16(kk[d]));
+        vc[o] = t < pos ? f16_to_f32(kv[at(layer, 1, h, t) + d]) : f16_to_f32(f32_to_f16(v[h * hd + d]));
       }
   }
   ref::attention_one(q.data(), kc.data(), vc.data(), T, nq, nkv, hd, want.data());
@@ -314,8 +314,8 @@ TEST_P(CudaAttnDecode, MatchesReference) {
   std::vector<uint16_t> kv2(kv.size());
   CK(cudaMemcpy(kv2.data(), ctl.kv, kv.size() * 2, cudaMemcpyDeviceToHost));
   for (int d = 0; d < hd; ++d) {
-    EXPECT_EQ(bf16_to_f32(kv2[at(layer, 1, 1, pos) + d]), bf16_to_f32(f32_to_bf16(v[hd + d])));
-    EXPECT_NEAR(bf16_to_f32(kv2[at(layer, 0, 0, pos) + d]), kc[(size_t(pos) * nkv + 0) * hd + d], 1e-2);
+    EXPECT_EQ(f16_to_f32(kv2[at(layer, 1, 1, pos) + d]), f16_to_f32(f32_to_f16(v[hd + d])));
+    EXPECT_NEAR(f16_to_f32(kv2[at(layer, 0, 0, pos) + d]), kc[(size_t(pos) * nkv + 0) * hd + d], 2e-3);
   }
 }
 

@@ -21,7 +21,7 @@ using namespace lily;
 
 namespace {
 
-// KV cache in bf16 and f32 accumulation order differ from the f32 reference: allow 5e-2 on logits of |30|.
+// KV cache in fp16 and f32 accumulation order differ from the f32 reference: allow 5e-2 on logits of |30|.
 constexpr double kTol = 5e-2;
 
 // A row where the reference's two best logits are closer than this is a tie: an argmax there may go either way
@@ -157,17 +157,17 @@ TEST_P(CudaTiny, LongPromptSplitAndGraphSwitchAgree) {
   std::printf("[ cuda %s long ] top-1 %d/%d, max |dlogit| %.3g vs transformers\n", GetParam(), s.top1, s.rows,
               s.max_abs);
   EXPECT_EQ(s.top1, 8);
-  // Over 333 positions the bf16 rounding of the device's KV cache (a design choice, docs/cuda-decode.md) moves the
-  // logits by up to ~0.09 on some layouts; its f32 twin, the reference path with K and V rows rounded to bf16 as
-  // stored, is what the kernels must match to kTol.
+  EXPECT_LE(s.max_abs, kTol);
+  // The reference path with K and V rows rounded to fp16 as the device's cache stores them (docs/cuda-decode.md;
+  // with the bf16 cache it had, that rounding alone moved FP8's logits here by 0.087): the kernels' own error.
   auto twin = make_backend("cpu-ref", w);
-  dynamic_cast<CpuBackend&>(*twin).kv_bf16 = true;
+  dynamic_cast<CpuBackend&>(*twin).kv_f16 = true;
   std::vector<float> t(a.size());
   auto tst = twin->new_state(1024);
   twin->forward(*tst, ids.data(), L, 8, t.data(), {});
   Stats st_twin;
   compare(a.data(), t.data(), 8, V, st_twin);
-  std::printf("[ cuda %s long ] max |dlogit| %.3g vs cpu-ref with a bf16 KV cache\n", GetParam(), st_twin.max_abs);
+  std::printf("[ cuda %s long ] max |dlogit| %.3g vs cpu-ref with an fp16 KV cache\n", GetParam(), st_twin.max_abs);
   EXPECT_LE(st_twin.max_abs, kTol);
   // ungraphed, no PDL: the same kernels launched directly must give bit-identical logits
   setenv("LILY_CUDA_LAUNCH", "direct-nopdl", 1);

@@ -17,7 +17,7 @@ struct DecodeBytes {
   uint64_t total() const { return dense + experts + lm_head + embed_row + kv + recurrent; }
 };
 
-// kv_elem_bytes: bytes per cached K/V element of the backend (4 for the f32 CPU cache, 2 for bf16).
+// kv_elem_bytes: bytes per cached K/V element of the backend (4 for the f32 CPU cache, 2 for the CUDA fp16 cache).
 DecodeBytes decode_bytes_per_token(const ModelWeights& w, int64_t context, int kv_elem_bytes);
 
 // Parameters multiplied per token: non-expert matrices + top_k experts + lm_head (not the embedding).

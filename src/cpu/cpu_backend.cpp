@@ -246,11 +246,13 @@ void CpuBackend::attn_layer(const LayerWeights& L, CpuLayerState& s, const float
       ref::rope_neox(kt + hh * hd, c.rope_dim, pos, c.rope_theta);
     }
     float* vt = &v[static_cast<size_t>(t) * KV];
-    if (kv_bf16)
+    if (kv_f16) {
+      auto r = [](float x) { return f16_to_f32(f32_to_f16(std::clamp(x, -65504.f, 65504.f))); };
       for (int i = 0; i < KV; ++i) {
-        kt[i] = bf16_to_f32(f32_to_bf16(kt[i]));
-        vt[i] = bf16_to_f32(f32_to_bf16(vt[i]));
+        kt[i] = r(kt[i]);
+        vt[i] = r(vt[i]);
       }
+    }
     s.k.insert(s.k.end(), kt, kt + KV);
     s.v.insert(s.v.end(), vt, vt + KV);
     const float* qgt = &qg[static_cast<size_t>(t) * c.q_proj_rows()];

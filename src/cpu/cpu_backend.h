@@ -33,9 +33,9 @@ class CpuBackend final : public Backend {
   std::unique_ptr<VerifyUndo> verify(SeqState& st, const int32_t* ids, int n, float* logits, float* hidden) override;
   void accept(SeqState& st, VerifyUndo& undo, int m) override;
 
-  // Reference twin of the CUDA backend's KV cache (tests only): K and V rows rounded to bf16 when they are stored,
-  // as the device cache stores them (off: f32 rows, the transformers reference's precision).
-  bool kv_bf16 = false;
+  // Reference twin of the CUDA backend's KV cache (tests only): K and V rows rounded to fp16 (saturated at +-65504)
+  // when they are stored, as the device cache stores them (off: f32 rows, the transformers reference's precision).
+  bool kv_f16 = false;
 
   // Debug hook: called with the residual stream [n, hidden] after the embedding (layer -1), after each
   // layer (0..L-1) and after the final norm (layer L). Used by tests to bisect a mismatch layer by layer.

@@ -7,8 +7,8 @@
 
 namespace lily::cuda {
 
-// KV cache [n_full][2][nkv][max_ctx][hd] bf16, recurrent state [n_lin][Hv][Dv][Dk] f32, conv ring
-// [n_lin][K][conv_dim] f32; with MTP weights also the MTP layer's KV cache [2][nkv][max_ctx][hd] bf16 (mtp_rows
+// KV cache [n_full][2][nkv][max_ctx][hd] fp16, recurrent state [n_lin][Hv][Dv][Dk] f32, conv ring
+// [n_lin][K][conv_dim] f32; with MTP weights also the MTP layer's KV cache [2][nkv][max_ctx][hd] fp16 (mtp_rows
 // rows used).
 class CudaState : public SeqState {
  public:

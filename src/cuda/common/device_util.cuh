@@ -163,6 +163,23 @@ __device__ __forceinline__ uint16_t f2bf(float f) {  // round to nearest even
   return uint16_t(u >> 16);
 }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+// The KV cache's element: fp16 (an 11-bit significand, 8x finer than bf16: the bf16 cache's rounding was the whole of
+// the device's logit error on the fidelity fixtures), rounded to nearest and saturated at +-65504 (post-norm K and
+// V sit far below). kv2f2: the two elements of a 32-bit word (low half first).
+__device__ __forceinline__ uint16_t f2kv(float f) {
+  uint32_t r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(0.f), "f"(f));
+  return uint16_t(r & 0xffffu);
+}
+__device__ __forceinline__ float kv2f(uint16_t h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ void kv2f2(uint32_t v, float& lo, float& hi) {
+  lo = kv2f(uint16_t(v & 0xffffu));
+  hi = kv2f(uint16_t(v >> 16));
+}
 
 // ---- swizzled activation vector in shared memory ----
 // Element i lives at chunk c = i/32 (32 floats = all banks), float4 slot j = (i/4)%8 stored at j ^ (c%8), so

@@ -77,27 +77,24 @@ __device__ __forceinline__ void norm_rope_warp(float* x, const float* w, int rop
   __syncwarp();
 }
 
-// One lane's DPL bf16 of a K or V row, loaded raw (so that several rows can be in flight) and unpacked later.
+// One lane's DPL fp16 of a K or V row, loaded raw (so that several rows can be in flight) and unpacked later.
 template <int DPL> struct KvRaw;
 template <> struct KvRaw<8> {
   uint4 v;
   __device__ __forceinline__ void load(const uint16_t* p) { v = ldg_stream(p); }
   __device__ __forceinline__ void unpack(float (&f)[8]) const {
-    f[0] = bf_lo(v.x); f[1] = bf_hi(v.x); f[2] = bf_lo(v.y); f[3] = bf_hi(v.y);
-    f[4] = bf_lo(v.z); f[5] = bf_hi(v.z); f[6] = bf_lo(v.w); f[7] = bf_hi(v.w);
+    kv2f2(v.x, f[0], f[1]); kv2f2(v.y, f[2], f[3]); kv2f2(v.z, f[4], f[5]); kv2f2(v.w, f[6], f[7]);
   }
 };
 template <> struct KvRaw<4> {
   uint2 v;
   __device__ __forceinline__ void load(const uint16_t* p) { v = __ldg(reinterpret_cast<const uint2*>(p)); }
-  __device__ __forceinline__ void unpack(float (&f)[4]) const {
-    f[0] = bf_lo(v.x); f[1] = bf_hi(v.x); f[2] = bf_lo(v.y); f[3] = bf_hi(v.y);
-  }
+  __device__ __forceinline__ void unpack(float (&f)[4]) const { kv2f2(v.x, f[0], f[1]); kv2f2(v.y, f[2], f[3]); }
 };
 template <> struct KvRaw<2> {
   unsigned int v;
   __device__ __forceinline__ void load(const uint16_t* p) { v = __ldg(reinterpret_cast<const unsigned int*>(p)); }
-  __device__ __forceinline__ void unpack(float (&f)[2]) const { f[0] = bf_lo(v); f[1] = bf_hi(v); }
+  __device__ __forceinline__ void unpack(float (&f)[2]) const { kv2f2(v, f[0], f[1]); }
 };
 
 constexpr int kDefaultMinSplit = 64;  // positions per split at least (fewer splits -> a cheaper last-block merge; more -> more
@@ -340,11 +337,11 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   }
   __syncthreads();
   if (tr) trace_at(a.trace, 8);
-  for (int d = threadIdx.x; d < HD; d += blockDim.x) {  // the cache holds bf16: use the rounded values here too
-    const uint16_t kb = f2bf(kn[d]), vb = f2bf(vn[d]);
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {  // the cache holds fp16: use the rounded values here too
+    const uint16_t kb = f2kv(kn[d]), vb = f2kv(vn[d]);
     if (split == 0) { Kc[int64_t(pos) * HD + d] = kb; Vc[int64_t(pos) * HD + d] = vb; }
-    kn[d] = bf2f(kb);
-    vn[d] = bf2f(vb);
+    kn[d] = kv2f(kb);
+    vn[d] = kv2f(vb);
   }
   __syncthreads();
   if (tr) trace_at(a.trace, 2);

@@ -70,7 +70,7 @@ constexpr int64_t conv_ring_at(int ch, int K, int p) { return int64_t(ch) * K + 
 // Per-sequence state pointers + step control, read by the kernels through one fixed device address so that a
 // captured graph serves every sequence (the host rewrites it when switching sequences).
 struct StepCtl {
-  uint16_t* kv = nullptr;     // [n_full][2 (K,V)][nkv][max_ctx][hd] bf16
+  uint16_t* kv = nullptr;     // [n_full][2 (K,V)][nkv][max_ctx][hd] fp16 (f2kv)
   float* S = nullptr;         // [n_lin][Hv][Dv][Dk] f32 recurrent state
   float* conv = nullptr;      // [n_lin][conv_dim][K] f32 ring of raw conv inputs (slot p % K holds position p):
                               // a channel's K slots are contiguous (one 16-byte load at K = 4), see conv_ring_at
@@ -260,7 +260,7 @@ struct GdnArgs {
 void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl);
 int gdn_split_parts(int Dv);  // blocks per value head in the split form (Dv / 32); 0: Dv has no split form
 
-// Gated full attention decode for one layer: q/k RMSNorm, partial NeoX RoPE, KV append (bf16), GQA attention over
+// Gated full attention decode for one layer: q/k RMSNorm, partial NeoX RoPE, KV append (fp16), GQA attention over
 // positions 0..pos with split-KV, sigmoid output gate.
 struct AttnArgs {
   const float* q = nullptr;     // [nq][2*hd] (query | gate per head)

@@ -182,14 +182,13 @@ struct AttnChunkArgs {
   double theta = 1e7;
   float eps = 1e-6f;
   const float* q_norm = nullptr, *k_norm = nullptr;
-  uint16_t* kc = nullptr;        // this layer's K cache [nkv][max_ctx][hd] bf16
+  uint16_t* kc = nullptr;        // this layer's K cache [nkv][max_ctx][hd] fp16 (f2kv)
   uint16_t* vc = nullptr;        // V cache, same layout
-  uint16_t* qb = nullptr;        // scratch [n][nq][hd] normed + roped queries (bf16, fp16 when precise)
+  uint16_t* qb = nullptr;        // scratch [n][nq][hd] normed + roped queries (fp16, f2kv)
   uint16_t* out = nullptr;       // [n][nq*hd] bf16 gated attention output
   float* out_f = nullptr;        // when set: f32 output there instead of out
-  // precise = true: Q in fp16 and Q K^T as fp16 mma (K converted from the bf16 cache in registers: exact for
-  // |k| <= 65504, which RMSNorm guarantees when sqrt(hd) * max|k_norm| < 65504 - checked by the caller);
-  // P V with P split into two bf16 parts (P = P_hi + P_lo, two mma), V from the bf16 cache exact.
+  // Q K^T and P V as fp16 mma (Q, K and V saturate at +-65504: RMSNorm bounds |q|, |k| by sqrt(hd) * max|norm
+  // weight|). precise = true: P V with P split into two fp16 parts (P = P_hi + P_lo, two mma).
   bool precise = false;
 };
 // simple = true: one warp per (token, head), scalar online softmax (reference / fallback).

@@ -1,12 +1,11 @@
-// Gated full attention over a chunk (KV cache layout as attn_decode.cu: [nkv][max_ctx][hd] bf16 per K and V):
-//  k_prep: one warp per (token, slot): q heads RMSNorm + partial NeoX RoPE -> bf16 qb; k heads RMSNorm + RoPE
-//    -> K cache at pos0 + t; v heads -> V cache (the same rope angles as the decode kernel).
+// Gated full attention over a chunk (KV cache layout as attn_decode.cu: [nkv][max_ctx][hd] fp16 per K and V):
+//  k_prep: one warp per (token, slot): q heads RMSNorm + partial NeoX RoPE -> fp16 qb; k heads RMSNorm + RoPE
+//    -> K cache at pos0 + t; v heads -> V cache (the same rope angles as the decode kernel; f2kv rounding).
 //  k_flash: causal flash attention, mma.sync m16n8k16, f32 online softmax in exp2 space. Block = 64
 //    queries of one q head (4 warps x 16 rows), key tiles of 64 from the cache (earlier chunks and this one);
 //    S = Q K^T from ldmatrix fragments, P reused in registers as the A operand of P V (V via ldmatrix.trans).
-//    PRECISE = false: bf16 Q, K, P, V. PRECISE = true: fp16 Q (written so by k_prep) and K fragments converted
-//    bf16 -> fp16 in registers (exact in range), fp16 mma for Q K^T; P = P_hi + P_lo (two bf16 parts) and two
-//    bf16 mma per P V step (V from the cache is exact in bf16), so P carries ~16 bits instead of 8.
+//    fp16 Q, K, V and fp16 mma. PRECISE = false: P in fp16 (11 bits). PRECISE = true: P = P_hi + P_lo (two fp16
+//    parts) and two mma per P V step, so P carries ~22 bits.
 //    Epilogue: O / l * sigmoid(gate) -> bf16 (out) or f32 (out_f).
 //  k_simple: one warp per (token, head), scalar online softmax (the reference / fallback path).
 #include <algorithm>
@@ -68,18 +67,14 @@ __global__ void k_prep(const AttnChunkArgs a) {
     }
   }
   __syncwarp();
-  if (a.precise && sl < a.nq) {
-    for (int d = lane; d < hd; d += 32) dst[d] = f2h_bits(x[d]);
-  } else {
-    for (int d = lane; d < hd; d += 32) dst[d] = f2bf(x[d]);
-  }
+  for (int d = lane; d < hd; d += 32) dst[d] = f2kv(x[d]);
 }
 
 constexpr int kBQ = 64, kBKV = 64;
 
 template <int HD, bool PRECISE>
 __global__ void __launch_bounds__(128) k_flash(const AttnChunkArgs a) {
-  constexpr int SD = HD + 8;  // smem row stride (bf16)
+  constexpr int SD = HD + 8;  // smem row stride (16-bit elements)
   constexpr int ND = HD / 8;  // n8 tiles of the output
   extern __shared__ uint4 smem_u4[];
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_u4);
@@ -134,15 +129,8 @@ __global__ void __launch_bounds__(128) k_flash(const AttnChunkArgs a) {
       for (int nj = 0; nj < 4; ++nj) {
         uint32_t b[4];
         ldsm_x4(b, Ks + (nj * 16 + (lane & 7) + (lane >> 4) * 8) * SD + kk * 16 + ((lane >> 3) & 1) * 8);
-        if constexpr (PRECISE) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) b[i] = bf2_to_h2(b[i]);
-          mma16816_f16(sc[2 * nj], qa, b[0], b[1]);
-          mma16816_f16(sc[2 * nj + 1], qa, b[2], b[3]);
-        } else {
-          mma16816(sc[2 * nj], qa, b[0], b[1]);
-          mma16816(sc[2 * nj + 1], qa, b[2], b[3]);
-        }
+        mma16816_f16(sc[2 * nj], qa, b[0], b[1]);
+        mma16816_f16(sc[2 * nj + 1], qa, b[2], b[3]);
       }
     }
     // mask, online softmax
@@ -187,22 +175,26 @@ __global__ void __launch_bounds__(128) k_flash(const AttnChunkArgs a) {
           p[q] = sc[ni][q] == -FLT_MAX ? 0.f : exp2f(sc[ni][q] - m[hh]);
           l[hh] += p[q];
         }
-        pa[h2 * 2 + 0] = pack_bf2(p[0], p[1]);
-        pa[h2 * 2 + 1] = pack_bf2(p[2], p[3]);
-        if constexpr (PRECISE) {  // low parts: p - bf16(p), exact in f32
-          pl[h2 * 2 + 0] = pack_bf2(p[0] - bf_lo(pa[h2 * 2 + 0]), p[1] - bf_hi(pa[h2 * 2 + 0]));
-          pl[h2 * 2 + 1] = pack_bf2(p[2] - bf_lo(pa[h2 * 2 + 1]), p[3] - bf_hi(pa[h2 * 2 + 1]));
+        pa[h2 * 2 + 0] = pack_h2(p[0], p[1]);
+        pa[h2 * 2 + 1] = pack_h2(p[2], p[3]);
+        if constexpr (PRECISE) {  // low parts: p - fp16(p), exact in f32
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            float l0, l1;
+            kv2f2(pa[h2 * 2 + j], l0, l1);
+            pl[h2 * 2 + j] = pack_h2(p[2 * j] - l0, p[2 * j + 1] - l1);
+          }
         }
       }
 #pragma unroll
       for (int dj = 0; dj < HD / 16; ++dj) {
         uint32_t b[4];
         ldsm_x4_t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * SD + dj * 16 + (lane >> 4) * 8);
-        mma16816(o[2 * dj], pa, b[0], b[1]);
-        mma16816(o[2 * dj + 1], pa, b[2], b[3]);
+        mma16816_f16(o[2 * dj], pa, b[0], b[1]);
+        mma16816_f16(o[2 * dj + 1], pa, b[2], b[3]);
         if constexpr (PRECISE) {
-          mma16816(o[2 * dj], pl, b[0], b[1]);
-          mma16816(o[2 * dj + 1], pl, b[2], b[3]);
+          mma16816_f16(o[2 * dj], pl, b[0], b[1]);
+          mma16816_f16(o[2 * dj + 1], pl, b[2], b[3]);
         }
       }
     }
@@ -248,7 +240,7 @@ __global__ void k_simple(const AttnChunkArgs a) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const uint16_t qv = i < nd ? a.qb[(int64_t(t) * a.nq + h) * hd + lane + 32 * i] : uint16_t(0);
-    q[i] = i < nd ? (a.precise ? h2f_bits(qv) : bf2f(qv)) * scale : 0.f;
+    q[i] = i < nd ? kv2f(qv) * scale : 0.f;
     acc[i] = 0.f;
   }
   float m = -FLT_MAX, l = 0.f;
@@ -256,14 +248,14 @@ __global__ void k_simple(const AttnChunkArgs a) {
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      if (i < nd) s = fmaf(q[i], bf2f(Kc[int64_t(p) * hd + lane + 32 * i]), s);
+      if (i < nd) s = fmaf(q[i], kv2f(Kc[int64_t(p) * hd + lane + 32 * i]), s);
     s = warp_sum(s);
     const float mn = fmaxf(m, s), c = exp2f(m - mn), e = exp2f(s - mn);
     l = l * c + e;
     m = mn;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      if (i < nd) acc[i] = fmaf(acc[i], c, e * bf2f(Vc[int64_t(p) * hd + lane + 32 * i]));
+      if (i < nd) acc[i] = fmaf(acc[i], c, e * kv2f(Vc[int64_t(p) * hd + lane + 32 * i]));
   }
   const float* gate = a.proj + int64_t(t) * a.ldp + h * 2 * hd + hd;
 #pragma unroll

@@ -63,7 +63,8 @@ PrefillRunner::PrefillRunner(const PrefillModel& m, int max_chunk, const std::fu
   if (prec_ != kPrecBF16)
     stage_ = f32(std::max({N * std::max(vd, qd), nk * size_t(c.expert_inter), N * size_t(c.shared_inter)}));
   qb_ = b16(N * qd);
-  // fp16 Q K^T only where |q|, |k| <= sqrt(hd) * max|norm weight| (RMSNorm bound, RoPE keeps it) fits fp16
+  // the precise attention (P in two fp16 parts) where |q|, |k| <= sqrt(hd) * max|norm weight| (RMSNorm bound, RoPE
+  // keeps it) fits fp16
   attn_precise_.assign(m.layers->size(), 0);
   if (prec_ != kPrecBF16) {
     std::vector<float> wq(size_t(c.head_dim)), wk(size_t(c.head_dim));

@@ -1,6 +1,6 @@
 // Batched prefill of one chunk (up to max_chunk tokens) through the whole model on the device: all scratch is
 // allocated once at construction; no host synchronisation inside the chunk (MoE routing stays on the device).
-// Writes the same state as the decode kernels (bf16 KV cache, conv ring, fp32 GDN state).
+// Writes the same state as the decode kernels (fp16 KV cache, conv ring, fp32 GDN state).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -41,8 +41,8 @@ class PrefillRunner {
  public:
   static constexpr int kLogitRows = 64;  // lm_head rows per pass
   // simple: the reference (non-tensor-core) GEMM and attention kernels. prec: operand precision of the GEMMs
-  // (PrefillPrec; see prefill.h); in the fp16 modes the flash attention is precise (AttnChunkArgs::precise) where the
-  // q/k norm weights allow fp16 Q K^T. profile: GPU time per phase, printed when the runner is destroyed.
+  // (PrefillPrec; see prefill.h); in the fp16 modes the flash attention is precise (AttnChunkArgs::precise: P in two
+  // fp16 parts) where the q/k norm weights keep fp16 Q K^T below saturation. profile: GPU time per phase, printed when the runner is destroyed.
   PrefillRunner(const PrefillModel& m, int max_chunk, const std::function<void*(size_t)>& alloc, bool simple,
                 int prec = kPrecFP16, bool profile = false);
   int max_chunk() const { return max_chunk_; }
