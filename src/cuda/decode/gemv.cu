@@ -320,21 +320,17 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   // one instantiation set per side kind (tag: std::integral_constant<int, kind>)
   auto by_fmt = [&](auto tag) {
     constexpr int K = decltype(tag)::value;
+    auto q4 = [&](auto fmt) {  // the 4-bit formats (fmt: std::integral_constant<int, kQ4 or kQ4Z>)
+      constexpr int F = decltype(fmt)::value;
+      if (use_int8_x(F, p.cols)) {
+        if (!whole(k_gemv_whole<F, XQ, 2, K>)) run(k_gemv<F, XQ, 2, K>, k_gemv<F, XQ, 4, K>);
+      } else if (!whole(k_gemv_whole<F, XF, 2, K>)) {
+        run(k_gemv<F, XF, 2, K>, k_gemv<F, XF, 4, K>);
+      }
+    };
     switch (segs[0].m.fmt) {
-      case kQ4:
-        if (use_int8_x(kQ4, p.cols)) {
-          if (!whole(k_gemv_whole<kQ4, XQ, 2, K>)) run(k_gemv<kQ4, XQ, 2, K>, k_gemv<kQ4, XQ, 4, K>);
-        } else if (!whole(k_gemv_whole<kQ4, XF, 2, K>)) {
-          run(k_gemv<kQ4, XF, 2, K>, k_gemv<kQ4, XF, 4, K>);
-        }
-        break;
-      case kQ4Z:
-        if (use_int8_x(kQ4Z, p.cols)) {
-          if (!whole(k_gemv_whole<kQ4Z, XQ, 2, K>)) run(k_gemv<kQ4Z, XQ, 2, K>, k_gemv<kQ4Z, XQ, 4, K>);
-        } else if (!whole(k_gemv_whole<kQ4Z, XF, 2, K>)) {
-          run(k_gemv<kQ4Z, XF, 2, K>, k_gemv<kQ4Z, XF, 4, K>);
-        }
-        break;
+      case kQ4: q4(std::integral_constant<int, kQ4>{}); break;
+      case kQ4Z: q4(std::integral_constant<int, kQ4Z>{}); break;
       case kQ8: run(k_gemv<kQ8, XF, 2, K>, k_gemv<kQ8, XF, 4, K>); break;
       case kBF16: run(k_gemv<kBF16, XF, 2, K>, k_gemv<kBF16, XF, 4, K>); break;
       case kF8: run(k_gemv<kF8, XF, 2, K>, k_gemv<kF8, XF, 4, K>); break;

@@ -2,6 +2,7 @@
 // routing weight x (down row . act) and adds it into the residual; with early_route the routing comes from the fused
 // router + gate_up kernel's flag (moe_decode.cu) and the rows are requested before the PDL wait.
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/common/device_util.cuh"
 #include "cuda/decode/moe_route.cuh"
@@ -164,19 +165,15 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   const int ng = n / 16;
   auto by_fmt = [&](auto pre) {  // pre: std::bool_constant<a.pre != null> (the PRE instantiations)
     constexpr bool P = decltype(pre)::value;
+    auto q4 = [&](auto fmt) {  // the 4-bit formats (fmt: std::integral_constant<int, kQ4 or kQ4Z>)
+      constexpr int F = decltype(fmt)::value;
+      if (use_int8_x(F, n) && ng > kThreads && ng <= kDownWide) run(k_moe_down<F, XQ, kDownWide, P>, kDownWide);
+      else if (use_int8_x(F, n)) run(k_moe_down<F, XQ, kThreads, P>);
+      else run(k_moe_down<F, XF, kThreads, P>);
+    };
     switch (a.down.m.fmt) {
-      case kQ4:
-        if (use_int8_x(kQ4, n) && ng > kThreads && ng <= kDownWide)
-          run(k_moe_down<kQ4, XQ, kDownWide, P>, kDownWide);
-        else if (use_int8_x(kQ4, n)) run(k_moe_down<kQ4, XQ, kThreads, P>);
-        else run(k_moe_down<kQ4, XF, kThreads, P>);
-        break;
-      case kQ4Z:
-        if (use_int8_x(kQ4Z, n) && ng > kThreads && ng <= kDownWide)
-          run(k_moe_down<kQ4Z, XQ, kDownWide, P>, kDownWide);
-        else if (use_int8_x(kQ4Z, n)) run(k_moe_down<kQ4Z, XQ, kThreads, P>);
-        else run(k_moe_down<kQ4Z, XF, kThreads, P>);
-        break;
+      case kQ4: q4(std::integral_constant<int, kQ4>{}); break;
+      case kQ4Z: q4(std::integral_constant<int, kQ4Z>{}); break;
       case kQ8: run(k_moe_down<kQ8, XF, kThreads, P>); break;
       case kF8: run(k_moe_down<kF8, XF, kThreads, P>); break;
       case kI8: run(k_moe_down<kI8, XF, kThreads, P>); break;

@@ -4,6 +4,7 @@
 // step (cursor, pos) and resets the accumulators: the whole step can be replayed from a CUDA graph.
 #include <cfloat>
 #include <stdexcept>
+#include <type_traits>
 
 #include "cuda/common/device_util.cuh"
 #include "engine/sample_math.h"
@@ -175,23 +176,15 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
   };
   // one chunk pair per lane and row (Q4): two sets of 2 rows per warp (sets of 4 rows spill: measured slower)
   const bool two_sets = W.cols <= 64 * FmtInfo<kQ4>::kElems;
+  auto q4 = [&](auto fmt) {  // the 4-bit formats (fmt: std::integral_constant<int, kQ4 or kQ4Z>)
+    constexpr int F = decltype(fmt)::value;
+    if (!use_int8_x(F, W.cols)) run(k_lm_head<F, 4, XF, 1>);
+    else if (two_sets) run(k_lm_head<F, 2, XQ, 2>);
+    else run(k_lm_head<F, 4, XQ, 1>);
+  };
   switch (W.fmt) {
-    case kQ4:
-      if (use_int8_x(kQ4, W.cols)) {
-        if (two_sets) run(k_lm_head<kQ4, 2, XQ, 2>);
-        else run(k_lm_head<kQ4, 4, XQ, 1>);
-      } else {
-        run(k_lm_head<kQ4, 4, XF, 1>);
-      }
-      break;
-    case kQ4Z:
-      if (use_int8_x(kQ4Z, W.cols)) {
-        if (two_sets) run(k_lm_head<kQ4Z, 2, XQ, 2>);
-        else run(k_lm_head<kQ4Z, 4, XQ, 1>);
-      } else {
-        run(k_lm_head<kQ4Z, 4, XF, 1>);
-      }
-      break;
+    case kQ4: q4(std::integral_constant<int, kQ4>{}); break;
+    case kQ4Z: q4(std::integral_constant<int, kQ4Z>{}); break;
     case kQ8: run(k_lm_head<kQ8, 4, XF, 1>); break;
     case kF8: run(k_lm_head<kF8, 4, XF, 1>); break;
     case kI8: run(k_lm_head<kI8, 4, XF, 1>); break;
