@@ -1,7 +1,8 @@
 // The "device twin" of a loaded model: every affine matrix whose scales are not bf16 gets new f32 scale/bias
 // arrays holding the bf16 pair the CUDA backend stores for it (model/affine_pair.h), or for 4-bit matrices with
 // zero points (GPTQ / AWQ / compressed-tensors int4: kQ4Z) the f32 scale to 2^-20 and its exact bias -z * scale
-// (naive: the bf16 pairs for those too), every GGUF block matrix the
+// (naive: the bf16 pairs for those too), 8-bit ones with zero points (GGUF Q8_0 / Q5_0: kI8) shared (exact), every
+// GGUF block matrix the
 // backend widens (any but Q6_K) and every dense F32 / F16 matrix (GGUF's router and shared-expert gate are F32) the
 // bf16 rows the backend uploads for it (cuda/weight_upload.cpp), everything else shared (FP8 blocks and Q6_K are
 // kept exactly: 8-bit codes with f32 scales). The
@@ -49,6 +50,8 @@ inline std::shared_ptr<lily::ModelWeights> device_twin(const std::shared_ptr<lil
       return;
     }
     if (m.kind != lily::QMatrix::Kind::Affine || m.sdtype == lily::DType::BF16) return;
+    if (!naive && m.bits == 8 && lily::affine_i8z(m.w, m.scales, m.biases, m.sdtype, m.rows, m.cols, m.group))
+      return;  // kI8: int8 codes q - z with the exact f32 scale
     const size_t ng = size_t(m.rows) * size_t(m.cols / m.group);
     auto buf = std::make_shared<std::vector<float>>(2 * ng);
     if (!naive && m.bits == 4 && lily::affine_q4z(m.scales, m.biases, m.sdtype, ng)) {  // kQ4Z (scale to 2^-20)

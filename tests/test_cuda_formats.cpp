@@ -132,7 +132,12 @@ TEST(CudaFormats, GgufRepackedMatchesTheReferencePath) {
     auto w = load_model(path);
     ::testing::internal::GetCapturedStderr();
     const std::string what = "gguf " + ggml_type_name(uint32_t(t));
+    ::testing::internal::CaptureStderr();
     expect_close_to_reference(w, twin_of(w, what), what);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    if (t == GgmlType::Q8_0 || t == GgmlType::Q5_0) {  // zero points 128 / 16: int8 codes q - z, f32 scales
+      EXPECT_NE(log.find("affine 8-bit matrices with zero points"), std::string::npos) << what << ": no kI8\n" << log;
+    }
   }
 }
 

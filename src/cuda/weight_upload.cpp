@@ -21,7 +21,14 @@ bool q4z_matrix(const QMatrix& q) {
   return affine_q4z(q.scales, q.biases, q.sdtype, size_t(q.rows) * size_t(q.cols / q.group));
 }
 
-DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, bool allow_q4z) {
+bool i8z_matrix(const QMatrix& q) {
+  if (q.kind != QMatrix::Kind::Affine || q.bits != 8) return false;
+  return affine_i8z(q.w, q.scales, q.biases, q.sdtype, q.rows, q.cols, q.group);
+}
+
+bool exact_form(const QMatrix& q, bool widen8) { return q.bits == 4 && !widen8 ? q4z_matrix(q) : i8z_matrix(q); }
+
+DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, bool exact) {
   if (!q.valid()) throw Error(std::string("cuda: missing weight ") + what);
   DMat m;
   m.rows = int(q.rows);
@@ -34,7 +41,8 @@ DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, bool allow
                   "dividing the " + std::to_string(q.cols) + " columns");
     if (q.sdtype != DType::BF16 && q.sdtype != DType::F16 && q.sdtype != DType::F32 && q.sdtype != DType::KS8)
       throw Error(std::string("cuda: ") + what + ": scales of type " + dtype_name(q.sdtype));
-    m.fmt = q.bits == 4 && !widen8 ? (allow_q4z && q4z_matrix(q) ? kQ4Z : kQ4) : kQ8;
+    if (q.bits == 4 && !widen8) m.fmt = exact && q4z_matrix(q) ? kQ4Z : kQ4;
+    else m.fmt = exact && i8z_matrix(q) ? kI8 : kQ8;  // kI8: int8 codes q - z with the f32 scale, exact
     m.group = q.group;
     m.row_bytes = q.cols * (fmt_q4(m.fmt) ? 4 : 8) / 8;
     m.sb_row = int(q.cols / q.group);
@@ -80,6 +88,22 @@ void code8_rows(const QMatrix& q, const DMat& m, int64_t r0, int64_t n, uint8_t*
         std::memcpy(sb + size_t(r) * size_t(m.sb_row) + size_t(b), &s, 4);
       }
     }
+    return;
+  }
+  if (q.kind == QMatrix::Kind::Affine) {  // kI8 from affine 8-bit codes with zero points (i8z_matrix)
+    const auto* w = static_cast<const uint32_t*>(q.w);
+    for (int64_t r = 0; r < n; ++r)
+      for (int g = 0; g < m.sb_row; ++g) {
+        const size_t gi = size_t(r0 + r) * size_t(m.sb_row) + size_t(g);
+        const float s = decode_scalar(q.scales, q.sdtype, gi);
+        uint32_t z = 0;
+        i8z_zero(s, decode_scalar(q.biases, q.sdtype, gi), &z);
+        std::memcpy(sb + size_t(r) * size_t(m.sb_row) + size_t(g), &s, 4);
+        for (int64_t c = int64_t(g) * q.group; c < int64_t(g + 1) * q.group; ++c) {
+          const int64_t e = (r0 + r) * q.cols + c;
+          codes[size_t(r) * C + size_t(c)] = uint8_t(int8_t(int((w[e / 4] >> (8 * (e % 4))) & 255u) - int(z)));
+        }
+      }
     return;
   }
   std::vector<float> sc(size_t(m.sb_row));

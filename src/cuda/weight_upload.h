@@ -18,9 +18,13 @@ namespace lily::cuda {
 // An affine 4-bit q whose scales are wider than bf16 (f16 / f32) and every group's bias is exactly -z * scale in f32
 // with an integer z in 0..15 (GPTQ, AWQ and compressed-tensors int4 after their repack; GGUF Q4_0) is kQ4Z: the
 // f32 scale to 2^-20 with z in its low bits (model/affine_pair.h q4z_word), exact where a bf16 pair is not;
-// allow_q4z false keeps it kQ4 (matrices a kernel must read in one format with others that cannot take kQ4Z).
-DMat describe_matrix(const QMatrix& q, const char* what, bool widen8 = false, bool allow_q4z = true);
+// exact false keeps it kQ4 / kQ8 (matrices a kernel must read in one format with others that cannot take the exact
+// zero-point forms kQ4Z / kI8).
+DMat describe_matrix(const QMatrix& q, const char* what, bool widen8 = false, bool exact = true);
 bool q4z_matrix(const QMatrix& q);  // whether an affine 4-bit q takes kQ4Z
+bool i8z_matrix(const QMatrix& q);  // whether an affine 8-bit q takes kI8 (int8 codes q - z, f32 scales)
+// Whether q is uploaded in its exact zero-point form (kQ4Z, or kI8 for 8-bit and widened codes) when allowed.
+bool exact_form(const QMatrix& q, bool widen8);
 
 size_t dmat_w_bytes(const DMat& m);   // bytes of the packed rows / bf16 elements
 size_t dmat_sb_words(const DMat& m);  // (scale, bias) words

@@ -81,6 +81,44 @@ inline bool affine_q4z(const void* scales, const void* biases, DType t, size_t n
     if (!q4z_word(decode_scalar(scales, t, i), decode_scalar(biases, t, i), &w)) return false;
   return true;
 }
+// Whether an affine 8-bit group's bias is -z * scale with an integer zero z in 0..255 (GGUF Q8_0 after its repack:
+// z = 128, Q5_0: z = 16; the CUDA backend then keeps the codes as int8 q - z with the f32 scale: kI8, exact).
+inline bool i8z_zero(float scale, float bias, uint32_t* z) {
+  if (!std::isfinite(scale) || !std::isfinite(bias)) return false;
+  if (scale == 0.0f) {
+    if (bias != 0.0f) return false;
+    *z = 0;
+    return true;
+  }
+  const float zf = std::nearbyint(-bias / scale);
+  if (!(zf >= 0.0f && zf <= 255.0f) || -zf * scale != bias) return false;
+  *z = uint32_t(zf);
+  return true;
+}
+
+// Whether every group of an affine 8-bit matrix (rows x cols codes packed 4 per little-endian u32 word, `group`
+// columns per scale) has a zero point (i8z_zero) with every code minus z an int8: the CUDA backend's kI8 form
+// (int8 codes q - z with the f32 scale, exact). Scales of type bf16 are left to the bf16 pairs (already exact).
+inline bool affine_i8z(const void* w, const void* scales, const void* biases, DType t, int64_t rows, int64_t cols,
+                       int group) {
+  if (!w || !scales || !biases || t == DType::BF16 || t == DType::KS8 || group <= 0 || group % 16 || cols % group)
+    return false;
+  const int64_t gpr = cols / group;
+  const auto* wu = static_cast<const uint32_t*>(w);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < gpr; ++g) {
+      uint32_t z = 0;
+      const size_t gi = size_t(r * gpr + g);
+      if (!i8z_zero(decode_scalar(scales, t, gi), decode_scalar(biases, t, gi), &z)) return false;
+      if (z == 128) continue;  // every code 0..255 minus 128 is an int8 (Q8_0): no scan
+      for (int64_t c = g * group; c < (g + 1) * group; ++c) {
+        const int u = int((wu[(r * cols + c) / 4] >> (8 * (c % 4))) & 255u) - int(z);
+        if (u < -128 || u > 127) return false;
+      }
+    }
+  return true;
+}
+
 // The kQ4Z word's (scale, bias), as the device decodes them.
 inline void q4z_decode(uint32_t word, float* scale, float* bias) {
   const uint32_t u = word & ~0xfu;

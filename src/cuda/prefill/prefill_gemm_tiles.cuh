@@ -100,7 +100,7 @@ struct BTile {
   static constexpr int kBits = fmt_q4(FMT) ? 4 : FMT == kBF16 ? 16 : 8;
   uint4 raw[kU4];
   uint32_t sb = 0;
-  uint32_t sb2 = 0;                // kI8 (group 16): the scale of the second 16 of the thread's 32 weights
+  uint32_t sb2 = 0;                // kI8: the scale of the second 16 of the thread's 32 weights (group 16 or 32 ...)
   const uint8_t* w = nullptr;      // row start (null: row out of range)
   const uint32_t* sbr = nullptr;   // row's (scale, bias) words, or f32 scales
   int group = 64;
@@ -111,8 +111,8 @@ struct BTile {
 #pragma unroll
     for (int u = 0; u < kU4; ++u) raw[u] = ldg_stream(w + (int64_t(k) * kBits) / 8 + u * 16);
     if constexpr (FMT == kI8) {
-      sb = __ldg(sbr + k / 16);
-      sb2 = __ldg(sbr + k / 16 + 1);
+      sb = __ldg(sbr + k / group);
+      sb2 = __ldg(sbr + (k + 16) / group);
     } else if constexpr (FMT != kBF16) {
       sb = __ldg(sbr + k / group);
     }
