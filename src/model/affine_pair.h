@@ -105,12 +105,17 @@ inline bool affine_i8z(const void* w, const void* scales, const void* biases, DT
     return false;
   const int64_t gpr = cols / group;
   const auto* wu = static_cast<const uint32_t*>(w);
+  const auto* sf = t == DType::F32 ? static_cast<const float*>(scales) : nullptr;  // f32: read directly
+  const auto* bf = t == DType::F32 ? static_cast<const float*>(biases) : nullptr;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < gpr; ++g) {
       uint32_t z = 0;
       const size_t gi = size_t(r * gpr + g);
-      if (!i8z_zero(decode_scalar(scales, t, gi), decode_scalar(biases, t, gi), &z)) return false;
-      if (z == 128) continue;  // every code 0..255 minus 128 is an int8 (Q8_0): no scan
+      const float sc = sf ? sf[gi] : decode_scalar(scales, t, gi), bi = bf ? bf[gi] : decode_scalar(biases, t, gi);
+      // z = 128 (Q8_0): every code 0..255 minus 128 is an int8, no scan (the general test below gives the same)
+      if (sc != 0.0f && std::isfinite(sc) && bi == -128.0f * sc) continue;
+      if (!i8z_zero(sc, bi, &z)) return false;
+      if (z == 128) continue;
       for (int64_t c = g * group; c < (g + 1) * group; ++c) {
         const int u = int((wu[(r * cols + c) / 4] >> (8 * (c % 4))) & 255u) - int(z);
         if (u < -128 || u > 127) return false;
