@@ -45,12 +45,8 @@ inline Bf16Pair affine_pair_at(const void* scales, const void* biases, DType t, 
   return affine_pair_bf16(decode_scalar(scales, t, i), decode_scalar(biases, t, i));
 }
 
-// kQ4Z, the CUDA backend's exact form of a group whose bias is -z * scale with an integer zero z in 0..15 (GPTQ, AWQ
-// and compressed-tensors int4 after their repack): one 32-bit word, the f32 scale rounded to nearest (ties to even)
-// on its 19 upper mantissa bits, z in the 4 lowest bits. Decoded as scale = bits(word & ~0xf), bias = -(word & 0xf)
-// * scale: relative error of the scale at most 2^-20 (bf16: 2^-9). Fails (false) where the group is not of that
-// form or the rounded scale is not finite.
-inline bool q4z_zero(float scale, float bias, uint32_t* z) {
+// Whether a group's bias is -z * scale with an integer zero z in 0..zmax (z gets it; a zero scale needs a zero bias).
+inline bool zero_point(float scale, float bias, float zmax, uint32_t* z) {
   if (!std::isfinite(scale) || !std::isfinite(bias)) return false;
   if (scale == 0.0f) {
     if (bias != 0.0f) return false;
@@ -58,10 +54,16 @@ inline bool q4z_zero(float scale, float bias, uint32_t* z) {
     return true;
   }
   const float zf = std::nearbyint(-bias / scale);
-  if (!(zf >= 0.0f && zf <= 15.0f) || -zf * scale != bias) return false;
+  if (!(zf >= 0.0f && zf <= zmax) || -zf * scale != bias) return false;
   *z = uint32_t(zf);
   return true;
 }
+// kQ4Z, the CUDA backend's exact form of a group whose bias is -z * scale with an integer zero z in 0..15 (GPTQ, AWQ
+// and compressed-tensors int4 after their repack): one 32-bit word, the f32 scale rounded to nearest (ties to even)
+// on its 19 upper mantissa bits, z in the 4 lowest bits. Decoded as scale = bits(word & ~0xf), bias = -(word & 0xf)
+// * scale: relative error of the scale at most 2^-20 (bf16: 2^-9). Fails (false) where the group is not of that
+// form or the rounded scale is not finite.
+inline bool q4z_zero(float scale, float bias, uint32_t* z) { return zero_point(scale, bias, 15.0f, z); }
 inline bool q4z_word(float scale, float bias, uint32_t* word) {
   uint32_t z = 0;
   if (!q4z_zero(scale, bias, &z)) return false;
@@ -83,18 +85,7 @@ inline bool affine_q4z(const void* scales, const void* biases, DType t, size_t n
 }
 // Whether an affine 8-bit group's bias is -z * scale with an integer zero z in 0..255 (GGUF Q8_0 after its repack:
 // z = 128, Q5_0: z = 16; the CUDA backend then keeps the codes as int8 q - z with the f32 scale: kI8, exact).
-inline bool i8z_zero(float scale, float bias, uint32_t* z) {
-  if (!std::isfinite(scale) || !std::isfinite(bias)) return false;
-  if (scale == 0.0f) {
-    if (bias != 0.0f) return false;
-    *z = 0;
-    return true;
-  }
-  const float zf = std::nearbyint(-bias / scale);
-  if (!(zf >= 0.0f && zf <= 255.0f) || -zf * scale != bias) return false;
-  *z = uint32_t(zf);
-  return true;
-}
+inline bool i8z_zero(float scale, float bias, uint32_t* z) { return zero_point(scale, bias, 255.0f, z); }
 
 // Whether every group of an affine 8-bit matrix (rows x cols codes packed 4 per little-endian u32 word, `group`
 // columns per scale) has a zero point (i8z_zero) with every code minus z an int8: the CUDA backend's kI8 form
