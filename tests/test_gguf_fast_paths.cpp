@@ -139,6 +139,18 @@ TEST(GgufFastPaths, Ks8ScalesGiveTheF32ScalesBits) {
   }
 }
 
+// A Q6_K matrix over `blocks` (rows x cols, kept in its blocks as the GGUF loader keeps it).
+QMatrix q6k_matrix(const std::vector<uint8_t>& blocks, int64_t rows, int64_t cols) {
+  QMatrix m;
+  m.kind = QMatrix::Kind::Ggml;
+  m.gtype = uint32_t(GgmlType::Q6_K);
+  m.dtype = DType::U8;
+  m.rows = rows;
+  m.cols = cols;
+  m.w = blocks.data();
+  return m;
+}
+
 // Q6_K blocks on the AVX2 kernel (avx512 and avx2 tiers) against the reference product of the decoded rows: the
 // same f32 weights, only the order of the sums differs. Row counts that are not multiples of the kernel's 4 / 16,
 // row ranges that start inside the matrix.
@@ -148,13 +160,7 @@ TEST(GgufFastPaths, Q6kKernelMatchesReference) {
   for (int64_t cols : {256, 512, 2048})
     for (int64_t rows : {5, 37, 64}) {
       const auto blocks = quantised(GgmlType::Q6_K, rows, cols, rng);
-      QMatrix m;
-      m.kind = QMatrix::Kind::Ggml;
-      m.gtype = uint32_t(GgmlType::Q6_K);
-      m.dtype = DType::U8;
-      m.rows = rows;
-      m.cols = cols;
-      m.w = blocks.data();
+      const QMatrix m = q6k_matrix(blocks, rows, cols);
       ASSERT_TRUE(fast::q6k_supported(m));
       for (int n : {1, 3, 21}) {
         const std::vector<float> X = randn(size_t(n) * size_t(cols), rng);
@@ -194,13 +200,7 @@ TEST(GgufFastPaths, Q6kIntegerKernelMatchesReference) {
   for (int64_t cols : {256, 512, 2048})
     for (int64_t rows : {5, 37, 64}) {
       const auto blocks = quantised(GgmlType::Q6_K, rows, cols, rng);
-      QMatrix m;
-      m.kind = QMatrix::Kind::Ggml;
-      m.gtype = uint32_t(GgmlType::Q6_K);
-      m.dtype = DType::U8;
-      m.rows = rows;
-      m.cols = cols;
-      m.w = blocks.data();
+      const QMatrix m = q6k_matrix(blocks, rows, cols);
       ASSERT_TRUE(fast::q6k_int_supported(m));
       for (int n : {1, 3, 21})
         for (bool precise : {true, false}) {

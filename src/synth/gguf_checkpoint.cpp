@@ -175,24 +175,30 @@ void build_gguf(const ModelWeights& mw, const std::string& tokenizer_json, GgufW
 
 }  // namespace
 
-void write_gguf_checkpoint(const ModelWeights& mw, const std::string& path, const std::string& tokenizer_json,
-                           const std::function<void(uint64_t, uint64_t)>& progress) {
+namespace {
+
+// The GGUF of mw built into a writer, then finish(writer): the tensor producers run inside it (they read s.tick then).
+template <class Finish>
+auto with_gguf(const ModelWeights& mw, const std::string& tokenizer_json,
+               const std::function<void(uint64_t, uint64_t)>& progress, Finish finish) {
   GgufWriter w;
   Streamer s{w, 0, nullptr};
   build_gguf(mw, tokenizer_json, w, s);
   uint64_t done = 0;
   if (progress) s.tick = [&](uint64_t k) { progress(done += k, s.total); };
-  w.write(path);  // the producers run inside write() and read s.tick then
+  return finish(w);
+}
+
+}  // namespace
+
+void write_gguf_checkpoint(const ModelWeights& mw, const std::string& path, const std::string& tokenizer_json,
+                           const std::function<void(uint64_t, uint64_t)>& progress) {
+  with_gguf(mw, tokenizer_json, progress, [&](GgufWriter& w) { w.write(path); });
 }
 
 std::vector<uint8_t> gguf_checkpoint_bytes(const ModelWeights& mw, const std::string& tokenizer_json,
                                            const std::function<void(uint64_t, uint64_t)>& progress) {
-  GgufWriter w;
-  Streamer s{w, 0, nullptr};
-  build_gguf(mw, tokenizer_json, w, s);
-  uint64_t done = 0;
-  if (progress) s.tick = [&](uint64_t k) { progress(done += k, s.total); };
-  return w.bytes();
+  return with_gguf(mw, tokenizer_json, progress, [](GgufWriter& w) { return w.bytes(); });
 }
 
 std::string synthetic_gguf_tokenizer(const std::string& preset, int vocab) {
