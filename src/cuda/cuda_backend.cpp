@@ -48,12 +48,12 @@ DMat CudaBackend::upload(const QMatrix& q, const char* what, bool widen8, bool e
   m.sb = dsb;
   weight_bytes_ += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
   if (m.fmt == kQ4Z) ++q4z_mats_;
-  if (m.fmt == kI8 && q.kind == QMatrix::Kind::Affine) {
+  if (m.fmt == kI8) {
     ++i8z_mats_;
-  } else if (fmt_code8(m.fmt)) {
-    code8_mats_[m.fmt == kI8] += 1;
+  } else if (m.fmt == kF8 || m.fmt == kQ6) {
+    code8_mats_[m.fmt == kQ6] += 1;
     if (m.fmt == kF8) f8_group_ = m.group;
-    code8_bytes_[m.fmt == kI8] += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
+    code8_bytes_[m.fmt == kQ6] += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
   }
   return m;
 }
@@ -79,12 +79,12 @@ DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what, bool wi
   st.sb_stride = int64_t(nsb);
   weight_bytes_ += (wb + nsb * 4) * E;
   if (st.m.fmt == kQ4Z) q4z_mats_ += E;
-  if (st.m.fmt == kI8 && s.e[0].kind == QMatrix::Kind::Affine) {
+  if (st.m.fmt == kI8) {
     i8z_mats_ += E;
-  } else if (fmt_code8(st.m.fmt)) {
-    code8_mats_[st.m.fmt == kI8] += E;
+  } else if (st.m.fmt == kF8 || st.m.fmt == kQ6) {
+    code8_mats_[st.m.fmt == kQ6] += E;
     if (st.m.fmt == kF8) f8_group_ = st.m.group;
-    code8_bytes_[st.m.fmt == kI8] += (wb + nsb * 4) * E;
+    code8_bytes_[st.m.fmt == kQ6] += (wb + nsb * 4) * E;
   }
   return st;
 }
@@ -129,9 +129,9 @@ void CudaBackend::log_code8_uploads() const {
     std::fprintf(stderr, "lily: cuda: %zu affine 4-bit MoE matrices uploaded as 8-bit codes (the same scales and "
                  "biases, exact) to share a kernel with the 8-bit projections beside them\n", widened_);
   if (code8_mats_[1])
-    std::fprintf(stderr, "lily: cuda: %zu GGUF Q6_K matrices as int8 codes (q - 32) with f32 scales d * sc per 16 "
-                 "columns (exact; %.1f MiB on the device; dequantised inside the matrix kernels)\n", code8_mats_[1],
-                 code8_bytes_[1] / mib);
+    std::fprintf(stderr, "lily: cuda: %zu GGUF Q6_K matrices kept as 6-bit codes with the f32 scale d * sc of each "
+                 "16 columns in one 16-byte chunk (kQ6, exact; %.1f MiB on the device; dequantised inside the matrix "
+                 "kernels)\n", code8_mats_[1], code8_bytes_[1] / mib);
 }
 
 float* CudaBackend::upload_f32(const std::vector<float>& v) {

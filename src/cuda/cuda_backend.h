@@ -133,7 +133,7 @@ class CudaBackend : public Backend {
   cudaGraphExec_t graphs_[kStepParts] = {};  // per StepPart, captured on first use
   std::vector<void*> allocs_;
   size_t weight_bytes_ = 0;
-  size_t code8_mats_[2] = {}, code8_bytes_[2] = {};  // matrices uploaded as kF8 [0] / kI8 [1], their device bytes
+  size_t code8_mats_[2] = {}, code8_bytes_[2] = {};  // matrices uploaded as kF8 [0] / kQ6 [1], their device bytes
   int f8_group_ = 0;  // the kF8 matrices' group (columns per scale)
   size_t q4z_mats_ = 0;  // affine 4-bit matrices uploaded as kQ4Z (describe_matrix)
   size_t i8z_mats_ = 0;  // affine 8-bit matrices uploaded as kI8 (describe_matrix)

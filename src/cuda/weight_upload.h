@@ -11,8 +11,8 @@ namespace lily::cuda {
 
 // The device layout of q (pointers left null): affine 4/8-bit with any group that is a multiple of 32 dividing
 // cols (scales of any type); FP8 e4m3 blocks as kF8 (the codes as stored, the block scale per row and 128 columns
-// in f32); GGUF Q6_K blocks as kI8 (codes q - 32, f32 scales d * sc per 16 columns: exact); dense matrices (and any
-// other GGUF blocks) as BF16. Throws naming `what` for any other matrix.
+// in f32); GGUF Q6_K blocks as kQ6 (6-bit codes with the f32 scale d * sc of each 16 columns: exact); dense
+// matrices (and any other GGUF blocks) as BF16. Throws naming `what` for any other matrix.
 // widen8: an affine 4-bit q gets 8-bit codes instead (the same scales and biases: exact), so that it can share a
 // kernel with 8-bit matrices (the MoE projections of mixed recipes).
 // An affine 4-bit q whose scales are wider than bf16 (f16 / f32) and every group's bias is exactly -z * scale in f32
@@ -29,8 +29,14 @@ bool exact_form(const QMatrix& q, bool widen8);
 size_t dmat_w_bytes(const DMat& m);   // bytes of the packed rows / bf16 elements
 size_t dmat_sb_words(const DMat& m);  // (scale, bias) words
 
-// Copies q into dw (packed rows, 8-bit codes, or bf16: dense types rounded to nearest) and dsb (one word per group:
-// affine_pair_at's bf16 scale and bias, model/affine_pair.h; q4z_word's word for kQ4Z; the f32 scale for kF8 / kI8).
+// Copies q into dw (packed rows, 8-bit codes, kQ6 chunks, or bf16: dense types rounded to nearest) and dsb (one word
+// per group: affine_pair_at's bf16 scale and bias, model/affine_pair.h; q4z_word's word for kQ4Z; the f32 scale for
+// kF8 / kI8; none for kQ6 and kBF16).
 void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb);
+
+// One kQ6 chunk (kernels.h) from 16 codes q - 32 (-32..31) and their scale; and weight i (0..15) of a chunk in f32,
+// as the kernels read it.
+void q6_chunk(const int8_t* codes, float scale, uint8_t* chunk);
+float q6_chunk_value(const uint8_t* chunk, int i);
 
 }  // namespace lily::cuda

@@ -556,6 +556,7 @@ template <> struct FmtInfo<kQ8> { static constexpr int kElems = 16; };
 template <> struct FmtInfo<kBF16> { static constexpr int kElems = 8; };
 template <> struct FmtInfo<kF8> { static constexpr int kElems = 16; };
 template <> struct FmtInfo<kI8> { static constexpr int kElems = 16; };
+template <> struct FmtInfo<kQ6> { static constexpr int kElems = 16; };
 
 // nibble K of w as the float 1 + q/16 (q moved to the top mantissa bits); byte K as 1 + q/256.
 template <int K> __device__ __forceinline__ float q4f(uint32_t w) {
@@ -674,11 +675,11 @@ __device__ __forceinline__ float XQ::dot(uint4 raw, uint32_t sb, int xc) const {
   return chunk_dot_q4i8<FMT>(raw, sb, *this, xc);
 }
 
-// Loads of chunk c of row `row` of m: the 16 bytes and the (scale, bias) word of its group.
+// Loads of chunk c of row `row` of m: the 16 bytes and the (scale, bias) word of its group (0 without sb words).
 template <int FMT>
 __device__ __forceinline__ void chunk_load(const DMat& m, int64_t row, int c, uint4& raw, uint32_t& sb) {
   raw = ldg_weight(m.w + row * m.row_bytes + int64_t(c) * 16);
-  if constexpr (FMT != kBF16) {
+  if constexpr (fmt_sb(FMT)) {
     sb = ldg_weight_u32(m.sb + row * m.sb_row + (c * FmtInfo<FMT>::kElems) / m.group);
   } else {
     sb = 0;
@@ -779,4 +780,5 @@ __device__ __forceinline__ void prefetch_row(const DMat& m, int64_t row, int lan
 
 }  // namespace lily::cuda
 
-#include "cuda/common/code8.cuh"  // the 8-bit-code formats (kF8, kI8): chunk dots and the element reader
+#include "cuda/common/q6_chunk.cuh"  // kQ6 (GGUF Q6_K): the chunk dot and the chunk's element reader
+#include "cuda/common/code8.cuh"     // the 8-bit-code formats (kF8, kI8): chunk dots; every format's element reader

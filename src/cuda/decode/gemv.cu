@@ -335,6 +335,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
       case kBF16: run(k_gemv<kBF16, XF, 2, K>, k_gemv<kBF16, XF, 4, K>); break;
       case kF8: run(k_gemv<kF8, XF, 2, K>, k_gemv<kF8, XF, 4, K>); break;
       case kI8: run(k_gemv<kI8, XF, 2, K>, k_gemv<kI8, XF, 4, K>); break;
+      case kQ6: run(k_gemv<kQ6, XF, 2, K>, k_gemv<kQ6, XF, 4, K>); break;
       default: throw Error("gemv: unknown format");
     }
   };

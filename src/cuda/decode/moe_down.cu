@@ -177,6 +177,7 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
       case kQ8: run(k_moe_down<kQ8, XF, kThreads, P>); break;
       case kF8: run(k_moe_down<kF8, XF, kThreads, P>); break;
       case kI8: run(k_moe_down<kI8, XF, kThreads, P>); break;
+      case kQ6: run(k_moe_down<kQ6, XF, kThreads, P>); break;
       case kBF16: run(k_moe_down<kBF16, XF, kThreads, P>); break;
       default: throw Error("moe_down: unknown weight format");
     }

@@ -201,6 +201,7 @@ void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl) {
     case kQ8: run(k_moe_router<kQ8>); break;
     case kF8: run(k_moe_router<kF8>); break;
     case kI8: run(k_moe_router<kI8>); break;
+    case kQ6: run(k_moe_router<kQ6>); break;
     case kBF16: run(k_moe_router<kBF16>); break;
     default: throw Error("moe_router: unknown weight format");
   }
@@ -228,6 +229,7 @@ void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
     case kQ8: run(k_moe_gate_up<kQ8, XF>); break;
     case kF8: run(k_moe_gate_up<kF8, XF>); break;
     case kI8: run(k_moe_gate_up<kI8, XF>); break;
+    case kQ6: run(k_moe_gate_up<kQ6, XF>); break;
     case kBF16: run(k_moe_gate_up<kBF16, XF>); break;
     default: throw Error("moe_gate_up: unknown weight format");
   }

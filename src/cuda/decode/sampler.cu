@@ -188,6 +188,7 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
     case kQ8: run(k_lm_head<kQ8, 4, XF, 1>); break;
     case kF8: run(k_lm_head<kF8, 4, XF, 1>); break;
     case kI8: run(k_lm_head<kI8, 4, XF, 1>); break;
+    case kQ6: run(k_lm_head<kQ6, 4, XF, 1>); break;
     case kBF16: run(k_lm_head<kBF16, 4, XF, 1>); break;
     default: throw Error("lm_head_argmax: unknown weight format");
   }
