@@ -153,7 +153,7 @@ double twin_shift(const std::shared_ptr<ModelWeights>& w, const std::string& wha
     flips += std::max_element(x, x + V) - x != std::max_element(y, y + V) - y;
     for (int i = 0; i < V; ++i) worst = std::max(worst, std::fabs(double(x[i]) - y[i]));
   }
-  std::printf("[ %s%s ] bf16 pairs on %d matrices: max |dlogit| %.3g, top-1 flips %d/%d (cpu-ref)\n", what.c_str(), naive ? " naive" : "",
+  std::printf("[ %s%s ] the device forms of %d matrices: max |dlogit| %.3g, top-1 flips %d/%d (cpu-ref)\n", what.c_str(), naive ? " naive" : "",
               changed, worst, flips, n);
   return worst;
 }
@@ -191,10 +191,22 @@ TEST(AffinePair, DeviceTwinCostOnRepackedFormats) {
     const double mine = twin_shift(w, what), naive = twin_shift(w, what, true);
     EXPECT_LE(mine, 1.0) << what;
     EXPECT_LE(mine, naive) << what;
-    if (t == GgmlType::Q8_0 || t == GgmlType::Q5_0) {  // kI8: int8 codes q - z with the exact f32 scales (measured 0)
+    // kI8: int8 codes q - z with the exact f32 scales; kQ4H: Q4_1's f16 scale and min pass exactly (measured 0)
+    if (t == GgmlType::Q8_0 || t == GgmlType::Q5_0 || t == GgmlType::Q4_1) {
       EXPECT_LT(mine, 0.01 * naive) << what;
     }
   }
+}
+
+// The synthetic Q4_K_M GGUF's Q4_K matrices (scales d * sc and biases -dmin * m, products of an f16 and a 6-bit
+// integer): the device's fp16 pairs (kQ4H) against the bf16 pairs, each on cpu-ref against the exact repack (the
+// router and shared-expert gate rounded to bf16 in both, as the upload does).
+TEST(AffinePair, Q4KFp16PairsAgainstBf16Pairs) {
+  ::testing::internal::CaptureStderr();
+  auto w = make_synthetic_in_format("small", 7, "gguf-q4km");
+  ::testing::internal::GetCapturedStderr();
+  const double mine = twin_shift(w, "synth small Q4_K_M"), naive = twin_shift(w, "synth small Q4_K_M", true);
+  EXPECT_LT(mine, 0.25 * naive);
 }
 
 // The synthetic Q4_K_M GGUF (CudaFormats.SynthQ4KMGgufMatchesTheReferencePath's model): its router and

@@ -21,14 +21,21 @@ bool q4z_matrix(const QMatrix& q) {
   return affine_q4z(q.scales, q.biases, q.sdtype, size_t(q.rows) * size_t(q.cols / q.group));
 }
 
+bool q4h_matrix(const QMatrix& q) {
+  if (q.kind != QMatrix::Kind::Affine || q.bits != 4 || q.group <= 0) return false;
+  return affine_q4h(q.scales, q.biases, q.sdtype, size_t(q.rows) * size_t(q.cols / q.group));
+}
+
 bool i8z_matrix(const QMatrix& q) {
   if (q.kind != QMatrix::Kind::Affine || q.bits != 8) return false;
   return affine_i8z(q.w, q.scales, q.biases, q.sdtype, q.rows, q.cols, q.group);
 }
 
 bool exact_form(const QMatrix& q, bool widen8) { return q.bits == 4 && !widen8 ? q4z_matrix(q) : i8z_matrix(q); }
+bool half_form(const QMatrix& q, bool widen8) { return q.bits == 4 && !widen8 && q4h_matrix(q); }
 
-DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, bool exact) {
+DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, int refine) {
+  const bool exact = refine & kRefineExact;
   if (!q.valid()) throw Error(std::string("cuda: missing weight ") + what);
   DMat m;
   m.rows = int(q.rows);
@@ -41,7 +48,8 @@ DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, bool exact
                   "dividing the " + std::to_string(q.cols) + " columns");
     if (q.sdtype != DType::BF16 && q.sdtype != DType::F16 && q.sdtype != DType::F32 && q.sdtype != DType::KS8)
       throw Error(std::string("cuda: ") + what + ": scales of type " + dtype_name(q.sdtype));
-    if (q.bits == 4 && !widen8) m.fmt = exact && q4z_matrix(q) ? kQ4Z : kQ4;
+    if (q.bits == 4 && !widen8)
+      m.fmt = exact && q4z_matrix(q) ? kQ4Z : (refine & kRefineHalf) && q4h_matrix(q) ? kQ4H : kQ4;
     else m.fmt = exact && i8z_matrix(q) ? kI8 : kQ8;  // kI8: int8 codes q - z with the f32 scale, exact
     m.group = q.group;
     m.row_bytes = q.cols * (fmt_q4(m.fmt) ? 4 : 8) / 8;
@@ -177,6 +185,9 @@ void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
       for (size_t i = 0; i < nsb; ++i)
         if (!q4z_word(decode_scalar(q.scales, q.sdtype, i), decode_scalar(q.biases, q.sdtype, i), &sb[i]))
           throw Error("cuda: a group of a kQ4Z matrix is not scale * (q - z) with z in 0..15");
+    } else if (m.fmt == kQ4H) {
+      for (size_t i = 0; i < nsb; ++i)
+        sb[i] = f16_pair_word(decode_scalar(q.scales, q.sdtype, i), decode_scalar(q.biases, q.sdtype, i));
     } else {
       for (size_t i = 0; i < nsb; ++i) sb[i] = affine_pair_at(q.scales, q.biases, q.sdtype, i).word();
     }

@@ -18,19 +18,25 @@ namespace lily::cuda {
 // An affine 4-bit q whose scales are wider than bf16 (f16 / f32) and every group's bias is exactly -z * scale in f32
 // with an integer z in 0..15 (GPTQ, AWQ and compressed-tensors int4 after their repack; GGUF Q4_0) is kQ4Z: the
 // f32 scale to 2^-20 with z in its low bits (model/affine_pair.h q4z_word), exact where a bf16 pair is not;
-// exact false keeps it kQ4 / kQ8 (matrices a kernel must read in one format with others that cannot take the exact
-// zero-point forms kQ4Z / kI8).
-DMat describe_matrix(const QMatrix& q, const char* what, bool widen8 = false, bool exact = true);
+// Another affine 4-bit q with scales wider than bf16 (GGUF Q4_1, Q4_K) is kQ4H, an fp16 (scale, bias) pair, where
+// its values fit (model/affine_pair.h affine_q4h). `refine` says which of these forms q may take (kRefineExact:
+// kQ4Z / kI8; kRefineHalf: kQ4H): matrices a kernel must read in one format get the form all of them can take.
+enum Refine : int { kRefineNone = 0, kRefineExact = 1, kRefineHalf = 2, kRefineAll = 3 };
+DMat describe_matrix(const QMatrix& q, const char* what, bool widen8 = false, int refine = kRefineAll);
 bool q4z_matrix(const QMatrix& q);  // whether an affine 4-bit q takes kQ4Z
+bool q4h_matrix(const QMatrix& q);  // whether an affine 4-bit q takes kQ4H (fp16 pairs)
 bool i8z_matrix(const QMatrix& q);  // whether an affine 8-bit q takes kI8 (int8 codes q - z, f32 scales)
 // Whether q is uploaded in its exact zero-point form (kQ4Z, or kI8 for 8-bit and widened codes) when allowed.
 bool exact_form(const QMatrix& q, bool widen8);
+// Whether q is uploaded as kQ4H when allowed (4-bit, not widened).
+bool half_form(const QMatrix& q, bool widen8);
 
 size_t dmat_w_bytes(const DMat& m);   // bytes of the packed rows / bf16 elements
 size_t dmat_sb_words(const DMat& m);  // (scale, bias) words
 
 // Copies q into dw (packed rows, 8-bit codes, kQ6 chunks, or bf16: dense types rounded to nearest) and dsb (one word
-// per group: affine_pair_at's bf16 scale and bias, model/affine_pair.h; q4z_word's word for kQ4Z; the f32 scale for
+// per group: affine_pair_at's bf16 scale and bias, model/affine_pair.h; q4z_word's word for kQ4Z; f16_pair_word's
+// for kQ4H; the f32 scale for
 // kF8 / kI8; none for kQ6 and kBF16).
 void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb);
 

@@ -433,6 +433,11 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
         else throw Error("moe_route_gate_up: a kQ4Z router beside experts in another format needs moe_router + "
                          "moe_gate_up");
         break;
+      case kQ4H:  // likewise a kQ4H router only beside kQ4H experts
+        if constexpr (F == kQ4H) run(k_moe_route_gate_up<F, kQ4H, X>, X::bytes(H));
+        else throw Error("moe_route_gate_up: a kQ4H router beside experts in another format needs moe_router + "
+                         "moe_gate_up");
+        break;
       default:  // the checkpoints keep routers in bf16 or MLX affine codes; moe_router serves any format
         throw Error("moe_route_gate_up: a router in 8-bit codes with f32 scales needs moe_router + moe_gate_up");
     }
@@ -446,6 +451,10 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     case kQ4Z:
       if (use_int8_x(kQ4Z, H)) by_router(std::integral_constant<int, kQ4Z>{}, XTag<XQ>{});
       else by_router(std::integral_constant<int, kQ4Z>{}, XTag<XF>{});
+      break;
+    case kQ4H:
+      if (use_int8_x(kQ4H, H)) by_router(std::integral_constant<int, kQ4H>{}, XTag<XQ>{});
+      else by_router(std::integral_constant<int, kQ4H>{}, XTag<XF>{});
       break;
     case kQ8: by_router(std::integral_constant<int, kQ8>{}, XTag<XF>{}); break;
     case kF8: by_router(std::integral_constant<int, kF8>{}, XTag<XF>{}); break;

@@ -198,6 +198,7 @@ void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl) {
   switch (a.router.fmt) {
     case kQ4: run(k_moe_router<kQ4>); break;
     case kQ4Z: run(k_moe_router<kQ4Z>); break;
+    case kQ4H: run(k_moe_router<kQ4H>); break;
     case kQ8: run(k_moe_router<kQ8>); break;
     case kF8: run(k_moe_router<kF8>); break;
     case kI8: run(k_moe_router<kI8>); break;
@@ -225,6 +226,10 @@ void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
     case kQ4Z:
       if (use_int8_x(kQ4Z, a.gate.m.cols)) run(k_moe_gate_up<kQ4Z, XQ>);
       else run(k_moe_gate_up<kQ4Z, XF>);
+      break;
+    case kQ4H:
+      if (use_int8_x(kQ4H, a.gate.m.cols)) run(k_moe_gate_up<kQ4H, XQ>);
+      else run(k_moe_gate_up<kQ4H, XF>);
       break;
     case kQ8: run(k_moe_gate_up<kQ8, XF>); break;
     case kF8: run(k_moe_gate_up<kF8, XF>); break;

@@ -56,8 +56,8 @@ __device__ __forceinline__ void q4_fp16_pairs(uint32_t x, float z, __half2 (&q)[
 #pragma unroll
   for (int i = 0; i < 4; ++i) q[i] = __hfma2(*reinterpret_cast<const __half2*>(&p[i]), unit, off);
 }
-// The fp16 operands s * q + b (kQ4: one fma rounds once, as the f32 fma + fp16 rounding it replaces, where s and b,
-// bf16 in the checkpoint, are fp16 normals) or s * (q - z) (kQ4Z: the exact q - z times the fp16 scale, one
+// The fp16 operands s * q + b (kQ4 / kQ4H: one fma rounds once, as the f32 fma + fp16 rounding it replaces, where s
+// and b, bf16 or fp16 in the sb word, are fp16 normals) or s * (q - z) (kQ4Z: the exact q - z times the fp16 scale, one
 // rounding, where s * q + b with b = -z * s rounded on its own would lose up to 15 half-ulps of s). A product beyond
 // the fp16 range would be inf, not saturated: 4-bit weights of real checkpoints are far below 65504.
 template <int FMT>
