@@ -330,7 +330,7 @@ TEST(CudaWidenedAffine, GemvMatchesReference) {
   testcuda::FormStack a;
   make_form(a, 1, 300, 2048, 4, 32, testcuda::Origin::F32Free, rng, dev);
   cuda::DMat m = cuda::describe_matrix(a.src[0], "test matrix", true);
-  ASSERT_EQ(m.fmt, cuda::kQ8);
+  ASSERT_EQ(m.fmt, cuda::kQ8H);  // f32 scales: fp16 pairs, as the 4-bit twin (kQ4H)
   ASSERT_EQ(cuda::dmat_w_bytes(m), size_t(300) * 2048);
   uint8_t* dw = dev.poisoned<uint8_t>(cuda::dmat_w_bytes(m));
   uint32_t* dsb = dev.poisoned<uint32_t>(cuda::dmat_sb_words(m));

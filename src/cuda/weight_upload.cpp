@@ -21,9 +21,9 @@ bool q4z_matrix(const QMatrix& q) {
   return affine_q4z(q.scales, q.biases, q.sdtype, size_t(q.rows) * size_t(q.cols / q.group));
 }
 
-bool q4h_matrix(const QMatrix& q) {
-  if (q.kind != QMatrix::Kind::Affine || q.bits != 4 || q.group <= 0) return false;
-  return affine_q4h(q.scales, q.biases, q.sdtype, size_t(q.rows) * size_t(q.cols / q.group));
+bool h16_matrix(const QMatrix& q) {
+  if (q.kind != QMatrix::Kind::Affine || q.group <= 0) return false;
+  return affine_f16_pairs(q.scales, q.biases, q.sdtype, size_t(q.rows) * size_t(q.cols / q.group));
 }
 
 bool i8z_matrix(const QMatrix& q) {
@@ -32,7 +32,7 @@ bool i8z_matrix(const QMatrix& q) {
 }
 
 bool exact_form(const QMatrix& q, bool widen8) { return q.bits == 4 && !widen8 ? q4z_matrix(q) : i8z_matrix(q); }
-bool half_form(const QMatrix& q, bool widen8) { return q.bits == 4 && !widen8 && q4h_matrix(q); }
+bool half_form(const QMatrix& q, bool) { return h16_matrix(q); }
 
 DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, int refine) {
   const bool exact = refine & kRefineExact;
@@ -49,8 +49,9 @@ DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, int refine
     if (q.sdtype != DType::BF16 && q.sdtype != DType::F16 && q.sdtype != DType::F32 && q.sdtype != DType::KS8)
       throw Error(std::string("cuda: ") + what + ": scales of type " + dtype_name(q.sdtype));
     if (q.bits == 4 && !widen8)
-      m.fmt = exact && q4z_matrix(q) ? kQ4Z : (refine & kRefineHalf) && q4h_matrix(q) ? kQ4H : kQ4;
-    else m.fmt = exact && i8z_matrix(q) ? kI8 : kQ8;  // kI8: int8 codes q - z with the f32 scale, exact
+      m.fmt = exact && q4z_matrix(q) ? kQ4Z : (refine & kRefineHalf) && h16_matrix(q) ? kQ4H : kQ4;
+    else  // kI8: int8 codes q - z with the f32 scale, exact; kQ8H: fp16 pairs
+      m.fmt = exact && i8z_matrix(q) ? kI8 : (refine & kRefineHalf) && h16_matrix(q) ? kQ8H : kQ8;
     m.group = q.group;
     m.row_bytes = q.cols * (fmt_q4(m.fmt) ? 4 : 8) / 8;
     m.sb_row = int(q.cols / q.group);
@@ -170,7 +171,7 @@ void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
                                    cudaMemcpyHostToDevice));
     }
   } else if (fmt_sb(m.fmt)) {
-    if (m.fmt == kQ8 && q.bits == 4) {  // widened: code k of a row from bits [4k, 4k + 4) to byte k
+    if (fmt_q8(m.fmt) && q.bits == 4) {  // widened: code k of a row from bits [4k, 4k + 4) to byte k
       const size_t n = size_t(q.rows) * size_t(q.cols);
       std::vector<uint8_t> codes(n);
       const auto* src = static_cast<const uint8_t*>(q.w);
@@ -185,7 +186,7 @@ void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
       for (size_t i = 0; i < nsb; ++i)
         if (!q4z_word(decode_scalar(q.scales, q.sdtype, i), decode_scalar(q.biases, q.sdtype, i), &sb[i]))
           throw Error("cuda: a group of a kQ4Z matrix is not scale * (q - z) with z in 0..15");
-    } else if (m.fmt == kQ4H) {
+    } else if (m.fmt == kQ4H || m.fmt == kQ8H) {
       for (size_t i = 0; i < nsb; ++i)
         sb[i] = f16_pair_word(decode_scalar(q.scales, q.sdtype, i), decode_scalar(q.biases, q.sdtype, i));
     } else {

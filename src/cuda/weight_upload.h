@@ -18,17 +18,18 @@ namespace lily::cuda {
 // An affine 4-bit q whose scales are wider than bf16 (f16 / f32) and every group's bias is exactly -z * scale in f32
 // with an integer z in 0..15 (GPTQ, AWQ and compressed-tensors int4 after their repack; GGUF Q4_0) is kQ4Z: the
 // f32 scale to 2^-20 with z in its low bits (model/affine_pair.h q4z_word), exact where a bf16 pair is not;
-// Another affine 4-bit q with scales wider than bf16 (GGUF Q4_1, Q4_K) is kQ4H, an fp16 (scale, bias) pair, where
-// its values fit (model/affine_pair.h affine_q4h). `refine` says which of these forms q may take (kRefineExact:
-// kQ4Z / kI8; kRefineHalf: kQ4H): matrices a kernel must read in one format get the form all of them can take.
+// Another affine q with scales wider than bf16 (GGUF Q4_1, Q4_K; Q5_1, Q5_K as 8-bit codes) is kQ4H / kQ8H, an fp16
+// (scale, bias) pair, where its values fit (model/affine_pair.h affine_f16_pairs). `refine` says which of these
+// forms q may take (kRefineExact: kQ4Z / kI8; kRefineHalf: kQ4H / kQ8H): matrices a kernel must read in one format
+// get the form all of them can take.
 enum Refine : int { kRefineNone = 0, kRefineExact = 1, kRefineHalf = 2, kRefineAll = 3 };
 DMat describe_matrix(const QMatrix& q, const char* what, bool widen8 = false, int refine = kRefineAll);
 bool q4z_matrix(const QMatrix& q);  // whether an affine 4-bit q takes kQ4Z
-bool q4h_matrix(const QMatrix& q);  // whether an affine 4-bit q takes kQ4H (fp16 pairs)
+bool h16_matrix(const QMatrix& q);  // whether an affine q's pairs fit fp16 (kQ4H / kQ8H)
 bool i8z_matrix(const QMatrix& q);  // whether an affine 8-bit q takes kI8 (int8 codes q - z, f32 scales)
 // Whether q is uploaded in its exact zero-point form (kQ4Z, or kI8 for 8-bit and widened codes) when allowed.
 bool exact_form(const QMatrix& q, bool widen8);
-// Whether q is uploaded as kQ4H when allowed (4-bit, not widened).
+// Whether q is uploaded as kQ4H / kQ8H when allowed (widened or not).
 bool half_form(const QMatrix& q, bool widen8);
 
 size_t dmat_w_bytes(const DMat& m);   // bytes of the packed rows / bf16 elements

@@ -83,8 +83,9 @@ inline bool affine_q4z(const void* scales, const void* biases, DType t, size_t n
     if (!q4z_word(decode_scalar(scales, t, i), decode_scalar(biases, t, i), &w)) return false;
   return true;
 }
-// kQ4H, the CUDA backend's form of an affine 4-bit matrix whose scales and biases are wider than bf16 and not of
-// kQ4Z's zero-point form (GGUF Q4_1, Q4_K: an independent bias): both halves rounded to the nearest fp16 in one word
+// kQ4H / kQ8H, the CUDA backend's form of an affine matrix whose scales and biases are wider than bf16 and not of
+// the zero-point forms kQ4Z / kI8 (GGUF Q4_1, Q4_K; Q5_1, Q5_K as 8-bit codes: an independent bias): both halves
+// rounded to the nearest fp16 in one word
 // (scale low, bias high), a relative error of at most 2^-11 against bf16's 2^-8. Taken only where every value rounds
 // to zero or an fp16 normal (magnitude 2^-14 to 65504): below that fp16 loses bits, beyond it the value is lost.
 inline bool f16_pair_value_ok(float v) {
@@ -96,8 +97,8 @@ inline bool f16_pair_value_ok(float v) {
 inline uint32_t f16_pair_word(float scale, float bias) {
   return uint32_t(f32_to_f16(scale)) | (uint32_t(f32_to_f16(bias)) << 16);
 }
-// Whether the n groups of scales / biases of type t take kQ4H (bf16 ones keep their exact bf16 pair).
-inline bool affine_q4h(const void* scales, const void* biases, DType t, size_t n) {
+// Whether the n groups of scales / biases of type t take fp16 pairs (bf16 ones keep their exact bf16 pair).
+inline bool affine_f16_pairs(const void* scales, const void* biases, DType t, size_t n) {
   if (t == DType::BF16 || !scales || !biases) return false;
   for (size_t i = 0; i < n; ++i)
     if (!f16_pair_value_ok(decode_scalar(scales, t, i)) || !f16_pair_value_ok(decode_scalar(biases, t, i)))

@@ -75,7 +75,7 @@ __device__ __forceinline__ float dmat_at(const DMat& m, const uint8_t* w, const 
   const uint32_t* wr = reinterpret_cast<const uint32_t*>(row);
   const uint32_t q = fmt_q4(m.fmt) ? (wr[c / 8] >> (4 * (c % 8))) & 15u : (wr[c / 4] >> (8 * (c % 4))) & 255u;
   if (m.fmt == kQ4Z) return sb_scale<kQ4Z>(s) * float(q) + sb_bias<kQ4Z>(s);
-  if (m.fmt == kQ4H) return sb_scale<kQ4H>(s) * float(q) + sb_bias<kQ4H>(s);
+  if (m.fmt == kQ4H || m.fmt == kQ8H) return sb_scale<kQ4H>(s) * float(q) + sb_bias<kQ4H>(s);  // fp16 pairs
   return bf_lo(s) * float(q) + bf_hi(s);
 }
 

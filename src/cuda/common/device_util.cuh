@@ -151,16 +151,16 @@ __device__ __forceinline__ float h2f_u16(uint32_t h) {  // the fp16 in the low 1
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(uint16_t(h)));
   return f;
 }
-// The (scale, bias) of an affine group from its sb word: a bf16 pair (kQ4, kQ8), an fp16 pair (kQ4H), or for kQ4Z
+// The (scale, bias) of an affine group from its sb word: a bf16 pair (kQ4, kQ8), an fp16 pair (kQ4H, kQ8H), or for kQ4Z
 // the f32 scale with the zero z in its 4 lowest mantissa bits (bias = -z * scale).
 template <int FMT> __device__ __forceinline__ float sb_scale(uint32_t sb) {
   if constexpr (FMT == kQ4Z) return __uint_as_float(sb & ~0xfu);
-  else if constexpr (FMT == kQ4H) return h2f_u16(sb & 0xffffu);
+  else if constexpr (FMT == kQ4H || FMT == kQ8H) return h2f_u16(sb & 0xffffu);
   else return bf_lo(sb);
 }
 template <int FMT> __device__ __forceinline__ float sb_bias(uint32_t sb) {
   if constexpr (FMT == kQ4Z) return -float(sb & 0xfu) * __uint_as_float(sb & ~0xfu);
-  else if constexpr (FMT == kQ4H) return h2f_u16(sb >> 16);
+  else if constexpr (FMT == kQ4H || FMT == kQ8H) return h2f_u16(sb >> 16);
   else return bf_hi(sb);
 }
 __device__ __forceinline__ uint16_t f2bf(float f) {  // round to nearest even
@@ -561,6 +561,7 @@ template <> struct FmtInfo<kQ4> { static constexpr int kElems = 32; };
 template <> struct FmtInfo<kQ4Z> { static constexpr int kElems = 32; };
 template <> struct FmtInfo<kQ4H> { static constexpr int kElems = 32; };
 template <> struct FmtInfo<kQ8> { static constexpr int kElems = 16; };
+template <> struct FmtInfo<kQ8H> { static constexpr int kElems = 16; };
 template <> struct FmtInfo<kBF16> { static constexpr int kElems = 8; };
 template <> struct FmtInfo<kF8> { static constexpr int kElems = 16; };
 template <> struct FmtInfo<kI8> { static constexpr int kElems = 16; };
@@ -618,9 +619,9 @@ __device__ __forceinline__ float chunk_dot<kQ4H>(uint4 raw, uint32_t sb, const f
   return chunk_dot_q4<kQ4H>(raw, sb, xs, xsum16, xc);
 }
 
-template <>
-__device__ __forceinline__ float chunk_dot<kQ8>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
-                                                int xc) {
+// 8-bit chunk (kQ8 or kQ8H: they differ in the sb word only).
+template <int FMT>
+__device__ __forceinline__ float chunk_dot_q8(uint4 raw, uint32_t sb, const float* xs, const float* xsum16, int xc) {
   const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
   const int c32 = xc >> 1, j0 = (xc & 1) * 4;
   float a0 = 0.f, a1 = 0.f;
@@ -632,8 +633,18 @@ __device__ __forceinline__ float chunk_dot<kQ8>(uint4 raw, uint32_t sb, const fl
     a0 = fmaf(x0.z, q8f<2>(wv[i]), a0);
     a1 = fmaf(x0.w, q8f<3>(wv[i]), a1);
   }
-  const float s256 = 256.f * bf_lo(sb), b = bf_hi(sb);
+  const float s256 = 256.f * sb_scale<FMT>(sb), b = sb_bias<FMT>(sb);
   return fmaf(s256, a0 + a1, (b - s256) * xsum16[xc]);
+}
+template <>
+__device__ __forceinline__ float chunk_dot<kQ8>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
+                                                int xc) {
+  return chunk_dot_q8<kQ8>(raw, sb, xs, xsum16, xc);
+}
+template <>
+__device__ __forceinline__ float chunk_dot<kQ8H>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
+                                                 int xc) {
+  return chunk_dot_q8<kQ8H>(raw, sb, xs, xsum16, xc);
 }
 
 template <>

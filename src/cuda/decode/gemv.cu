@@ -333,6 +333,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
       case kQ4Z: q4(std::integral_constant<int, kQ4Z>{}); break;
       case kQ4H: q4(std::integral_constant<int, kQ4H>{}); break;
       case kQ8: run(k_gemv<kQ8, XF, 2, K>, k_gemv<kQ8, XF, 4, K>); break;
+      case kQ8H: run(k_gemv<kQ8H, XF, 2, K>, k_gemv<kQ8H, XF, 4, K>); break;
       case kBF16: run(k_gemv<kBF16, XF, 2, K>, k_gemv<kBF16, XF, 4, K>); break;
       case kF8: run(k_gemv<kF8, XF, 2, K>, k_gemv<kF8, XF, 4, K>); break;
       case kI8: run(k_gemv<kI8, XF, 2, K>, k_gemv<kI8, XF, 4, K>); break;

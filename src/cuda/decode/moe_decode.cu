@@ -438,6 +438,11 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
         else throw Error("moe_route_gate_up: a kQ4H router beside experts in another format needs moe_router + "
                          "moe_gate_up");
         break;
+      case kQ8H:  // and a kQ8H router beside kQ8H experts
+        if constexpr (F == kQ8H) run(k_moe_route_gate_up<F, kQ8H, X>, X::bytes(H));
+        else throw Error("moe_route_gate_up: a kQ8H router beside experts in another format needs moe_router + "
+                         "moe_gate_up");
+        break;
       default:  // the checkpoints keep routers in bf16 or MLX affine codes; moe_router serves any format
         throw Error("moe_route_gate_up: a router in 8-bit codes with f32 scales needs moe_router + moe_gate_up");
     }
@@ -457,6 +462,7 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
       else by_router(std::integral_constant<int, kQ4H>{}, XTag<XF>{});
       break;
     case kQ8: by_router(std::integral_constant<int, kQ8>{}, XTag<XF>{}); break;
+    case kQ8H: by_router(std::integral_constant<int, kQ8H>{}, XTag<XF>{}); break;
     case kF8: by_router(std::integral_constant<int, kF8>{}, XTag<XF>{}); break;
     case kI8: by_router(std::integral_constant<int, kI8>{}, XTag<XF>{}); break;
     case kQ6: by_router(std::integral_constant<int, kQ6>{}, XTag<XF>{}); break;

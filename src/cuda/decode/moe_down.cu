@@ -176,6 +176,7 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
       case kQ4Z: q4(std::integral_constant<int, kQ4Z>{}); break;
       case kQ4H: q4(std::integral_constant<int, kQ4H>{}); break;
       case kQ8: run(k_moe_down<kQ8, XF, kThreads, P>); break;
+      case kQ8H: run(k_moe_down<kQ8H, XF, kThreads, P>); break;
       case kF8: run(k_moe_down<kF8, XF, kThreads, P>); break;
       case kI8: run(k_moe_down<kI8, XF, kThreads, P>); break;
       case kQ6: run(k_moe_down<kQ6, XF, kThreads, P>); break;

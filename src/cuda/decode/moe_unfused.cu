@@ -200,6 +200,7 @@ void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl) {
     case kQ4Z: run(k_moe_router<kQ4Z>); break;
     case kQ4H: run(k_moe_router<kQ4H>); break;
     case kQ8: run(k_moe_router<kQ8>); break;
+    case kQ8H: run(k_moe_router<kQ8H>); break;
     case kF8: run(k_moe_router<kF8>); break;
     case kI8: run(k_moe_router<kI8>); break;
     case kQ6: run(k_moe_router<kQ6>); break;
@@ -232,6 +233,7 @@ void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
       else run(k_moe_gate_up<kQ4H, XF>);
       break;
     case kQ8: run(k_moe_gate_up<kQ8, XF>); break;
+    case kQ8H: run(k_moe_gate_up<kQ8H, XF>); break;
     case kF8: run(k_moe_gate_up<kF8, XF>); break;
     case kI8: run(k_moe_gate_up<kI8, XF>); break;
     case kQ6: run(k_moe_gate_up<kQ6, XF>); break;

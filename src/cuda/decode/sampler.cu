@@ -187,6 +187,7 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
     case kQ4Z: q4(std::integral_constant<int, kQ4Z>{}); break;
     case kQ4H: q4(std::integral_constant<int, kQ4H>{}); break;
     case kQ8: run(k_lm_head<kQ8, 4, XF, 1>); break;
+    case kQ8H: run(k_lm_head<kQ8H, 4, XF, 1>); break;
     case kF8: run(k_lm_head<kF8, 4, XF, 1>); break;
     case kI8: run(k_lm_head<kI8, 4, XF, 1>); break;
     case kQ6: run(k_lm_head<kQ6, 4, XF, 1>); break;

@@ -248,6 +248,7 @@ void run_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
     case kQ4Z: launch_tc<BM, MODE, kQ4Z, PREC>(g, grid, s); break;
     case kQ4H: launch_tc<BM, MODE, kQ4H, PREC>(g, grid, s); break;
     case kQ8: launch_tc<BM, MODE, kQ8, PREC>(g, grid, s); break;
+    case kQ8H: launch_tc<BM, MODE, kQ8H, PREC>(g, grid, s); break;
     case kF8: launch_tc<BM, MODE, kF8, PREC>(g, grid, s); break;
     case kI8: launch_tc<BM, MODE, kI8, PREC>(g, grid, s); break;
     case kQ6: launch_tc<BM, MODE, kQ6, PREC>(g, grid, s); break;

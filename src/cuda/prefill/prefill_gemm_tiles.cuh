@@ -166,7 +166,7 @@ struct BTile {
       dst[2] = code8_x8<FMT, PREC>(raw[1].x, raw[1].y, s0);
       dst[3] = code8_x8<FMT, PREC>(raw[1].z, raw[1].w, s0);
     } else {
-      const float s256 = 256.f * bf_lo(sb), b = bf_hi(sb) - s256;
+      const float s256 = 256.f * sb_scale<FMT>(sb), b = sb_bias<FMT>(sb) - s256;  // kQ8 / kQ8H
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const uint32_t wv[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};

@@ -215,6 +215,7 @@ void wg_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
     case kQ4Z: launch_wg<BM, MODE, kQ4Z, PREC>(g, grid, s); break;
     case kQ4H: launch_wg<BM, MODE, kQ4H, PREC>(g, grid, s); break;
     case kQ8: launch_wg<BM, MODE, kQ8, PREC>(g, grid, s); break;
+    case kQ8H: launch_wg<BM, MODE, kQ8H, PREC>(g, grid, s); break;
     case kF8: launch_wg<BM, MODE, kF8, PREC>(g, grid, s); break;
     case kI8: launch_wg<BM, MODE, kI8, PREC>(g, grid, s); break;
     case kQ6: launch_wg<BM, MODE, kQ6, PREC>(g, grid, s); break;
