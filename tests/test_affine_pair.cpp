@@ -138,6 +138,32 @@ TEST(AffinePair, IndependentBiasRoundsToNearest) {
   EXPECT_EQ(bf16_to_f32(q.bias), 1.f);
 }
 
+// kQ4H / kQ8H words: each half the nearest fp16 (the inline conversion against f32_to_f16 on a million values over
+// the accepted range, ties and the edges included), and the range rule: zero or an fp16 normal after rounding.
+TEST(AffinePair, F16PairWordsRoundToNearest) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> e(-14.f, 15.99f);
+  for (int i = 0; i < 1000000; ++i) {
+    float v = std::exp2(e(rng)) * (i % 2 ? -1.f : 1.f);
+    if (i % 7 == 0) v = f16_to_f32(uint16_t(rng() & 0x7bffu)) * 1.0f;  // an fp16 value (normal or not) ...
+    if (i % 11 == 0) v = f16_to_f32(uint16_t(0x0400u + (rng() & 0x77ffu)));  // ... and an exact midpoint above one
+    if (i % 11 == 0) v += std::ldexp(1.f, std::ilogb(v) - 11);
+    if (!f16_pair_value_ok(v)) continue;
+    ASSERT_EQ(f16_pair_half(v), f32_to_f16(v)) << v;
+    const uint32_t w = f16_pair_word(v, -v);
+    ASSERT_EQ(w & 0xffffu, f32_to_f16(v));
+    ASSERT_EQ(w >> 16, f32_to_f16(-v));
+  }
+  EXPECT_TRUE(f16_pair_value_ok(0.f));
+  EXPECT_TRUE(f16_pair_value_ok(0x1p-14f));
+  EXPECT_TRUE(f16_pair_value_ok(-65519.f));  // rounds to -65504
+  EXPECT_FALSE(f16_pair_value_ok(65520.f));  // rounds to infinity
+  EXPECT_FALSE(f16_pair_value_ok(0x1p-15f));  // an fp16 subnormal
+  EXPECT_FALSE(f16_pair_value_ok(std::nanf("")));
+  EXPECT_FALSE(f16_pair_value_ok(INFINITY));
+  EXPECT_EQ(f16_pair_half(0x1p-20f), f32_to_f16(0x1p-20f));  // outside the range: the general conversion
+}
+
 // The cost of the pairs on the tiny fixture's repacked formats: cpu-ref on the device twin vs the exact repack.
 double twin_shift(const std::shared_ptr<ModelWeights>& w, const std::string& what, bool naive = false) {
   int changed = 0;

@@ -86,16 +86,26 @@ inline bool affine_q4z(const void* scales, const void* biases, DType t, size_t n
 // kQ4H / kQ8H, the CUDA backend's form of an affine matrix whose scales and biases are wider than bf16 and not of
 // the zero-point forms kQ4Z / kI8 (GGUF Q4_1, Q4_K; Q5_1, Q5_K as 8-bit codes: an independent bias): both halves
 // rounded to the nearest fp16 in one word
-// (scale low, bias high), a relative error of at most 2^-11 against bf16's 2^-8. Taken only where every value rounds
-// to zero or an fp16 normal (magnitude 2^-14 to 65504): below that fp16 loses bits, beyond it the value is lost.
+// (scale low, bias high), a relative error of at most 2^-11 against bf16's 2^-8. Taken only where every value is zero
+// or rounds to an fp16 normal (magnitude 2^-14 to 65504): below that fp16 loses bits, beyond it the value is lost.
 inline bool f16_pair_value_ok(float v) {
-  if (v == 0.0f) return true;
-  if (!std::isfinite(v)) return false;
-  const float a = std::fabs(f16_to_f32(f32_to_f16(v)));
-  return a >= 0x1p-14f && a <= 65504.0f;
+  const float a = std::fabs(v);  // below 65520 rounds to at most 65504 (NaN and infinities fail both tests)
+  return a == 0.0f || (a >= 0x1p-14f && a < 65520.0f);
+}
+// v as fp16, rounded to nearest even: inline for the values f16_pair_value_ok takes (zero or normal results; a
+// billion of them in a Q4_K_M file's experts), f32_to_f16 for any other.
+inline uint16_t f16_pair_half(float v) {
+  if (!f16_pair_value_ok(v)) return f32_to_f16(v);
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  if (u == 0) return uint16_t(sign);
+  u += 0xfffu + ((u >> 13) & 1u);                        // round the 13 dropped mantissa bits to nearest even
+  return uint16_t(sign | ((u - 0x38000000u) >> 13));     // exponent bias 127 -> 15
 }
 inline uint32_t f16_pair_word(float scale, float bias) {
-  return uint32_t(f32_to_f16(scale)) | (uint32_t(f32_to_f16(bias)) << 16);
+  return uint32_t(f16_pair_half(scale)) | (uint32_t(f16_pair_half(bias)) << 16);
 }
 // Whether the n groups of scales / biases of type t take fp16 pairs (bf16 ones keep their exact bf16 pair).
 inline bool affine_f16_pairs(const void* scales, const void* biases, DType t, size_t n) {
