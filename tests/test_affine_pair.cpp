@@ -162,7 +162,7 @@ TEST(AffinePair, F16PairWordsRoundToNearest) {
   EXPECT_FALSE(f16_pair_value_ok(std::nanf("")));
   EXPECT_FALSE(f16_pair_value_ok(INFINITY));
   EXPECT_EQ(f16_pair_half(0x1p-20f), f32_to_f16(0x1p-20f));  // outside the range: the general conversion
-  // the matrix rule: subnormal values taken (absolute error 2^-25) beside a largest scale of at least 2^-10, not an
+  // the matrix rule: subnormal values taken (absolute error 2^-25) beside a largest scale of at least 2^-14, not an
   // overflow, not a matrix of tiny scales
   float sc[3] = {0.02f, 0x1p-20f, 0.0f}, bi[3] = {-0.1f, -0x1p-19f, 0.0f};
   EXPECT_TRUE(affine_f16_pairs(sc, bi, DType::F32, 3));
@@ -171,7 +171,7 @@ TEST(AffinePair, F16PairWordsRoundToNearest) {
   bi[2] = NAN;
   EXPECT_FALSE(affine_f16_pairs(sc, bi, DType::F32, 3));
   bi[2] = 0.f;
-  sc[0] = 0x1p-11f;
+  sc[0] = 0x1p-15f;
   EXPECT_FALSE(affine_f16_pairs(sc, bi, DType::F32, 3));
 }
 

@@ -110,9 +110,9 @@ inline uint32_t f16_pair_word(float scale, float bias) {
   return uint32_t(f16_pair_half(scale)) | (uint32_t(f16_pair_half(bias)) << 16);
 }
 // Whether the n groups of scales / biases of type t take fp16 pairs: not bf16 (those keep their exact bf16 pair),
-// every value finite and below 65520 (no overflow), and the largest scale at least 2^-10, so that the subnormals'
-// absolute error, 2^-25, stays below 2^-15 of the matrix's scale (a matrix of tiny weights keeps bf16's relative
-// precision instead).
+// every value finite and below 65520 (no overflow), and the largest scale an fp16 normal (at least 2^-14), so that
+// the subnormals' absolute error, 2^-25, is at most 2^-11 of the matrix's largest scale, the normals' own relative
+// precision (a matrix of tiny weights keeps bf16's relative precision instead).
 inline bool affine_f16_pairs(const void* scales, const void* biases, DType t, size_t n) {
   if (t == DType::BF16 || !scales || !biases) return false;
   float smax = 0.0f;
@@ -121,7 +121,7 @@ inline bool affine_f16_pairs(const void* scales, const void* biases, DType t, si
     if (!(sc < 65520.0f) || !(bi < 65520.0f)) return false;
     smax = std::max(smax, sc);
   }
-  return smax >= 0x1p-10f;
+  return smax >= 0x1p-14f;
 }
 
 // Whether an affine 8-bit group's bias is -z * scale with an integer zero z in 0..255 (GGUF Q8_0 after its repack:
