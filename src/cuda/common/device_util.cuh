@@ -603,21 +603,6 @@ __device__ __forceinline__ float chunk_dot_q4(uint4 raw, uint32_t sb, const floa
   const float xsum = xsum16[2 * xc] + xsum16[2 * xc + 1];
   return fmaf(s16, a0 + a1, (b - s16) * xsum);
 }
-template <>
-__device__ __forceinline__ float chunk_dot<kQ4>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
-                                                int xc) {
-  return chunk_dot_q4<kQ4>(raw, sb, xs, xsum16, xc);
-}
-template <>
-__device__ __forceinline__ float chunk_dot<kQ4Z>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
-                                                 int xc) {
-  return chunk_dot_q4<kQ4Z>(raw, sb, xs, xsum16, xc);
-}
-template <>
-__device__ __forceinline__ float chunk_dot<kQ4H>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
-                                                 int xc) {
-  return chunk_dot_q4<kQ4H>(raw, sb, xs, xsum16, xc);
-}
 
 // 8-bit chunk (kQ8 or kQ8H: they differ in the sb word only).
 template <int FMT>
@@ -636,15 +621,12 @@ __device__ __forceinline__ float chunk_dot_q8(uint4 raw, uint32_t sb, const floa
   const float s256 = 256.f * sb_scale<FMT>(sb), b = sb_bias<FMT>(sb);
   return fmaf(s256, a0 + a1, (b - s256) * xsum16[xc]);
 }
-template <>
-__device__ __forceinline__ float chunk_dot<kQ8>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
-                                                int xc) {
-  return chunk_dot_q8<kQ8>(raw, sb, xs, xsum16, xc);
-}
-template <>
-__device__ __forceinline__ float chunk_dot<kQ8H>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
-                                                 int xc) {
-  return chunk_dot_q8<kQ8H>(raw, sb, xs, xsum16, xc);
+// The affine formats' chunk dot (the others are specialised below and in code8.cuh / q6_chunk.cuh).
+template <int FMT>
+__device__ __forceinline__ float chunk_dot(uint4 raw, uint32_t sb, const float* xs, const float* xsum16, int xc) {
+  static_assert(fmt_q4(FMT) || fmt_q8(FMT), "chunk_dot: a format without a chunk dot");
+  if constexpr (fmt_q4(FMT)) return chunk_dot_q4<FMT>(raw, sb, xs, xsum16, xc);
+  else return chunk_dot_q8<FMT>(raw, sb, xs, xsum16, xc);
 }
 
 template <>
