@@ -3,7 +3,8 @@
 // int4, GGUF Q4_0 / Q5_0 / Q8_0 repacks: f16 scales, integer zero points) or as f32 with an independent bias
 // (GGUF Q4_K / Q5_K / Q4_1). Uploaded through the backend's own path (describe_matrix / copy_matrix), with a host
 // "twin" whose f32 scales hold the bf16 pairs the device keeps (model/affine_pair.h), or for 4-bit f32 scales with
-// bias -z * scale (kQ4Z) the scale to 2^-20 and its exact bias: the reference for the kernels.
+// bias -z * scale (kQ4Z) the scale to 2^-20 and its exact bias, or for other f32 scales (kQ4H / kQ8H) the fp16 pair:
+// the reference for the kernels.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -108,6 +109,12 @@ inline void make_form(FormStack& st, int n, int rows, int cols, int bits, int gr
       uint32_t word = 0;
       if (!q4z_word(st.s32[i], st.b32[i], &word)) throw Error("make_form: a group not of the kQ4Z form");
       q4z_decode(word, &st.ts[i], &st.tb[i]);
+    }
+  if (m.fmt == cuda::kQ4H || m.fmt == cuda::kQ8H)  // the fp16 pair
+    for (size_t i = 0; i < st.ts.size(); ++i) {
+      const uint32_t word = f16_pair_word(st.s32[i], st.b32[i]);
+      st.ts[i] = f16_to_f32(uint16_t(word & 0xffffu));
+      st.tb[i] = f16_to_f32(uint16_t(word >> 16));
     }
   const size_t wb = cuda::dmat_w_bytes(m), nsb = cuda::dmat_sb_words(m);
   uint8_t* dw = dev.poisoned<uint8_t>(wb * size_t(n));

@@ -1,5 +1,5 @@
-// Random matrices for the CUDA kernel tests in the two checkpoint formats the device keeps as 8-bit codes with f32
-// scales (kernels.h kF8 / kI8): FP8 e4m3 with 128x128 block scales (f32 or bf16, as the FP8 releases store them;
+// Random matrices for the CUDA kernel tests in the two checkpoint formats the device keeps as codes with f32 scales
+// and no bias (kernels.h kF8 / kQ6): FP8 e4m3 with 128x128 block scales (f32 or bf16, as the FP8 releases store them;
 // every code but the NaNs, subnormals included) and GGUF Q6_K blocks (quantised from Gaussian values). Uploaded
 // through the backend's own path (describe_matrix / copy_matrix); the host QMatrix views are the exact reference
 // (the device forms lose nothing).

@@ -1,13 +1,13 @@
 // The "device twin" of a loaded model: every affine matrix whose scales are not bf16 gets new f32 scale/bias
-// arrays holding the bf16 pair the CUDA backend stores for it (model/affine_pair.h), or for 4-bit matrices with
-// zero points (GPTQ / AWQ / compressed-tensors int4: kQ4Z) the f32 scale to 2^-20 and its exact bias -z * scale
-// (naive: the bf16 pairs for those too), 8-bit ones with zero points (GGUF Q8_0 / Q5_0: kI8) shared (exact), every
-// GGUF block matrix the
-// backend widens (any but Q6_K) and every dense F32 / F16 matrix (GGUF's router and shared-expert gate are F32) the
-// bf16 rows the backend uploads for it (cuda/weight_upload.cpp), everything else shared (FP8 blocks and Q6_K are
-// kept exactly: 8-bit codes with f32 scales). The
-// CPU reference path on the twin computes what the CUDA kernels should compute, so CUDA tests compare against it
-// at the kernels' own bounds, and CPU tests measure what the bf16 pairs cost against the exact repack.
+// arrays holding what the CUDA backend stores for it (model/affine_pair.h): for 4-bit matrices with zero points
+// (GPTQ / AWQ / compressed-tensors int4: kQ4Z) the f32 scale to 2^-20 and its exact bias -z * scale, for other
+// ones whose values fit fp16 (GGUF Q4_1, Q4_K: kQ4H; Q5_1, Q5_K: kQ8H) the fp16 pair, else the bf16 pair (naive: the
+// bf16 pairs for all); 8-bit ones with zero points (GGUF Q8_0 / Q5_0: kI8) are shared (exact), every GGUF block matrix the backend
+// widens (any but Q6_K) and every dense F32 / F16 matrix (GGUF's router and shared-expert gate are F32) get the bf16
+// rows the backend uploads for it (cuda/weight_upload.cpp), everything else is shared (FP8 blocks and Q6_K are kept
+// exactly: codes with f32 scales). The CPU reference path on the twin computes what the CUDA kernels should compute,
+// so CUDA tests compare against it at the kernels' own bounds, and CPU tests measure what the pairs cost against the
+// exact repack.
 #pragma once
 #include <memory>
 #include <vector>
@@ -67,14 +67,23 @@ inline std::shared_ptr<lily::ModelWeights> device_twin(const std::shared_ptr<lil
       ++n;
       return;
     }
-    for (size_t i = 0; i < ng; ++i) {
-      lily::Bf16Pair p = lily::affine_pair_at(m.scales, m.biases, m.sdtype, i);
-      if (naive) {
-        p.scale = lily::f32_to_bf16(lily::decode_scalar(m.scales, m.sdtype, i));
-        p.bias = lily::f32_to_bf16(lily::decode_scalar(m.biases, m.sdtype, i));
+    if (!naive && lily::affine_f16_pairs(m.scales, m.biases, m.sdtype, ng)) {  // kQ4H / kQ8H: fp16 pairs
+      for (size_t i = 0; i < ng; ++i) {
+        const uint32_t word = lily::f16_pair_word(lily::decode_scalar(m.scales, m.sdtype, i),
+                                                  lily::decode_scalar(m.biases, m.sdtype, i));
+        (*buf)[i] = lily::f16_to_f32(uint16_t(word & 0xffffu));
+        (*buf)[ng + i] = lily::f16_to_f32(uint16_t(word >> 16));
       }
-      (*buf)[i] = lily::bf16_to_f32(p.scale);
-      (*buf)[ng + i] = lily::bf16_to_f32(p.bias);
+    } else {
+      for (size_t i = 0; i < ng; ++i) {
+        lily::Bf16Pair p = lily::affine_pair_at(m.scales, m.biases, m.sdtype, i);
+        if (naive) {
+          p.scale = lily::f32_to_bf16(lily::decode_scalar(m.scales, m.sdtype, i));
+          p.bias = lily::f32_to_bf16(lily::decode_scalar(m.biases, m.sdtype, i));
+        }
+        (*buf)[i] = lily::bf16_to_f32(p.scale);
+        (*buf)[ng + i] = lily::bf16_to_f32(p.bias);
+      }
     }
     m.scales = buf->data();
     m.biases = buf->data() + ng;

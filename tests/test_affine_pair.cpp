@@ -138,6 +138,43 @@ TEST(AffinePair, IndependentBiasRoundsToNearest) {
   EXPECT_EQ(bf16_to_f32(q.bias), 1.f);
 }
 
+// kQ4H / kQ8H words: each half the nearest fp16 (the inline conversion against f32_to_f16 on a million values over
+// the accepted range, ties and the edges included), and the range rule: zero or an fp16 normal after rounding.
+TEST(AffinePair, F16PairWordsRoundToNearest) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> e(-14.f, 15.99f);
+  for (int i = 0; i < 1000000; ++i) {
+    float v = std::exp2(e(rng)) * (i % 2 ? -1.f : 1.f);
+    if (i % 7 == 0) v = f16_to_f32(uint16_t(rng() & 0x7bffu)) * 1.0f;  // an fp16 value (normal or not) ...
+    if (i % 11 == 0) v = f16_to_f32(uint16_t(0x0400u + (rng() & 0x77ffu)));  // ... and an exact midpoint above one
+    if (i % 11 == 0) v += std::ldexp(1.f, std::ilogb(v) - 11);
+    if (!f16_pair_value_ok(v)) continue;
+    ASSERT_EQ(f16_pair_half(v), f32_to_f16(v)) << v;
+    const uint32_t w = f16_pair_word(v, -v);
+    ASSERT_EQ(w & 0xffffu, f32_to_f16(v));
+    ASSERT_EQ(w >> 16, f32_to_f16(-v));
+  }
+  EXPECT_TRUE(f16_pair_value_ok(0.f));
+  EXPECT_TRUE(f16_pair_value_ok(0x1p-14f));
+  EXPECT_TRUE(f16_pair_value_ok(-65519.f));  // rounds to -65504
+  EXPECT_FALSE(f16_pair_value_ok(65520.f));  // rounds to infinity
+  EXPECT_FALSE(f16_pair_value_ok(0x1p-15f));  // an fp16 subnormal
+  EXPECT_FALSE(f16_pair_value_ok(std::nanf("")));
+  EXPECT_FALSE(f16_pair_value_ok(INFINITY));
+  EXPECT_EQ(f16_pair_half(0x1p-20f), f32_to_f16(0x1p-20f));  // outside the range: the general conversion
+  // the matrix rule: subnormal values taken (absolute error 2^-25) beside a largest scale of at least 2^-14, not an
+  // overflow, not a matrix of tiny scales
+  float sc[3] = {0.02f, 0x1p-20f, 0.0f}, bi[3] = {-0.1f, -0x1p-19f, 0.0f};
+  EXPECT_TRUE(affine_f16_pairs(sc, bi, DType::F32, 3));
+  bi[2] = 70000.f;
+  EXPECT_FALSE(affine_f16_pairs(sc, bi, DType::F32, 3));
+  bi[2] = NAN;
+  EXPECT_FALSE(affine_f16_pairs(sc, bi, DType::F32, 3));
+  bi[2] = 0.f;
+  sc[0] = 0x1p-15f;
+  EXPECT_FALSE(affine_f16_pairs(sc, bi, DType::F32, 3));
+}
+
 // The cost of the pairs on the tiny fixture's repacked formats: cpu-ref on the device twin vs the exact repack.
 double twin_shift(const std::shared_ptr<ModelWeights>& w, const std::string& what, bool naive = false) {
   int changed = 0;
@@ -153,7 +190,7 @@ double twin_shift(const std::shared_ptr<ModelWeights>& w, const std::string& wha
     flips += std::max_element(x, x + V) - x != std::max_element(y, y + V) - y;
     for (int i = 0; i < V; ++i) worst = std::max(worst, std::fabs(double(x[i]) - y[i]));
   }
-  std::printf("[ %s%s ] bf16 pairs on %d matrices: max |dlogit| %.3g, top-1 flips %d/%d (cpu-ref)\n", what.c_str(), naive ? " naive" : "",
+  std::printf("[ %s%s ] the device forms of %d matrices: max |dlogit| %.3g, top-1 flips %d/%d (cpu-ref)\n", what.c_str(), naive ? " naive" : "",
               changed, worst, flips, n);
   return worst;
 }
@@ -166,9 +203,9 @@ double twin_shift(const std::shared_ptr<ModelWeights>& w, const std::string& wha
 // int4; 2.18 with both halves rounded on their own, the figure the CUDA test first showed) and 0.78 (GGUF Q5_1).
 // The int4 formats with zero points now take kQ4Z on the device (the scale to 2^-20 and z in one word; their f16
 // scales pass exactly: measured 0, as for GGUF Q4_0): held within 1e-2 and under a tenth of the naive bf16 pairs.
-// GGUF held: the derived bias never worse than rounding both halves and within 1.0 (a bf16-level shift on this
-// fixture, well under one flip per position on average); Q8_0 and Q5_0 (zero points 128 and 16) take kI8, int8
-// codes q - z with the f32 scales: measured 0, held under a hundredth of the naive pairs (0.107, 0.14). (FP8 blocks
+// GGUF held: never worse than rounding both halves and within 1.0; Q8_0 and Q5_0 (zero points 128 and 16) take
+// kI8, int8 codes q - z with the f32 scales, and Q4_1 / Q5_1 (f16 scale and min) fp16 pairs (kQ4H / kQ8H): measured
+// 0, held under a hundredth of the naive bf16 pairs (0.107, 0.14, 0.574, 0.779). (FP8 blocks
 // are kept exactly on the device: e4m3 codes with f32 scales.)
 TEST(AffinePair, DeviceTwinCostOnRepackedFormats) {
   const char* names[] = {"gptq", "awq", "ct-sym", "ct-asym"};
@@ -191,10 +228,23 @@ TEST(AffinePair, DeviceTwinCostOnRepackedFormats) {
     const double mine = twin_shift(w, what), naive = twin_shift(w, what, true);
     EXPECT_LE(mine, 1.0) << what;
     EXPECT_LE(mine, naive) << what;
-    if (t == GgmlType::Q8_0 || t == GgmlType::Q5_0) {  // kI8: int8 codes q - z with the exact f32 scales (measured 0)
+    // kI8: int8 codes q - z with the exact f32 scales; kQ4H / kQ8H: Q4_1's and Q5_1's f16 scale and min pass
+    // exactly as fp16 pairs (measured 0)
+    if (t == GgmlType::Q8_0 || t == GgmlType::Q5_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_1) {
       EXPECT_LT(mine, 0.01 * naive) << what;
     }
   }
+}
+
+// The synthetic Q4_K_M GGUF's Q4_K matrices (scales d * sc and biases -dmin * m, products of an f16 and a 6-bit
+// integer): the device's fp16 pairs (kQ4H) against the bf16 pairs, each on cpu-ref against the exact repack (the
+// router and shared-expert gate rounded to bf16 in both, as the upload does).
+TEST(AffinePair, Q4KFp16PairsAgainstBf16Pairs) {
+  ::testing::internal::CaptureStderr();
+  auto w = make_synthetic_in_format("small", 7, "gguf-q4km");
+  ::testing::internal::GetCapturedStderr();
+  const double mine = twin_shift(w, "synth small Q4_K_M"), naive = twin_shift(w, "synth small Q4_K_M", true);
+  EXPECT_LT(mine, 0.25 * naive);
 }
 
 // The synthetic Q4_K_M GGUF (CudaFormats.SynthQ4KMGgufMatchesTheReferencePath's model): its router and

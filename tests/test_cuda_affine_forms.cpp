@@ -3,8 +3,9 @@
 // the backend's own path, against the CPU reference on the host twin (the bf16 pairs the device keeps): decode GEMV
 // (f32 and int8 x), lm_head, embedding rows (decode and prefill), the prefill GEMMs (simple, mma.sync, wgmma) and
 // the MoE (router in bf16, 8-bit or the experts' form; router + gate_up as two launches or fused; down). 4-bit f32
-// scales with bias -z * scale take kQ4Z (the f32 scale to 2^-20 and z in one word), the others bf16 pairs. Also
-// prints how far the twin is from the exact source weights (the cost of the bf16 pairs). Skipped without a device.
+// scales with bias -z * scale take kQ4Z (the f32 scale to 2^-20 and z in one word), other f32 scales fp16 pairs
+// (kQ4H, kQ8H: the 8-bit codes here do not all fit kI8's int8 q - z), bf16 scales bf16 pairs. Also prints how far the twin is from the exact source weights (the cost of
+// the pairs). Skipped without a device.
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
@@ -67,7 +68,10 @@ TEST_P(CudaAffineForms, GemvMatchesReference) {
       FormStack a, b;
       make_form(a, 1, 300, cols, bits, group, origin, rng, dev);
       make_form(b, 1, 77, cols, bits, group, origin, rng, dev);
-      const int want_fmt = bits == 8 ? cuda::kQ8 : origin == Origin::F32Zero ? cuda::kQ4Z : cuda::kQ4;
+      const int want_fmt = bits == 8                    ? (origin == Origin::Bf16 ? cuda::kQ8 : cuda::kQ8H)
+                           : origin == Origin::F32Zero ? cuda::kQ4Z
+                           : origin == Origin::F32Free ? cuda::kQ4H
+                                                       : cuda::kQ4;
       EXPECT_EQ(a.d.m.fmt, want_fmt);
       EXPECT_EQ(b.d.m.fmt, want_fmt);
       std::vector<float> x(static_cast<size_t>(cols)), nw(static_cast<size_t>(cols)), y1(77), xn(static_cast<size_t>(cols));

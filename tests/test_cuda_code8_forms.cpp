@@ -1,5 +1,5 @@
-// Every CUDA kernel family that reads weights, on the two formats the device keeps as 8-bit codes with f32 scales
-// (kernels.h kF8: FP8 e4m3 with 128x128 block scales, f32 or bf16; kI8: GGUF Q6_K; cuda_code8_mats.h), uploaded
+// Every CUDA kernel family that reads weights, on the formats the device keeps as codes with f32 scales and no bias
+// (kernels.h kF8: FP8 e4m3 with 128x128 block scales, f32 or bf16; kQ6: GGUF Q6_K; cuda_code8_mats.h), uploaded
 // through the backend's own path, against the CPU reference on the source matrices (the device forms are exact):
 // decode GEMV, lm_head + argmax, embedding rows (decode and prefill), the prefill GEMMs (simple, mma.sync, wgmma;
 // bf16, fp16 and split operands; dense store and grouped SiLU * up), and the MoE decode (router in bf16; experts in
@@ -47,9 +47,11 @@ TEST_P(CudaCode8Forms, UploadKeepsTheCodes) {
   Dev dev;
   Code8Stack m;
   make_code8(m, 1, 300, 512, GetParam(), rng, dev);
-  EXPECT_EQ(m.d.m.fmt, GetParam() == Code8::Q6K ? cuda::kI8 : cuda::kF8);
+  const bool q6 = GetParam() == Code8::Q6K;
+  EXPECT_EQ(m.d.m.fmt, q6 ? cuda::kQ6 : cuda::kF8);
   EXPECT_EQ(cuda::dmat_w_bytes(m.d.m), size_t(300) * 512);  // one byte per weight (bf16 would be two)
-  EXPECT_EQ(m.d.m.group, GetParam() == Code8::Q6K ? 16 : 128);
+  EXPECT_EQ(cuda::dmat_sb_words(m.d.m), q6 ? size_t(0) : size_t(300) * 4);  // kQ6: the scales are in the chunks
+  EXPECT_EQ(m.d.m.group, q6 ? 16 : 128);
 }
 
 // GEMV (two segments, the second accumulating, RMSNorm prologue; 2048 and 4096 columns) within 1e-5.
@@ -328,7 +330,7 @@ TEST(CudaWidenedAffine, GemvMatchesReference) {
   testcuda::FormStack a;
   make_form(a, 1, 300, 2048, 4, 32, testcuda::Origin::F32Free, rng, dev);
   cuda::DMat m = cuda::describe_matrix(a.src[0], "test matrix", true);
-  ASSERT_EQ(m.fmt, cuda::kQ8);
+  ASSERT_EQ(m.fmt, cuda::kQ8H);  // f32 scales: fp16 pairs, as the 4-bit twin (kQ4H)
   ASSERT_EQ(cuda::dmat_w_bytes(m), size_t(300) * 2048);
   uint8_t* dw = dev.poisoned<uint8_t>(cuda::dmat_w_bytes(m));
   uint32_t* dsb = dev.poisoned<uint32_t>(cuda::dmat_sb_words(m));

@@ -1,7 +1,7 @@
 // The CUDA backend on the formats repacked at load against the reference CPU path on the same weights: MLX 3/5/6-bit
 // (8-bit codes, groups 32 and 128), GPTQ / AWQ / compressed-tensors int4 and GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
 // (f32 scales: the reference runs on the device twin, the bf16 (scale, bias) pairs the backend keeps,
-// device_pairs.h), the synthetic Q4_K_M-like GGUF (Q6_K as int8 codes on the device), and FP8 blocks (e4m3 codes
+// device_pairs.h), the synthetic Q4_K_M-like GGUF (Q6_K as kQ6 chunks on the device), and FP8 blocks (e4m3 codes
 // on the device). Skipped without a device.
 #include <gtest/gtest.h>
 
@@ -142,8 +142,9 @@ TEST(CudaFormats, GgufRepackedMatchesTheReferencePath) {
 }
 
 // The synthetic "small" model (real head sizes) as the Q4_K_M-like GGUF `lily synth --gguf` writes: Q4_K matrices
-// (affine 4-bit group 32, f32 scales), Q8_0 where a row is not a whole number of 256-blocks, Q6_K blocks (int8
-// codes with f32 scales on the device, exact) in some layers. The decode path's own error is larger on these head sizes (the GPU measured 0.052 on
+// (affine 4-bit group 32, f32 scales), Q8_0 where a row is not a whole number of 256-blocks, Q6_K blocks (kQ6: 6-bit
+// codes with f32 scales on the device, exact) in some layers. The decode path's own error is larger on these head
+// sizes (the GPU measured 0.052 on
 // this file, against 0.004-0.016 on the tiny fixture's formats): its bound is that of the same synthetic model in
 // MLX 4-bit (bf16 scales, the layout the other bounds were set on), twice its error, at least 5e-2.
 TEST(CudaFormats, SynthQ4KMGgufMatchesTheReferencePath) {
@@ -161,7 +162,7 @@ TEST(CudaFormats, SynthQ4KMGgufMatchesTheReferencePath) {
   ::testing::internal::CaptureStderr();
   expect_close_to_reference(w, twin, "synth small Q4_K_M", std::max(5e-2, 2 * base));
   const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(log.find("GGUF Q6_K matrices as int8 codes"), std::string::npos) << log;
+  EXPECT_NE(log.find("GGUF Q6_K matrices kept as 6-bit codes"), std::string::npos) << log;
 }
 
 // FP8 e4m3 with 128x128 block scales (bf16 and f32 scales): kept as e4m3 codes with f32 scales on the device

@@ -11,6 +11,9 @@
 #include "core/error.h"
 #include "io/gguf_quants.h"
 #include "model/weights.h"
+#ifdef LILY_HAVE_CUDA
+#include "cuda/weight_upload.h"
+#endif
 
 using namespace lily;
 
@@ -166,9 +169,9 @@ TEST(GgufQuants, Q6_K) {
     }
 }
 
-// The int8 form of Q6_K the CUDA backend keeps (codes q - 32, scales d * sc per 16): scale * code equals the
-// decoder's value bit for bit on random blocks (every code and scale, f16 scales of several magnitudes).
-TEST(GgufQuants, Q6_KInt8CodesAreExact) {
+// The codes and scales of Q6_K the CUDA backend keeps (codes q - 32, scales d * sc per 16; kQ6 chunks): scale * code
+// equals the decoder's value bit for bit on random blocks (every code and scale, f16 scales of several magnitudes).
+TEST(GgufQuants, Q6_KDeviceCodesAreExact) {
   std::mt19937 rng(11);
   const int n = 256 * 6;
   std::vector<uint8_t> b(210 * 6);
@@ -186,6 +189,14 @@ TEST(GgufQuants, Q6_KInt8CodesAreExact) {
     ASSERT_EQ(sc[size_t(e / 16)] * float(codes[size_t(e)]), y[size_t(e)]) << e;
   }
   EXPECT_THROW(gguf_q6k_codes_row(b.data(), 100, codes.data(), sc.data()), Error);
+#ifdef LILY_HAVE_CUDA
+  // the kQ6 chunks made from them (6-bit codes with the f32 scale inside, kernels.h) read back bit for bit
+  for (int j = 0; j < n / 16; ++j) {
+    uint8_t chunk[16];
+    cuda::q6_chunk(codes.data() + 16 * j, sc[size_t(j)], chunk);
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(cuda::q6_chunk_value(chunk, i), y[size_t(16 * j + i)]) << j << " " << i;
+  }
+#endif
 }
 
 TEST(GgufQuants, FloatTypes) {

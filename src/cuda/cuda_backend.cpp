@@ -38,8 +38,8 @@ void CudaBackend::dev_free(void* p) {
     }
 }
 
-DMat CudaBackend::upload(const QMatrix& q, const char* what, bool widen8, bool exact) {
-  DMat m = describe_matrix(q, what, widen8, exact);
+DMat CudaBackend::upload(const QMatrix& q, const char* what, bool widen8, int refine) {
+  DMat m = describe_matrix(q, what, widen8, refine);
   if (widen8 && q.kind == QMatrix::Kind::Affine && q.bits == 4) ++widened_;
   uint8_t* dw = static_cast<uint8_t*>(dev_alloc(dmat_w_bytes(m)));
   uint32_t* dsb = m.sb_row ? static_cast<uint32_t*>(dev_alloc(dmat_sb_words(m) * 4)) : nullptr;
@@ -48,27 +48,28 @@ DMat CudaBackend::upload(const QMatrix& q, const char* what, bool widen8, bool e
   m.sb = dsb;
   weight_bytes_ += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
   if (m.fmt == kQ4Z) ++q4z_mats_;
-  if (m.fmt == kI8 && q.kind == QMatrix::Kind::Affine) {
+  if (m.fmt == kQ4H) ++q4h_mats_;
+  if (m.fmt == kI8) {
     ++i8z_mats_;
-  } else if (fmt_code8(m.fmt)) {
-    code8_mats_[m.fmt == kI8] += 1;
+  } else if (m.fmt == kF8 || m.fmt == kQ6) {
+    code8_mats_[m.fmt == kQ6] += 1;
     if (m.fmt == kF8) f8_group_ = m.group;
-    code8_bytes_[m.fmt == kI8] += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
+    code8_bytes_[m.fmt == kQ6] += dmat_w_bytes(m) + dmat_sb_words(m) * 4;
   }
   return m;
 }
 
 // Experts are uploaded back to back so that expert e is at a fixed stride from expert 0.
-DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what, bool widen8, bool exact) {
+DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what, bool widen8, int refine) {
   if (s.e.empty()) throw Error(std::string("cuda: empty expert stack ") + what);
   DStack st;
-  st.m = describe_matrix(s.e[0], what, widen8, exact);
+  st.m = describe_matrix(s.e[0], what, widen8, refine);
   if (widen8 && s.e[0].kind == QMatrix::Kind::Affine && s.e[0].bits == 4) widened_ += s.e.size();
   const size_t E = s.e.size(), wb = dmat_w_bytes(st.m), nsb = dmat_sb_words(st.m);
   uint8_t* dw = static_cast<uint8_t*>(dev_alloc(wb * E));
   uint32_t* dsb = nsb ? static_cast<uint32_t*>(dev_alloc(nsb * 4 * E)) : nullptr;
   for (size_t e = 0; e < E; ++e) {
-    const DMat m = describe_matrix(s.e[e], what, widen8, exact);
+    const DMat m = describe_matrix(s.e[e], what, widen8, refine);
     if (m.fmt != st.m.fmt || m.rows != st.m.rows || m.cols != st.m.cols || m.group != st.m.group)
       throw Error(std::string("cuda: experts of ") + what + " differ in shape or format");
     copy_matrix(s.e[e], m, dw + e * wb, dsb ? dsb + e * nsb : nullptr);
@@ -79,24 +80,28 @@ DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what, bool wi
   st.sb_stride = int64_t(nsb);
   weight_bytes_ += (wb + nsb * 4) * E;
   if (st.m.fmt == kQ4Z) q4z_mats_ += E;
-  if (st.m.fmt == kI8 && s.e[0].kind == QMatrix::Kind::Affine) {
+  if (st.m.fmt == kQ4H) q4h_mats_ += E;
+  if (st.m.fmt == kI8) {
     i8z_mats_ += E;
-  } else if (fmt_code8(st.m.fmt)) {
-    code8_mats_[st.m.fmt == kI8] += E;
+  } else if (st.m.fmt == kF8 || st.m.fmt == kQ6) {
+    code8_mats_[st.m.fmt == kQ6] += E;
     if (st.m.fmt == kF8) f8_group_ = st.m.group;
-    code8_bytes_[st.m.fmt == kI8] += (wb + nsb * 4) * E;
+    code8_bytes_[st.m.fmt == kQ6] += (wb + nsb * 4) * E;
   }
   return st;
 }
 
-bool CudaBackend::all_exact(std::initializer_list<const ExpertStack*> st, std::initializer_list<const QMatrix*> ms,
-                            bool widen8) {
-  for (const ExpertStack* s : st)
-    for (const QMatrix& q : s->e)
-      if (!exact_form(q, widen8)) return false;
-  for (const QMatrix* q : ms)
-    if (!exact_form(*q, widen8)) return false;
-  return true;
+int CudaBackend::group_refine(std::initializer_list<const ExpertStack*> st, std::initializer_list<const QMatrix*> ms,
+                              bool widen8) {
+  auto all = [&](bool (*form)(const QMatrix&, bool)) {
+    for (const ExpertStack* s : st)
+      for (const QMatrix& q : s->e)
+        if (!form(q, widen8)) return false;
+    for (const QMatrix* q : ms)
+      if (!form(*q, widen8)) return false;
+    return true;
+  };
+  return all(exact_form) ? kRefineExact : all(half_form) ? kRefineHalf : kRefineNone;
 }
 
 // Whether the matrices hold affine 4-bit and 8-bit codes both (and nothing else).
@@ -122,6 +127,9 @@ void CudaBackend::log_code8_uploads() const {
     std::fprintf(stderr, "lily: cuda: %zu affine 4-bit matrices with zero points (scale * (q - z)) kept with f32 "
                  "scales to 2^-20 and their zeros in one word per group (kQ4Z, exact where bf16 pairs are not)\n",
                  q4z_mats_);
+  if (q4h_mats_)
+    std::fprintf(stderr, "lily: cuda: %zu affine 4-bit matrices with scales wider than bf16 and an independent bias "
+                 "(GGUF Q4_K, Q4_1) kept with fp16 (scale, bias) pairs (kQ4H, 8x finer than bf16 pairs)\n", q4h_mats_);
   if (i8z_mats_)
     std::fprintf(stderr, "lily: cuda: %zu affine 8-bit matrices with zero points (scale * (q - z): GGUF Q8_0, Q5_0) "
                  "kept as int8 codes q - z with f32 scales (kI8, exact where bf16 pairs are not)\n", i8z_mats_);
@@ -129,9 +137,9 @@ void CudaBackend::log_code8_uploads() const {
     std::fprintf(stderr, "lily: cuda: %zu affine 4-bit MoE matrices uploaded as 8-bit codes (the same scales and "
                  "biases, exact) to share a kernel with the 8-bit projections beside them\n", widened_);
   if (code8_mats_[1])
-    std::fprintf(stderr, "lily: cuda: %zu GGUF Q6_K matrices as int8 codes (q - 32) with f32 scales d * sc per 16 "
-                 "columns (exact; %.1f MiB on the device; dequantised inside the matrix kernels)\n", code8_mats_[1],
-                 code8_bytes_[1] / mib);
+    std::fprintf(stderr, "lily: cuda: %zu GGUF Q6_K matrices kept as 6-bit codes with the f32 scale d * sc of each "
+                 "16 columns in one 16-byte chunk (kQ6, exact; %.1f MiB on the device; dequantised inside the matrix "
+                 "kernels)\n", code8_mats_[1], code8_bytes_[1] / mib);
 }
 
 float* CudaBackend::upload_f32(const std::vector<float>& v) {
@@ -167,9 +175,9 @@ DLayer CudaBackend::upload_layer(const LayerWeights& L, int& n_lin, int& n_full)
     d.a_neg = upload_f32(L.lin.a_neg);
     d.gnorm = upload_f32(L.lin.norm);
   }
-  // kQ4Z / kI8 only where every matrix a MoE kernel reads in one format takes it (router and shared gate; gate / up
-  // with the shared ones; the down projections), else kQ4 / kQ8 for all of them
-  const bool z_r = all_exact({}, {&L.moe.router, &L.moe.sh_gate_w}, false);
+  // kQ4Z / kI8 (or kQ4H) only where every matrix a MoE kernel reads in one format takes it (router and shared gate;
+  // gate / up with the shared ones; the down projections), else kQ4 / kQ8 for all of them
+  const int z_r = group_refine({}, {&L.moe.router, &L.moe.sh_gate_w}, false);
   d.router = upload(L.moe.router, "router", false, z_r);
   d.shg = upload(L.moe.sh_gate_w, "shared_expert_gate", false, z_r);
   // the MoE kernels read gate / up / shared gate / up in one format and the down projections in one: where a
@@ -177,8 +185,8 @@ DLayer CudaBackend::upload_layer(const LayerWeights& L, int& n_lin, int& n_full)
   auto first = [](const ExpertStack& st) { return st.e.empty() ? nullptr : &st.e[0]; };  // empty: upload_stack
   const bool w_gu = mixed_4_8({first(L.moe.gate), first(L.moe.up), &L.moe.sh_gate, &L.moe.sh_up});
   const bool w_d = mixed_4_8({first(L.moe.down), &L.moe.sh_down});
-  const bool z_gu = all_exact({&L.moe.gate, &L.moe.up}, {&L.moe.sh_gate, &L.moe.sh_up}, w_gu);
-  const bool z_d = all_exact({&L.moe.down}, {&L.moe.sh_down}, w_d);
+  const int z_gu = group_refine({&L.moe.gate, &L.moe.up}, {&L.moe.sh_gate, &L.moe.sh_up}, w_gu);
+  const int z_d = group_refine({&L.moe.down}, {&L.moe.sh_down}, w_d);
   d.gate = upload_stack(L.moe.gate, "experts.gate", w_gu, z_gu);
   d.up = upload_stack(L.moe.up, "experts.up", w_gu, z_gu);
   d.down = upload_stack(L.moe.down, "experts.down", w_d, z_d);

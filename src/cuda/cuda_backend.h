@@ -10,6 +10,7 @@
 
 #include "cuda/cuda_options.h"
 #include "cuda/decode/kernels.h"
+#include "cuda/weight_upload.h"
 #include "engine/backend.h"
 
 namespace lily::cuda {
@@ -83,12 +84,13 @@ class CudaBackend : public Backend {
   void dev_free(void* p);
 
  private:
-  DMat upload(const QMatrix& m, const char* what, bool widen8 = false, bool exact = true);
-  DStack upload_stack(const ExpertStack& s, const char* what, bool widen8 = false, bool exact = true);
-  // whether every matrix of the stacks and ms takes kQ4Z (the MoE kernels read a group of matrices in one format)
-  // whether every matrix takes its exact zero-point form (exact_form: kQ4Z, or kI8 for 8-bit and widened codes)
-  static bool all_exact(std::initializer_list<const ExpertStack*> st, std::initializer_list<const QMatrix*> ms,
-                        bool widen8);
+  DMat upload(const QMatrix& m, const char* what, bool widen8 = false, int refine = kRefineAll);
+  DStack upload_stack(const ExpertStack& s, const char* what, bool widen8 = false, int refine = kRefineAll);
+  // The refined form every matrix of the stacks and ms can take (the MoE kernels read a group of matrices in one
+  // format): kRefineExact where all take their exact zero-point form (exact_form: kQ4Z, or kI8 for 8-bit and widened
+  // codes), else kRefineHalf where all take kQ4H (half_form), else kRefineNone.
+  static int group_refine(std::initializer_list<const ExpertStack*> st, std::initializer_list<const QMatrix*> ms,
+                          bool widen8);
   void log_code8_uploads() const;
   static bool mixed_4_8(std::initializer_list<const QMatrix*> ms);
   float* upload_f32(const std::vector<float>& v);
@@ -133,9 +135,10 @@ class CudaBackend : public Backend {
   cudaGraphExec_t graphs_[kStepParts] = {};  // per StepPart, captured on first use
   std::vector<void*> allocs_;
   size_t weight_bytes_ = 0;
-  size_t code8_mats_[2] = {}, code8_bytes_[2] = {};  // matrices uploaded as kF8 [0] / kI8 [1], their device bytes
+  size_t code8_mats_[2] = {}, code8_bytes_[2] = {};  // matrices uploaded as kF8 [0] / kQ6 [1], their device bytes
   int f8_group_ = 0;  // the kF8 matrices' group (columns per scale)
   size_t q4z_mats_ = 0;  // affine 4-bit matrices uploaded as kQ4Z (describe_matrix)
+  size_t q4h_mats_ = 0;  // affine 4-bit matrices uploaded as kQ4H (describe_matrix)
   size_t i8z_mats_ = 0;  // affine 8-bit matrices uploaded as kI8 (describe_matrix)
   size_t widened_ = 0;  // affine 4-bit MoE matrices uploaded as 8-bit codes (describe_matrix's widen8)
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/parallel.h"
 #include "core/error.h"
 #include "cuda/common/cuda_check.h"
 #include "io/gguf.h"
@@ -21,14 +22,21 @@ bool q4z_matrix(const QMatrix& q) {
   return affine_q4z(q.scales, q.biases, q.sdtype, size_t(q.rows) * size_t(q.cols / q.group));
 }
 
+bool h16_matrix(const QMatrix& q) {
+  if (q.kind != QMatrix::Kind::Affine || q.group <= 0) return false;
+  return affine_f16_pairs(q.scales, q.biases, q.sdtype, size_t(q.rows) * size_t(q.cols / q.group));
+}
+
 bool i8z_matrix(const QMatrix& q) {
   if (q.kind != QMatrix::Kind::Affine || q.bits != 8) return false;
   return affine_i8z(q.w, q.scales, q.biases, q.sdtype, q.rows, q.cols, q.group);
 }
 
 bool exact_form(const QMatrix& q, bool widen8) { return q.bits == 4 && !widen8 ? q4z_matrix(q) : i8z_matrix(q); }
+bool half_form(const QMatrix& q, bool) { return h16_matrix(q); }
 
-DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, bool exact) {
+DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, int refine) {
+  const bool exact = refine & kRefineExact;
   if (!q.valid()) throw Error(std::string("cuda: missing weight ") + what);
   DMat m;
   m.rows = int(q.rows);
@@ -41,8 +49,10 @@ DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, bool exact
                   "dividing the " + std::to_string(q.cols) + " columns");
     if (q.sdtype != DType::BF16 && q.sdtype != DType::F16 && q.sdtype != DType::F32 && q.sdtype != DType::KS8)
       throw Error(std::string("cuda: ") + what + ": scales of type " + dtype_name(q.sdtype));
-    if (q.bits == 4 && !widen8) m.fmt = exact && q4z_matrix(q) ? kQ4Z : kQ4;
-    else m.fmt = exact && i8z_matrix(q) ? kI8 : kQ8;  // kI8: int8 codes q - z with the f32 scale, exact
+    if (q.bits == 4 && !widen8)
+      m.fmt = exact && q4z_matrix(q) ? kQ4Z : (refine & kRefineHalf) && h16_matrix(q) ? kQ4H : kQ4;
+    else  // kI8: int8 codes q - z with the f32 scale, exact; kQ8H: fp16 pairs
+      m.fmt = exact && i8z_matrix(q) ? kI8 : (refine & kRefineHalf) && h16_matrix(q) ? kQ8H : kQ8;
     m.group = q.group;
     m.row_bytes = q.cols * (fmt_q4(m.fmt) ? 4 : 8) / 8;
     m.sb_row = int(q.cols / q.group);
@@ -56,10 +66,9 @@ DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, bool exact
     m.sb_row = int((q.cols + q.group - 1) / q.group);
   } else if (q.kind == QMatrix::Kind::Ggml && q.gtype == uint32_t(GgmlType::Q6_K)) {
     if (q.cols % 256) throw Error(std::string("cuda: ") + what + ": Q6_K rows must be whole 256-element blocks");
-    m.fmt = kI8;  // codes q - 32 and scales d * sc per 16 (exact)
+    m.fmt = kQ6;  // 6-bit codes and the f32 scale d * sc of each 16 columns in one 16-byte chunk (exact)
     m.group = 16;
     m.row_bytes = q.cols;
-    m.sb_row = int(q.cols / 16);
   } else if (q.kind == QMatrix::Kind::Dense || q.kind == QMatrix::Kind::Ggml) {
     m.fmt = kBF16;  // other GGUF blocks (none after loading: the loader repacks them) rounded to bf16 on upload
     m.row_bytes = q.cols * 2;
@@ -106,33 +115,67 @@ void code8_rows(const QMatrix& q, const DMat& m, int64_t r0, int64_t n, uint8_t*
       }
     return;
   }
-  std::vector<float> sc(size_t(m.sb_row));
-  for (int64_t r = 0; r < n; ++r) {
-    const auto* src = static_cast<const uint8_t*>(q.w) + size_t(r0 + r) * q.row_bytes();
-    gguf_q6k_codes_row(src, q.cols, reinterpret_cast<int8_t*>(codes + size_t(r) * C), sc.data());
-    std::memcpy(sb + size_t(r) * size_t(m.sb_row), sc.data(), sc.size() * 4);
-  }
+  throw Error("cuda: no 8-bit-code form for this matrix");
+}
+
+// kQ6: rows [r0, r0 + n) of a Q6_K matrix as 16-byte chunks (kernels.h), the rows split over the host's threads
+// (about 2.5 ns a weight on one: 15 s for a Q4_K_M file's 5.9e9 Q6_K weights).
+void q6_rows(const QMatrix& q, int64_t r0, int64_t n, uint8_t* chunks) {
+  const size_t C = size_t(q.cols);
+  parallel_for(n, 16, [&](int64_t b, int64_t e) {
+    std::vector<int8_t> codes(C);
+    std::vector<float> sc(C / 16);
+    for (int64_t r = b; r < e; ++r) {
+      gguf_q6k_codes_row(static_cast<const uint8_t*>(q.w) + size_t(r0 + r) * q.row_bytes(), q.cols, codes.data(),
+                         sc.data());
+      for (size_t j = 0; j < C / 16; ++j) q6_chunk(codes.data() + 16 * j, sc[j], chunks + size_t(r) * C + 16 * j);
+    }
+  });
 }
 
 }  // namespace
 
+void q6_chunk(const int8_t* codes, float scale, uint8_t* chunk) {
+  uint32_t w[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t q = uint32_t(codes[i] + 32);  // 0..63
+    const int g = i / 4, b = i % 4;
+    w[g / 2] |= (q & 15u) << (8 * b + 4 * (g % 2));
+    w[2] |= (q >> 4) << (8 * b + 2 * g);
+  }
+  std::memcpy(&w[3], &scale, 4);
+  std::memcpy(chunk, w, 16);
+}
+
+float q6_chunk_value(const uint8_t* chunk, int i) {
+  uint32_t w[4];
+  std::memcpy(w, chunk, 16);
+  const int g = i / 4, b = i % 4;
+  const uint32_t q = ((w[g / 2] >> (8 * b + 4 * (g % 2))) & 15u) | ((w[2] >> (8 * b + 2 * g)) & 3u) << 4;
+  float s;
+  std::memcpy(&s, &w[3], 4);
+  return s * float(int(q) - 32);
+}
+
 void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
-  if (fmt_code8(m.fmt)) {  // in pieces of about 16 MiB of codes: no host copy of a whole matrix
+  if (fmt_code8(m.fmt) || m.fmt == kQ6) {  // in pieces of about 16 MiB of codes: no host copy of a whole matrix
     const int64_t piece = std::max<int64_t>(1, (int64_t(16) << 20) / q.cols);
     std::vector<uint8_t> codes;
     std::vector<uint32_t> sb;
     for (int64_t r0 = 0; r0 < q.rows; r0 += piece) {
       const int64_t n = std::min<int64_t>(piece, q.rows - r0);
-      codes.resize(size_t(n) * size_t(q.cols));
+      codes.resize(size_t(n) * size_t(m.row_bytes));
       sb.resize(size_t(n) * size_t(m.sb_row));
-      code8_rows(q, m, r0, n, codes.data(), sb.data());
+      if (m.fmt == kQ6) q6_rows(q, r0, n, codes.data());
+      else code8_rows(q, m, r0, n, codes.data(), sb.data());
       LILY_CUDA_CHECK(cudaMemcpy(dw + size_t(r0) * size_t(m.row_bytes), codes.data(), codes.size(),
                                  cudaMemcpyHostToDevice));
-      LILY_CUDA_CHECK(cudaMemcpy(dsb + size_t(r0) * size_t(m.sb_row), sb.data(), sb.size() * 4,
-                                 cudaMemcpyHostToDevice));
+      if (!sb.empty())
+        LILY_CUDA_CHECK(cudaMemcpy(dsb + size_t(r0) * size_t(m.sb_row), sb.data(), sb.size() * 4,
+                                   cudaMemcpyHostToDevice));
     }
-  } else if (m.fmt != kBF16) {
-    if (m.fmt == kQ8 && q.bits == 4) {  // widened: code k of a row from bits [4k, 4k + 4) to byte k
+  } else if (fmt_sb(m.fmt)) {
+    if (fmt_q8(m.fmt) && q.bits == 4) {  // widened: code k of a row from bits [4k, 4k + 4) to byte k
       const size_t n = size_t(q.rows) * size_t(q.cols);
       std::vector<uint8_t> codes(n);
       const auto* src = static_cast<const uint8_t*>(q.w);
@@ -147,6 +190,9 @@ void copy_matrix(const QMatrix& q, const DMat& m, uint8_t* dw, uint32_t* dsb) {
       for (size_t i = 0; i < nsb; ++i)
         if (!q4z_word(decode_scalar(q.scales, q.sdtype, i), decode_scalar(q.biases, q.sdtype, i), &sb[i]))
           throw Error("cuda: a group of a kQ4Z matrix is not scale * (q - z) with z in 0..15");
+    } else if (m.fmt == kQ4H || m.fmt == kQ8H) {
+      for (size_t i = 0; i < nsb; ++i)
+        sb[i] = f16_pair_word(decode_scalar(q.scales, q.sdtype, i), decode_scalar(q.biases, q.sdtype, i));
     } else {
       for (size_t i = 0; i < nsb; ++i) sb[i] = affine_pair_at(q.scales, q.biases, q.sdtype, i).word();
     }

@@ -11,6 +11,7 @@
 // of a quantisation step in the same direction. Formats with an independent bias (Q4_K / Q5_K's -dmin * m, Q4_1 /
 // Q5_1's m) get both halves rounded to nearest.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -83,6 +84,46 @@ inline bool affine_q4z(const void* scales, const void* biases, DType t, size_t n
     if (!q4z_word(decode_scalar(scales, t, i), decode_scalar(biases, t, i), &w)) return false;
   return true;
 }
+// kQ4H / kQ8H, the CUDA backend's form of an affine matrix whose scales and biases are wider than bf16 and not of
+// the zero-point forms kQ4Z / kI8 (GGUF Q4_1, Q4_K; Q5_1, Q5_K as 8-bit codes: an independent bias): both halves
+// rounded to the nearest fp16 in one word (scale low, bias high), a relative error of at most 2^-11 against bf16's
+// 2^-8 for values from 2^-14 (fp16's smallest normal) up, an absolute one of at most 2^-25 below (fp16 subnormals:
+// Q4_K's smallest sub-block scales, d * 1, fall there in layers of small weights).
+// Whether v's fp16 is zero or a normal (f16_pair_half's inline path).
+inline bool f16_pair_value_ok(float v) {
+  const float a = std::fabs(v);  // below 65520 rounds to at most 65504 (NaN and infinities fail both tests)
+  return a == 0.0f || (a >= 0x1p-14f && a < 65520.0f);
+}
+// v as fp16, rounded to nearest even: inline for zero and normal results (a billion values in a Q4_K_M file's
+// experts), f32_to_f16 for the others.
+inline uint16_t f16_pair_half(float v) {
+  if (!f16_pair_value_ok(v)) return f32_to_f16(v);
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  if (u == 0) return uint16_t(sign);
+  u += 0xfffu + ((u >> 13) & 1u);                        // round the 13 dropped mantissa bits to nearest even
+  return uint16_t(sign | ((u - 0x38000000u) >> 13));     // exponent bias 127 -> 15
+}
+inline uint32_t f16_pair_word(float scale, float bias) {
+  return uint32_t(f16_pair_half(scale)) | (uint32_t(f16_pair_half(bias)) << 16);
+}
+// Whether the n groups of scales / biases of type t take fp16 pairs: not bf16 (those keep their exact bf16 pair),
+// every value finite and below 65520 (no overflow), and the largest scale an fp16 normal (at least 2^-14), so that
+// the subnormals' absolute error, 2^-25, is at most 2^-11 of the matrix's largest scale, the normals' own relative
+// precision (a matrix of tiny weights keeps bf16's relative precision instead).
+inline bool affine_f16_pairs(const void* scales, const void* biases, DType t, size_t n) {
+  if (t == DType::BF16 || !scales || !biases) return false;
+  float smax = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    const float sc = std::fabs(decode_scalar(scales, t, i)), bi = std::fabs(decode_scalar(biases, t, i));
+    if (!(sc < 65520.0f) || !(bi < 65520.0f)) return false;
+    smax = std::max(smax, sc);
+  }
+  return smax >= 0x1p-14f;
+}
+
 // Whether an affine 8-bit group's bias is -z * scale with an integer zero z in 0..255 (GGUF Q8_0 after its repack:
 // z = 128, Q5_0: z = 16; the CUDA backend then keeps the codes as int8 q - z with the f32 scale: kI8, exact).
 inline bool i8z_zero(float scale, float bias, uint32_t* z) { return zero_point(scale, bias, 255.0f, z); }

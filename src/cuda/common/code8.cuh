@@ -1,6 +1,7 @@
 // The device formats with 8-bit codes, an f32 scale per group and no bias (kernels.h: kF8, e4m3 codes of the FP8
-// checkpoints, group 128; kI8, signed int8 codes of GGUF Q6_K, group 16): the code decoders, the chunk dots of the
-// decode kernels and the element reader of the slow paths (embedding rows, the simple GEMM, load-time products).
+// checkpoints, group 128; kI8, signed int8 codes q - z of GGUF Q8_0 / Q5_0 and other zero-point 8-bit codes): the
+// code decoders, the chunk dots of the decode kernels, and every format's element reader for the slow paths
+// (embedding rows, the simple GEMM, load-time products).
 // Included at the end of device_util.cuh.
 #pragma once
 #include <cuda_runtime.h>
@@ -67,12 +68,14 @@ __device__ __forceinline__ float chunk_dot<kI8>(uint4 raw, uint32_t sb, const fl
 __device__ __forceinline__ float dmat_at(const DMat& m, const uint8_t* w, const uint32_t* sb, int64_t r, int c) {
   const uint8_t* row = w + r * m.row_bytes;
   if (m.fmt == kBF16) return bf2f(reinterpret_cast<const uint16_t*>(row)[c]);
+  if (m.fmt == kQ6) return q6_chunk_at(reinterpret_cast<const uint32_t*>(row + (c / 16) * 16), c % 16);
   const uint32_t s = sb[r * m.sb_row + c / m.group];
   if (m.fmt == kF8) return __uint_as_float(s) * f8_byte_f(row[c]);
   if (m.fmt == kI8) return __uint_as_float(s) * float(int8_t(row[c]));
   const uint32_t* wr = reinterpret_cast<const uint32_t*>(row);
   const uint32_t q = fmt_q4(m.fmt) ? (wr[c / 8] >> (4 * (c % 8))) & 15u : (wr[c / 4] >> (8 * (c % 4))) & 255u;
   if (m.fmt == kQ4Z) return sb_scale<kQ4Z>(s) * float(q) + sb_bias<kQ4Z>(s);
+  if (m.fmt == kQ4H || m.fmt == kQ8H) return sb_scale<kQ4H>(s) * float(q) + sb_bias<kQ4H>(s);  // fp16 pairs
   return bf_lo(s) * float(q) + bf_hi(s);
 }
 

@@ -146,14 +146,21 @@ __device__ __forceinline__ const float* stage_vec(const float* src, int n, float
 
 __device__ __forceinline__ float bf_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
-// The (scale, bias) of an affine group from its sb word: a bf16 pair (kQ4, kQ8), or for kQ4Z the f32 scale with the
-// zero z in its 4 lowest mantissa bits (bias = -z * scale).
+__device__ __forceinline__ float h2f_u16(uint32_t h) {  // the fp16 in the low 16 bits of h as f32 (exact)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(uint16_t(h)));
+  return f;
+}
+// The (scale, bias) of an affine group from its sb word: a bf16 pair (kQ4, kQ8), an fp16 pair (kQ4H, kQ8H), or for kQ4Z
+// the f32 scale with the zero z in its 4 lowest mantissa bits (bias = -z * scale).
 template <int FMT> __device__ __forceinline__ float sb_scale(uint32_t sb) {
   if constexpr (FMT == kQ4Z) return __uint_as_float(sb & ~0xfu);
+  else if constexpr (FMT == kQ4H || FMT == kQ8H) return h2f_u16(sb & 0xffffu);
   else return bf_lo(sb);
 }
 template <int FMT> __device__ __forceinline__ float sb_bias(uint32_t sb) {
   if constexpr (FMT == kQ4Z) return -float(sb & 0xfu) * __uint_as_float(sb & ~0xfu);
+  else if constexpr (FMT == kQ4H || FMT == kQ8H) return h2f_u16(sb >> 16);
   else return bf_hi(sb);
 }
 __device__ __forceinline__ uint16_t f2bf(float f) {  // round to nearest even
@@ -552,10 +559,13 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, const float*
 template <int FMT> struct FmtInfo;
 template <> struct FmtInfo<kQ4> { static constexpr int kElems = 32; };
 template <> struct FmtInfo<kQ4Z> { static constexpr int kElems = 32; };
+template <> struct FmtInfo<kQ4H> { static constexpr int kElems = 32; };
 template <> struct FmtInfo<kQ8> { static constexpr int kElems = 16; };
+template <> struct FmtInfo<kQ8H> { static constexpr int kElems = 16; };
 template <> struct FmtInfo<kBF16> { static constexpr int kElems = 8; };
 template <> struct FmtInfo<kF8> { static constexpr int kElems = 16; };
 template <> struct FmtInfo<kI8> { static constexpr int kElems = 16; };
+template <> struct FmtInfo<kQ6> { static constexpr int kElems = 16; };
 
 // nibble K of w as the float 1 + q/16 (q moved to the top mantissa bits); byte K as 1 + q/256.
 template <int K> __device__ __forceinline__ float q4f(uint32_t w) {
@@ -572,7 +582,7 @@ template <int K> __device__ __forceinline__ float q8f(uint32_t w) {
 template <int FMT>
 __device__ __forceinline__ float chunk_dot(uint4 raw, uint32_t sb, const float* xs, const float* xsum16, int xc);
 
-// 4-bit chunk (kQ4 or kQ4Z: they differ in the sb word only).
+// 4-bit chunk (kQ4, kQ4Z or kQ4H: they differ in the sb word only).
 template <int FMT>
 __device__ __forceinline__ float chunk_dot_q4(uint4 raw, uint32_t sb, const float* xs, const float* xsum16, int xc) {
   const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -593,20 +603,10 @@ __device__ __forceinline__ float chunk_dot_q4(uint4 raw, uint32_t sb, const floa
   const float xsum = xsum16[2 * xc] + xsum16[2 * xc + 1];
   return fmaf(s16, a0 + a1, (b - s16) * xsum);
 }
-template <>
-__device__ __forceinline__ float chunk_dot<kQ4>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
-                                                int xc) {
-  return chunk_dot_q4<kQ4>(raw, sb, xs, xsum16, xc);
-}
-template <>
-__device__ __forceinline__ float chunk_dot<kQ4Z>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
-                                                 int xc) {
-  return chunk_dot_q4<kQ4Z>(raw, sb, xs, xsum16, xc);
-}
 
-template <>
-__device__ __forceinline__ float chunk_dot<kQ8>(uint4 raw, uint32_t sb, const float* xs, const float* xsum16,
-                                                int xc) {
+// 8-bit chunk (kQ8 or kQ8H: they differ in the sb word only).
+template <int FMT>
+__device__ __forceinline__ float chunk_dot_q8(uint4 raw, uint32_t sb, const float* xs, const float* xsum16, int xc) {
   const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
   const int c32 = xc >> 1, j0 = (xc & 1) * 4;
   float a0 = 0.f, a1 = 0.f;
@@ -618,8 +618,15 @@ __device__ __forceinline__ float chunk_dot<kQ8>(uint4 raw, uint32_t sb, const fl
     a0 = fmaf(x0.z, q8f<2>(wv[i]), a0);
     a1 = fmaf(x0.w, q8f<3>(wv[i]), a1);
   }
-  const float s256 = 256.f * bf_lo(sb), b = bf_hi(sb);
+  const float s256 = 256.f * sb_scale<FMT>(sb), b = sb_bias<FMT>(sb);
   return fmaf(s256, a0 + a1, (b - s256) * xsum16[xc]);
+}
+// The affine formats' chunk dot (the others are specialised below and in code8.cuh / q6_chunk.cuh).
+template <int FMT>
+__device__ __forceinline__ float chunk_dot(uint4 raw, uint32_t sb, const float* xs, const float* xsum16, int xc) {
+  static_assert(fmt_q4(FMT) || fmt_q8(FMT), "chunk_dot: a format without a chunk dot");
+  if constexpr (fmt_q4(FMT)) return chunk_dot_q4<FMT>(raw, sb, xs, xsum16, xc);
+  else return chunk_dot_q8<FMT>(raw, sb, xs, xsum16, xc);
 }
 
 template <>
@@ -639,7 +646,7 @@ __device__ __forceinline__ float chunk_dot<kBF16>(uint4 raw, uint32_t, const flo
 }
 
 // 4-bit chunk against XQ: 16 dp4a (two exact int32 sums, 254*hi + lo < 2^24 so the float conversion is exact)
-// (kQ4 or kQ4Z: s * Sum(q x) + b * Sum(x) with the group's scale and bias)
+// (kQ4, kQ4Z or kQ4H: s * Sum(q x) + b * Sum(x) with the group's scale and bias)
 template <int FMT>
 __device__ __forceinline__ float chunk_dot_q4i8(uint4 raw, uint32_t sb, const XQ& q, int xc) {
   const int4 h0 = q.xh[xc], h1 = q.xh[q.nch + xc], l0 = q.xl[xc], l1 = q.xl[q.nch + xc];
@@ -670,15 +677,15 @@ __device__ __forceinline__ float XF::dot(uint4 raw, uint32_t sb, int xc) const {
 }
 template <int FMT>
 __device__ __forceinline__ float XQ::dot(uint4 raw, uint32_t sb, int xc) const {
-  static_assert(FMT == kQ4 || FMT == kQ4Z, "XQ serves 4-bit weights only");
+  static_assert(fmt_q4(FMT), "XQ serves 4-bit weights only");
   return chunk_dot_q4i8<FMT>(raw, sb, *this, xc);
 }
 
-// Loads of chunk c of row `row` of m: the 16 bytes and the (scale, bias) word of its group.
+// Loads of chunk c of row `row` of m: the 16 bytes and the (scale, bias) word of its group (0 without sb words).
 template <int FMT>
 __device__ __forceinline__ void chunk_load(const DMat& m, int64_t row, int c, uint4& raw, uint32_t& sb) {
   raw = ldg_weight(m.w + row * m.row_bytes + int64_t(c) * 16);
-  if constexpr (FMT != kBF16) {
+  if constexpr (fmt_sb(FMT)) {
     sb = ldg_weight_u32(m.sb + row * m.sb_row + (c * FmtInfo<FMT>::kElems) / m.group);
   } else {
     sb = 0;
@@ -779,4 +786,5 @@ __device__ __forceinline__ void prefetch_row(const DMat& m, int64_t row, int lan
 
 }  // namespace lily::cuda
 
-#include "cuda/common/code8.cuh"  // the 8-bit-code formats (kF8, kI8): chunk dots and the element reader
+#include "cuda/common/q6_chunk.cuh"  // kQ6 (GGUF Q6_K): the chunk dot and the chunk's element reader
+#include "cuda/common/code8.cuh"     // the 8-bit-code formats (kF8, kI8): chunk dots; every format's element reader

@@ -197,10 +197,11 @@ void CudaBackend::enqueue_moe(const DLayer& d, cudaStream_t s) {
   m.route_w = rw_;
   m.out = x_;
   // router and gate_up as one launch where the router reads the experts' input (every layer of the model; routers
-  // in 8-bit codes with f32 scales, which no checkpoint has, and kQ4Z routers beside experts in another format take
-  // the two launches)
-  const bool fused = m.router.cols == m.gate.m.cols && !fmt_code8(m.router.fmt) &&
-                     (m.router.fmt != kQ4Z || m.gate.m.fmt == kQ4Z);
+  // in 8-bit codes with f32 scales or Q6_K blocks, which no checkpoint has, and kQ4Z / kQ4H / kQ8H routers beside experts
+  // in another format take the two launches)
+  const bool fused = m.router.cols == m.gate.m.cols && !fmt_code8(m.router.fmt) && m.router.fmt != kQ6 &&
+                     (m.router.fmt != kQ4Z || m.gate.m.fmt == kQ4Z) && (m.router.fmt != kQ4H || m.gate.m.fmt == kQ4H) &&
+                     (m.router.fmt != kQ8H || m.gate.m.fmt == kQ8H);
   m.early_route = fused;
   if (fused && ry) {
     m.pre = pre_;

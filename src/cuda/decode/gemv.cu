@@ -320,7 +320,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   // one instantiation set per side kind (tag: std::integral_constant<int, kind>)
   auto by_fmt = [&](auto tag) {
     constexpr int K = decltype(tag)::value;
-    auto q4 = [&](auto fmt) {  // the 4-bit formats (fmt: std::integral_constant<int, kQ4 or kQ4Z>)
+    auto q4 = [&](auto fmt) {  // the 4-bit formats (fmt: std::integral_constant<int, kQ4, kQ4Z or kQ4H>)
       constexpr int F = decltype(fmt)::value;
       if (use_int8_x(F, p.cols)) {
         if (!whole(k_gemv_whole<F, XQ, 2, K>)) run(k_gemv<F, XQ, 2, K>, k_gemv<F, XQ, 4, K>);
@@ -331,10 +331,13 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
     switch (segs[0].m.fmt) {
       case kQ4: q4(std::integral_constant<int, kQ4>{}); break;
       case kQ4Z: q4(std::integral_constant<int, kQ4Z>{}); break;
+      case kQ4H: q4(std::integral_constant<int, kQ4H>{}); break;
       case kQ8: run(k_gemv<kQ8, XF, 2, K>, k_gemv<kQ8, XF, 4, K>); break;
+      case kQ8H: run(k_gemv<kQ8H, XF, 2, K>, k_gemv<kQ8H, XF, 4, K>); break;
       case kBF16: run(k_gemv<kBF16, XF, 2, K>, k_gemv<kBF16, XF, 4, K>); break;
       case kF8: run(k_gemv<kF8, XF, 2, K>, k_gemv<kF8, XF, 4, K>); break;
       case kI8: run(k_gemv<kI8, XF, 2, K>, k_gemv<kI8, XF, 4, K>); break;
+      case kQ6: run(k_gemv<kQ6, XF, 2, K>, k_gemv<kQ6, XF, 4, K>); break;
       default: throw Error("gemv: unknown format");
     }
   };

@@ -11,19 +11,26 @@ struct StepParams;  // engine/sample_math.h
 
 namespace lily::cuda {
 
-// kQ4: 4-bit codes, sb word = bf16 scale | bf16 bias << 16. kQ4Z: the same codes, sb word = the f32 scale with its
-// 4 lowest mantissa bits replaced by an integer zero z in 0..15 (w = scale * (q - z); the GPTQ / AWQ /
-// compressed-tensors repacks, exact to 2^-20 of the scale). kQ8: 8-bit codes, bf16 pair. kF8 / kI8: 8-bit codes, f32
-// scale. kBF16: plain bf16.
-enum Fmt : int { kQ4 = 4, kQ4Z = 5, kQ8 = 8, kF8 = 9, kI8 = 10, kBF16 = 16 };
+// kQ4: 4-bit codes, sb word = bf16 scale | bf16 bias << 16. kQ4H: the same with an fp16 pair (scales and biases
+// wider than bf16 whose values are fp16 normals: GGUF Q4_K / Q4_1, 8x finer than bf16). kQ4Z: the same codes, sb
+// word = the f32 scale with its 4 lowest mantissa bits replaced by an integer zero z in 0..15 (w = scale * (q - z);
+// the GPTQ / AWQ / compressed-tensors repacks, exact to 2^-20 of the scale). kQ8: 8-bit codes, bf16 pair; kQ8H:
+// the same with an fp16 pair (GGUF Q5_K / Q5_1). kF8 / kI8: 8-bit codes, f32
+// scale. kQ6: 6-bit codes with their f32 scale inside each 16-byte chunk (GGUF Q6_K). kBF16: plain bf16.
+enum Fmt : int { kQ4 = 4, kQ4Z = 5, kQ4H = 6, kQ8 = 8, kQ8H = 7, kF8 = 9, kI8 = 10, kQ6 = 11, kBF16 = 16 };
 
 // A weight matrix on the device, W [rows, cols], y = W x.
 //  kQ4/kQ8: w = rows x row_bytes of packed little-endian u32 (element k of a word in bits [k*bits, (k+1)*bits)),
 //           sb = [rows][cols/group] u32, each (lo 16 bits = bf16 scale, hi 16 bits = bf16 bias); w = s*q + b.
+//  kQ4H / kQ8H: kQ4 / kQ8 with fp16 scale and bias. kQ4Z: kQ4 with the word above.
 //  kF8:     8-bit codes with an f32 scale per group and no bias: w = rows x cols e4m3 bytes (element k at byte k),
 //           sb = [rows][ceil(cols/group)] u32, the f32 bits of s; w = s * e4m3(q). The FP8 checkpoints' 128x128
 //           block scale repeated for each of the block's rows (group 128).
-//  kI8:     the same with signed int8 codes and group 16: w = s * q (GGUF Q6_K: q = code - 32, s = d * sc, exact).
+//  kI8:     the same with signed int8 codes: w = s * q (GGUF Q8_0 / Q5_0 after their affine repack: q = code - z).
+//  kQ6:     GGUF Q6_K, 8 bits per weight: w = rows x row_bytes (= cols) of 16-byte chunks, chunk j holding columns
+//           [16j, 16j + 16) (one Q6_K sub-block): words 0 and 1 the low nibbles (byte b of word 0: columns b (bits
+//           0-3) and b + 4 (bits 4-7); word 1 the same for columns 8 + b, 12 + b), word 2 the high two bits (byte b,
+//           bits 2g..2g+1: column 4g + b), word 3 the f32 scale s = d * sc; w = s * (q - 32), exact. sb unused.
 //  kBF16:   w = rows x cols bf16, sb unused.
 // cols % 32 == 0; row_bytes % 16 == 0; rows start 16-byte aligned.
 struct DMat {
@@ -35,10 +42,14 @@ struct DMat {
   int sb_row = 0;  // u32 words of sb per row (cols/group; 0 for kBF16)
 };
 
-// Elements per 16-byte chunk of a row (the unit the decode kernels load).
-constexpr int fmt_chunk_elems(int fmt) { return fmt == kQ4 || fmt == kQ4Z ? 32 : fmt == kBF16 ? 8 : 16; }
 // The 4-bit formats (one nibble per weight, same packing; they differ in the sb word only).
-constexpr bool fmt_q4(int fmt) { return fmt == kQ4 || fmt == kQ4Z; }
+constexpr bool fmt_q4(int fmt) { return fmt == kQ4 || fmt == kQ4Z || fmt == kQ4H; }
+// Elements per 16-byte chunk of a row (the unit the decode kernels load).
+constexpr int fmt_chunk_elems(int fmt) { return fmt_q4(fmt) ? 32 : fmt == kBF16 ? 8 : 16; }
+// The 8-bit affine formats (bf16 or fp16 pairs).
+constexpr bool fmt_q8(int fmt) { return fmt == kQ8 || fmt == kQ8H; }
+// Whether the format has sb words (kBF16 has no scales; kQ6 keeps its scale inside the chunk).
+constexpr bool fmt_sb(int fmt) { return fmt != kBF16 && fmt != kQ6; }
 // The formats whose sb words are f32 scales (kF8, kI8: 8-bit codes, no bias).
 constexpr bool fmt_code8(int fmt) { return fmt == kF8 || fmt == kI8; }
 

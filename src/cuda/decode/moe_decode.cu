@@ -127,7 +127,7 @@ struct StagedRow {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           cp_async16(&b.w[v][j][lane], m[j].w + int64_t(r) * m[j].row_bytes + int64_t(c) * 16);
-          if constexpr (FMT != kBF16)
+          if constexpr (fmt_sb(FMT))
             cp_async4(&b.sb[v][j][lane], m[j].sb + int64_t(r) * m[j].sb_row + (c * FmtInfo<FMT>::kElems) / m[j].group);
         }
     }
@@ -141,8 +141,8 @@ struct StagedRow {
     for (int v = 0; v < U; ++v) {
       const int c = lane + 32 * v;
       if (c < nch) {
-        ga += x.template dot<FMT>(b.w[v][0][lane], FMT != kBF16 ? b.sb[v][0][lane] : 0u, c);
-        ua += x.template dot<FMT>(b.w[v][1][lane], FMT != kBF16 ? b.sb[v][1][lane] : 0u, c);
+        ga += x.template dot<FMT>(b.w[v][0][lane], fmt_sb(FMT) ? b.sb[v][0][lane] : 0u, c);
+        ua += x.template dot<FMT>(b.w[v][1][lane], fmt_sb(FMT) ? b.sb[v][1][lane] : 0u, c);
       }
     }
     ga = warp_sum(ga);
@@ -433,6 +433,16 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
         else throw Error("moe_route_gate_up: a kQ4Z router beside experts in another format needs moe_router + "
                          "moe_gate_up");
         break;
+      case kQ4H:  // likewise a kQ4H router only beside kQ4H experts
+        if constexpr (F == kQ4H) run(k_moe_route_gate_up<F, kQ4H, X>, X::bytes(H));
+        else throw Error("moe_route_gate_up: a kQ4H router beside experts in another format needs moe_router + "
+                         "moe_gate_up");
+        break;
+      case kQ8H:  // and a kQ8H router beside kQ8H experts
+        if constexpr (F == kQ8H) run(k_moe_route_gate_up<F, kQ8H, X>, X::bytes(H));
+        else throw Error("moe_route_gate_up: a kQ8H router beside experts in another format needs moe_router + "
+                         "moe_gate_up");
+        break;
       default:  // the checkpoints keep routers in bf16 or MLX affine codes; moe_router serves any format
         throw Error("moe_route_gate_up: a router in 8-bit codes with f32 scales needs moe_router + moe_gate_up");
     }
@@ -447,9 +457,15 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
       if (use_int8_x(kQ4Z, H)) by_router(std::integral_constant<int, kQ4Z>{}, XTag<XQ>{});
       else by_router(std::integral_constant<int, kQ4Z>{}, XTag<XF>{});
       break;
+    case kQ4H:
+      if (use_int8_x(kQ4H, H)) by_router(std::integral_constant<int, kQ4H>{}, XTag<XQ>{});
+      else by_router(std::integral_constant<int, kQ4H>{}, XTag<XF>{});
+      break;
     case kQ8: by_router(std::integral_constant<int, kQ8>{}, XTag<XF>{}); break;
+    case kQ8H: by_router(std::integral_constant<int, kQ8H>{}, XTag<XF>{}); break;
     case kF8: by_router(std::integral_constant<int, kF8>{}, XTag<XF>{}); break;
     case kI8: by_router(std::integral_constant<int, kI8>{}, XTag<XF>{}); break;
+    case kQ6: by_router(std::integral_constant<int, kQ6>{}, XTag<XF>{}); break;
     case kBF16: by_router(std::integral_constant<int, kBF16>{}, XTag<XF>{}); break;
     default: throw Error("moe_route_gate_up: unknown weight format");
   }

@@ -198,9 +198,12 @@ void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl) {
   switch (a.router.fmt) {
     case kQ4: run(k_moe_router<kQ4>); break;
     case kQ4Z: run(k_moe_router<kQ4Z>); break;
+    case kQ4H: run(k_moe_router<kQ4H>); break;
     case kQ8: run(k_moe_router<kQ8>); break;
+    case kQ8H: run(k_moe_router<kQ8H>); break;
     case kF8: run(k_moe_router<kF8>); break;
     case kI8: run(k_moe_router<kI8>); break;
+    case kQ6: run(k_moe_router<kQ6>); break;
     case kBF16: run(k_moe_router<kBF16>); break;
     default: throw Error("moe_router: unknown weight format");
   }
@@ -225,9 +228,15 @@ void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
       if (use_int8_x(kQ4Z, a.gate.m.cols)) run(k_moe_gate_up<kQ4Z, XQ>);
       else run(k_moe_gate_up<kQ4Z, XF>);
       break;
+    case kQ4H:
+      if (use_int8_x(kQ4H, a.gate.m.cols)) run(k_moe_gate_up<kQ4H, XQ>);
+      else run(k_moe_gate_up<kQ4H, XF>);
+      break;
     case kQ8: run(k_moe_gate_up<kQ8, XF>); break;
+    case kQ8H: run(k_moe_gate_up<kQ8H, XF>); break;
     case kF8: run(k_moe_gate_up<kF8, XF>); break;
     case kI8: run(k_moe_gate_up<kI8, XF>); break;
+    case kQ6: run(k_moe_gate_up<kQ6, XF>); break;
     case kBF16: run(k_moe_gate_up<kBF16, XF>); break;
     default: throw Error("moe_gate_up: unknown weight format");
   }

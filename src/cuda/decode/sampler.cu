@@ -176,7 +176,7 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
   };
   // one chunk pair per lane and row (Q4): two sets of 2 rows per warp (sets of 4 rows spill: measured slower)
   const bool two_sets = W.cols <= 64 * FmtInfo<kQ4>::kElems;
-  auto q4 = [&](auto fmt) {  // the 4-bit formats (fmt: std::integral_constant<int, kQ4 or kQ4Z>)
+  auto q4 = [&](auto fmt) {  // the 4-bit formats (fmt: std::integral_constant<int, kQ4, kQ4Z or kQ4H>)
     constexpr int F = decltype(fmt)::value;
     if (!use_int8_x(F, W.cols)) run(k_lm_head<F, 4, XF, 1>);
     else if (two_sets) run(k_lm_head<F, 2, XQ, 2>);
@@ -185,9 +185,12 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
   switch (W.fmt) {
     case kQ4: q4(std::integral_constant<int, kQ4>{}); break;
     case kQ4Z: q4(std::integral_constant<int, kQ4Z>{}); break;
+    case kQ4H: q4(std::integral_constant<int, kQ4H>{}); break;
     case kQ8: run(k_lm_head<kQ8, 4, XF, 1>); break;
+    case kQ8H: run(k_lm_head<kQ8H, 4, XF, 1>); break;
     case kF8: run(k_lm_head<kF8, 4, XF, 1>); break;
     case kI8: run(k_lm_head<kI8, 4, XF, 1>); break;
+    case kQ6: run(k_lm_head<kQ6, 4, XF, 1>); break;
     case kBF16: run(k_lm_head<kBF16, 4, XF, 1>); break;
     default: throw Error("lm_head_argmax: unknown weight format");
   }

@@ -246,9 +246,12 @@ void run_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   switch (g.W0.fmt) {
     case kQ4: launch_tc<BM, MODE, kQ4, PREC>(g, grid, s); break;
     case kQ4Z: launch_tc<BM, MODE, kQ4Z, PREC>(g, grid, s); break;
+    case kQ4H: launch_tc<BM, MODE, kQ4H, PREC>(g, grid, s); break;
     case kQ8: launch_tc<BM, MODE, kQ8, PREC>(g, grid, s); break;
+    case kQ8H: launch_tc<BM, MODE, kQ8H, PREC>(g, grid, s); break;
     case kF8: launch_tc<BM, MODE, kF8, PREC>(g, grid, s); break;
     case kI8: launch_tc<BM, MODE, kI8, PREC>(g, grid, s); break;
+    case kQ6: launch_tc<BM, MODE, kQ6, PREC>(g, grid, s); break;
     case kBF16: launch_tc<BM, MODE, kBF16, PREC>(g, grid, s); break;
     default: throw Error("prefill_gemm: unknown weight format");
   }
@@ -301,7 +304,7 @@ void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
   const bool grouped = g.tiles != nullptr;
   if (!grouped && g.M <= 0) return;
   const int ncols = mode == kGemmSiluMul ? 64 : kBN;
-  const bool fast_ok = !simple && K % kBK == 0 && (w.fmt == kBF16 || (w.fmt == kI8 && w.group == 16) || w.group % 32 == 0) && g.lda % 8 == 0 &&
+  const bool fast_ok = !simple && K % kBK == 0 && (!fmt_sb(w.fmt) || w.group % 32 == 0) && g.lda % 8 == 0 &&
                        (reinterpret_cast<uintptr_t>(g.A) & 15) == 0 &&
                        (reinterpret_cast<uintptr_t>(g.A_lo) & 15) == 0;
   if (!fast_ok) {

@@ -1,8 +1,8 @@
 // Tile pieces shared by the prefill GEMM kernels (prefill_gemm.cu: k_gemm / k_gemm_v2 with mma.sync,
 // prefill_gemm_wg.cu: k_gemm_wg with wgmma): the block's rows (dense or the grouped tile map), and a thread's
 // share of a W tile (32 consecutive k of tile row threadIdx.x / 2) loaded as packed words one or two k-tiles ahead
-// and dequantised in registers to 16-bit operands (affine s * q + b, or s * code for the 8-bit-code formats: e4m3
-// and int8 codes are exact in f32, the product is rounded once to the operand type). Included by .cu files only (device code, internal linkage).
+// and dequantised in registers to 16-bit operands (affine s * q + b, or s * code for the 8-bit-code formats and kQ6:
+// e4m3, int8 and 6-bit codes are exact in f32, the product is rounded once to the operand type). Included by .cu files only (device code, internal linkage).
 #pragma once
 #include <cstdint>
 
@@ -56,8 +56,8 @@ __device__ __forceinline__ void q4_fp16_pairs(uint32_t x, float z, __half2 (&q)[
 #pragma unroll
   for (int i = 0; i < 4; ++i) q[i] = __hfma2(*reinterpret_cast<const __half2*>(&p[i]), unit, off);
 }
-// The fp16 operands s * q + b (kQ4: one fma rounds once, as the f32 fma + fp16 rounding it replaces, where s and b,
-// bf16 in the checkpoint, are fp16 normals) or s * (q - z) (kQ4Z: the exact q - z times the fp16 scale, one
+// The fp16 operands s * q + b (kQ4 / kQ4H: one fma rounds once, as the f32 fma + fp16 rounding it replaces, where s
+// and b, bf16 or fp16 in the sb word, are fp16 normals) or s * (q - z) (kQ4Z: the exact q - z times the fp16 scale, one
 // rounding, where s * q + b with b = -z * s rounded on its own would lose up to 15 half-ulps of s). A product beyond
 // the fp16 range would be inf, not saturated: 4-bit weights of real checkpoints are far below 65504.
 template <int FMT>
@@ -94,13 +94,23 @@ __device__ __forceinline__ uint4 code8_x8(uint32_t w0, uint32_t w1, float s) {
                     pack_w<PREC>(s * code8f<FMT, 2>(w1), s * code8f<FMT, 3>(w1)));
 }
 
+// 16 codes of a kQ6 chunk times its f32 scale as 8 packed 16-bit operand pairs: columns 0-7 (H = 0) or 8-15
+// (H = 1); q - 32 = 256 f - 288 exactly (f = 1 + q / 256), the product rounded once as the other forms'.
+template <int H, int PREC>
+__device__ __forceinline__ uint4 q6_x8(const uint4& raw) {
+  const float s = __uint_as_float(raw.w);
+  const uint32_t a = q6_codes<2 * H>(raw), b = q6_codes<2 * H + 1>(raw);
+  auto v = [s](float f) { return s * fmaf(256.f, f, -288.f); };
+  return make_uint4(pack_w<PREC>(v(q8f<0>(a)), v(q8f<1>(a))), pack_w<PREC>(v(q8f<2>(a)), v(q8f<3>(a))),
+                    pack_w<PREC>(v(q8f<0>(b)), v(q8f<1>(b))), pack_w<PREC>(v(q8f<2>(b)), v(q8f<3>(b))));
+}
+
 template <int FMT, int PREC>
 struct BTile {
   static constexpr int kU4 = fmt_q4(FMT) ? 1 : FMT == kBF16 ? 4 : 2;  // 16-byte words per 32 elements
   static constexpr int kBits = fmt_q4(FMT) ? 4 : FMT == kBF16 ? 16 : 8;
   uint4 raw[kU4];
   uint32_t sb = 0;
-  uint32_t sb2 = 0;                // kI8: the scale of the second 16 of the thread's 32 weights (group 16 or 32 ...)
   const uint8_t* w = nullptr;      // row start (null: row out of range)
   const uint32_t* sbr = nullptr;   // row's (scale, bias) words, or f32 scales
   int group = 64;
@@ -110,10 +120,7 @@ struct BTile {
     const int k = k0 + (threadIdx.x & 1) * 32;
 #pragma unroll
     for (int u = 0; u < kU4; ++u) raw[u] = ldg_stream(w + (int64_t(k) * kBits) / 8 + u * 16);
-    if constexpr (FMT == kI8) {
-      sb = __ldg(sbr + k / group);
-      sb2 = __ldg(sbr + (k + 16) / group);
-    } else if constexpr (FMT != kBF16) {
+    if constexpr (fmt_sb(FMT)) {
       sb = __ldg(sbr + k / group);
     }
   }
@@ -147,14 +154,19 @@ struct BTile {
                             pack_w<PREC>(fmaf(s16, q4f<4>(x), b), fmaf(s16, q4f<5>(x), b)),
                             pack_w<PREC>(fmaf(s16, q4f<6>(x), b), fmaf(s16, q4f<7>(x), b)));
       }
+    } else if constexpr (FMT == kQ6) {
+      dst[0] = q6_x8<0, PREC>(raw[0]);
+      dst[1] = q6_x8<1, PREC>(raw[0]);
+      dst[2] = q6_x8<0, PREC>(raw[1]);
+      dst[3] = q6_x8<1, PREC>(raw[1]);
     } else if constexpr (FMT == kF8 || FMT == kI8) {
-      const float s0 = __uint_as_float(sb), s1 = FMT == kI8 ? __uint_as_float(sb2) : s0;
+      const float s0 = __uint_as_float(sb);  // one group for the 32 weights (group % 32 == 0)
       dst[0] = code8_x8<FMT, PREC>(raw[0].x, raw[0].y, s0);
       dst[1] = code8_x8<FMT, PREC>(raw[0].z, raw[0].w, s0);
-      dst[2] = code8_x8<FMT, PREC>(raw[1].x, raw[1].y, s1);
-      dst[3] = code8_x8<FMT, PREC>(raw[1].z, raw[1].w, s1);
+      dst[2] = code8_x8<FMT, PREC>(raw[1].x, raw[1].y, s0);
+      dst[3] = code8_x8<FMT, PREC>(raw[1].z, raw[1].w, s0);
     } else {
-      const float s256 = 256.f * bf_lo(sb), b = bf_hi(sb) - s256;
+      const float s256 = 256.f * sb_scale<FMT>(sb), b = sb_bias<FMT>(sb) - s256;  // kQ8 / kQ8H
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const uint32_t wv[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
@@ -195,7 +207,7 @@ __device__ __forceinline__ void bind_w_row(BTile<FMT, PREC>& bt, const GemmArgs&
   }
   if (row < m->rows) {
     bt.w = mat_w(*m, e, g.w_stride) + int64_t(row) * m->row_bytes;
-    if constexpr (FMT != kBF16) bt.sbr = m->sb + e * g.sb_stride + int64_t(row) * m->sb_row;
+    if constexpr (fmt_sb(FMT)) bt.sbr = m->sb + e * g.sb_stride + int64_t(row) * m->sb_row;
     bt.group = m->group;
   }
 }

@@ -213,9 +213,12 @@ void wg_fmt(const GemmArgs& g, dim3 grid, cudaStream_t s) {
   switch (g.W0.fmt) {
     case kQ4: launch_wg<BM, MODE, kQ4, PREC>(g, grid, s); break;
     case kQ4Z: launch_wg<BM, MODE, kQ4Z, PREC>(g, grid, s); break;
+    case kQ4H: launch_wg<BM, MODE, kQ4H, PREC>(g, grid, s); break;
     case kQ8: launch_wg<BM, MODE, kQ8, PREC>(g, grid, s); break;
+    case kQ8H: launch_wg<BM, MODE, kQ8H, PREC>(g, grid, s); break;
     case kF8: launch_wg<BM, MODE, kF8, PREC>(g, grid, s); break;
     case kI8: launch_wg<BM, MODE, kI8, PREC>(g, grid, s); break;
+    case kQ6: launch_wg<BM, MODE, kQ6, PREC>(g, grid, s); break;
     case kBF16: launch_wg<BM, MODE, kBF16, PREC>(g, grid, s); break;
     default: throw Error("prefill_gemm_wg: unknown weight format");
   }
