@@ -68,11 +68,13 @@ DStack CudaBackend::upload_stack(const ExpertStack& s, const char* what, bool wi
   const size_t E = s.e.size(), wb = dmat_w_bytes(st.m), nsb = dmat_sb_words(st.m);
   uint8_t* dw = static_cast<uint8_t*>(dev_alloc(wb * E));
   uint32_t* dsb = nsb ? static_cast<uint32_t*>(dev_alloc(nsb * 4 * E)) : nullptr;
-  for (size_t e = 0; e < E; ++e) {
-    const DMat m = describe_matrix(s.e[e], what, widen8, refine);
-    if (m.fmt != st.m.fmt || m.rows != st.m.rows || m.cols != st.m.cols || m.group != st.m.group)
+  const QMatrix& q0 = s.e[0];
+  for (size_t e = 0; e < E; ++e) {  // expert 0's form for all (refine is the group's decision: not scanned again)
+    const QMatrix& q = s.e[e];
+    if (!q.valid() || q.kind != q0.kind || q.bits != q0.bits || q.gtype != q0.gtype || q.dtype != q0.dtype ||
+        q.sdtype != q0.sdtype || q.rows != q0.rows || q.cols != q0.cols || q.group != q0.group)
       throw Error(std::string("cuda: experts of ") + what + " differ in shape or format");
-    copy_matrix(s.e[e], m, dw + e * wb, dsb ? dsb + e * nsb : nullptr);
+    copy_matrix(q, st.m, dw + e * wb, dsb ? dsb + e * nsb : nullptr);
   }
   st.m.w = dw;
   st.m.sb = dsb;

@@ -85,7 +85,8 @@ class CudaBackend : public Backend {
 
  private:
   DMat upload(const QMatrix& m, const char* what, bool widen8 = false, int refine = kRefineAll);
-  DStack upload_stack(const ExpertStack& s, const char* what, bool widen8 = false, int refine = kRefineAll);
+  // refine: group_refine's decision over these experts (they all take expert 0's form; only expert 0 is described)
+  DStack upload_stack(const ExpertStack& s, const char* what, bool widen8, int refine);
   // The refined form every matrix of the stacks and ms can take (the MoE kernels read a group of matrices in one
   // format): kRefineExact where all take their exact zero-point form (exact_form: kQ4Z, or kI8 for 8-bit and widened
   // codes), else kRefineHalf where all take kQ4H (half_form), else kRefineNone.
