@@ -4,8 +4,9 @@
 // decode GEMV, lm_head + argmax, embedding rows (decode and prefill), the prefill GEMMs (simple, mma.sync, wgmma;
 // bf16, fp16 and split operands; dense store and grouped SiLU * up), and the MoE decode (router in bf16; experts in
 // the form; down projections in the form beside 4-bit affine gate/up, as Q4_K_M files keep Q6_K down projections, or
-// in bf16; two launches and fused; f32 and int8 x). Bounds: those of test_cuda_affine_forms.cpp. Also an affine
-// 4-bit matrix widened to 8-bit codes at upload. Skipped without a device.
+// in bf16; two launches and fused; f32 and int8 x). Bounds: those of test_cuda_affine_forms.cpp; kQ6 on int8 x (XQ,
+// as the 4-bit forms) also against the int8 activation model (int8x_model.h). Also an affine 4-bit matrix widened to
+// 8-bit codes at upload. Skipped without a device.
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
@@ -23,6 +24,7 @@
 #include "cuda_affine_mats.h"
 #include "cuda_code8_mats.h"
 #include "cuda_test_buffers.h"
+#include "int8x_model.h"
 #include "test_metrics.h"
 
 using namespace lily;
@@ -54,80 +56,112 @@ TEST_P(CudaCode8Forms, UploadKeepsTheCodes) {
   EXPECT_EQ(m.d.m.group, q6 ? 16 : 128);
 }
 
-// GEMV (two segments, the second accumulating, RMSNorm prologue; 2048 and 4096 columns) within 1e-5.
-TEST_P(CudaCode8Forms, GemvMatchesReference) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  for (const int cols : {2048, 4096}) {
-    SCOPED_TRACE(std::string(testcuda::code8_name(GetParam())) + " cols " + std::to_string(cols));
-    std::mt19937 rng(5 + cols + int(GetParam()));
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    Dev dev;
-    Code8Stack a, b;
-    make_code8(a, 1, 300, cols, GetParam(), rng, dev);
-    make_code8(b, 1, 77, cols, GetParam(), rng, dev);
-    std::vector<float> x(static_cast<size_t>(cols)), nw(static_cast<size_t>(cols)), y1(77), xn(static_cast<size_t>(cols));
-    for (auto& v : x) v = 3.f * u(rng);
-    for (auto& v : nw) v = 1.f + 0.5f * u(rng);
-    for (auto& v : y1) v = u(rng);
-    ref::rmsnorm(x.data(), nw.data(), cols, 1e-6f, xn.data());
-    std::vector<float> want0(300), want1(77);
-    ref::matvec(a.src[0], xn.data(), want0.data());
-    ref::matvec(b.src[0], xn.data(), want1.data());
-    for (int i = 0; i < 77; ++i) want1[size_t(i)] += y1[size_t(i)];
-    float* dy0 = dev.poisoned(300);
-    float* dy1 = dev.up(y1);
-    cuda::GemvSeg segs[2] = {{a.d.m, dy0, 0}, {b.d.m, dy1, 1}};
-    cuda::gemv(segs, 2, dev.up(x), dev.up(nw), 1e-6f, nullptr, false);
-    CK(cudaDeviceSynchronize());
-    const double e0 = testmetrics::rms_rel_err(down(dy0, 300), want0);
-    EXPECT_LT(e0, 1e-5);
-    EXPECT_LT(testmetrics::rms_rel_err(down(dy1, 77), want1), 1e-5);
-    std::printf("[ gemv %s cols %d ] %.2e\n", testcuda::code8_name(GetParam()), cols, e0);
-  }
+// y = W x for a matrix the device keeps exactly (w = s * code), with x through the int8 activation model: the kQ6
+// int8-x path up to f32 rounding.
+std::vector<float> matvec_int8x(const QMatrix& m, const std::vector<float>& x) {
+  const std::vector<float> xq = testing_int8x::quant_hilo(x.data(), int(x.size()));
+  std::vector<float> y(static_cast<size_t>(m.rows));
+  ref::matvec(m, xq.data(), y.data());
+  return y;
 }
 
-// lm_head + argmax, and the embedding row kernels of decode and prefill (exact dequantisation: 1e-6).
+// GEMV (two segments, the second accumulating, RMSNorm prologue; 2048 and 4096 columns) within 1e-5; kQ6 on int8 x
+// within 2e-4 (the 4-bit forms' bound) and within 1e-5 of the int8 activation model.
+TEST_P(CudaCode8Forms, GemvMatchesReference) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  Int8xRestore restore;
+  for (const int cols : {2048, 4096})
+    for (const bool int8x : {false, true}) {
+      if (int8x && GetParam() != Code8::Q6K) continue;
+      cuda::set_decode_int8_x(int8x);
+      SCOPED_TRACE(std::string(testcuda::code8_name(GetParam())) + " cols " + std::to_string(cols) +
+                   (int8x ? " int8 x" : " f32 x"));
+      std::mt19937 rng(5 + cols + int(GetParam()));
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      Dev dev;
+      Code8Stack a, b;
+      make_code8(a, 1, 300, cols, GetParam(), rng, dev);
+      make_code8(b, 1, 77, cols, GetParam(), rng, dev);
+      std::vector<float> x(static_cast<size_t>(cols)), nw(static_cast<size_t>(cols)), y1(77), xn(static_cast<size_t>(cols));
+      for (auto& v : x) v = 3.f * u(rng);
+      for (auto& v : nw) v = 1.f + 0.5f * u(rng);
+      for (auto& v : y1) v = u(rng);
+      ref::rmsnorm(x.data(), nw.data(), cols, 1e-6f, xn.data());
+      std::vector<float> want0(300), want1(77);
+      ref::matvec(a.src[0], xn.data(), want0.data());
+      ref::matvec(b.src[0], xn.data(), want1.data());
+      for (int i = 0; i < 77; ++i) want1[size_t(i)] += y1[size_t(i)];
+      float* dy0 = dev.poisoned(300);
+      float* dy1 = dev.up(y1);
+      cuda::GemvSeg segs[2] = {{a.d.m, dy0, 0}, {b.d.m, dy1, 1}};
+      cuda::gemv(segs, 2, dev.up(x), dev.up(nw), 1e-6f, nullptr, false);
+      CK(cudaDeviceSynchronize());
+      const double e0 = testmetrics::rms_rel_err(down(dy0, 300), want0);
+      EXPECT_LT(e0, int8x ? 2e-4 : 1e-5);
+      EXPECT_LT(testmetrics::rms_rel_err(down(dy1, 77), want1), int8x ? 2e-4 : 1e-5);
+      if (int8x) {
+        std::vector<float> q1 = matvec_int8x(b.src[0], xn);
+        for (int i = 0; i < 77; ++i) q1[size_t(i)] += y1[size_t(i)];
+        EXPECT_LT(testmetrics::rms_rel_err(down(dy0, 300), matvec_int8x(a.src[0], xn)), 1e-5);
+        EXPECT_LT(testmetrics::rms_rel_err(down(dy1, 77), q1), 1e-5);
+      }
+      std::printf("[ gemv %s cols %d %s ] %.2e\n", testcuda::code8_name(GetParam()), cols, int8x ? "int8x" : "f32x",
+                  e0);
+    }
+}
+
+// lm_head + argmax (kQ6 on f32 and int8 x, the GEMV's bounds), and the embedding row kernels of decode and prefill
+// (exact dequantisation: 1e-6).
 TEST_P(CudaCode8Forms, LmHeadAndEmbedMatchReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  std::mt19937 rng(17 + int(GetParam()));
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  Dev dev;
-  const int rows = 5003, cols = 2048;
-  Code8Stack m;
-  make_code8(m, 1, rows, cols, GetParam(), rng, dev);
-  std::vector<float> x(static_cast<size_t>(cols)), nw(static_cast<size_t>(cols)), xn(static_cast<size_t>(cols)), want(static_cast<size_t>(rows));
-  for (auto& v : x) v = 3.f * u(rng);
-  for (auto& v : nw) v = 1.f + 0.5f * u(rng);
-  ref::rmsnorm(x.data(), nw.data(), cols, 1e-6f, xn.data());
-  ref::matvec(m.src[0], xn.data(), want.data());
-  float* dl = dev.poisoned(static_cast<size_t>(rows));
-  int32_t* din = dev.up(std::vector<int32_t>{7, -1, -1, -1});
-  int32_t* dout = dev.up(std::vector<int32_t>(4, -1));
-  cuda::StepCtl c;
-  c.n_given = 1;
-  cuda::StepCtl* dc = dev.up(std::vector<cuda::StepCtl>{c});
-  cuda::lm_head_argmax(m.d.m, dev.up(x), dev.up(nw), 1e-6f, dl, din, dout, dc, nullptr, false);
-  CK(cudaDeviceSynchronize());
-  const std::vector<float> got = down(dl, size_t(rows));
-  EXPECT_LT(testmetrics::rms_rel_err(got, want), 1e-5);
-  int best = 0;
-  for (int i = 1; i < rows; ++i)
-    if (got[size_t(i)] > got[size_t(best)]) best = i;
-  EXPECT_EQ(down(dout, 4)[0], best);
-  const std::vector<int32_t> ids = {3, 4999, 0, 130};
-  float* dx = dev.poisoned(size_t(cols) * ids.size());
-  cuda::prefill_embed(m.d.m, dev.up(ids), int(ids.size()), dx, nullptr);
-  CK(cudaDeviceSynchronize());
-  const std::vector<float> gx = down(dx, size_t(cols) * ids.size());
-  std::vector<float> wx(gx.size());
-  for (size_t t = 0; t < ids.size(); ++t) dequant_row(m.src[0], ids[t], wx.data() + t * size_t(cols));
-  EXPECT_LT(testmetrics::max_rel_err(gx, wx), 1e-6) << "prefill embed";
-  float* de = dev.poisoned(static_cast<size_t>(cols));
-  cuda::embed(m.d.m, din, dc, de, nullptr, false);  // cursor 1: in_ids[1] = the argmax fed forward
-  CK(cudaDeviceSynchronize());
-  std::vector<float> we(static_cast<size_t>(cols));
-  dequant_row(m.src[0], best, we.data());
-  EXPECT_LT(testmetrics::max_rel_err(down(de, size_t(cols)), we), 1e-6) << "decode embed";
+  Int8xRestore restore;
+  for (const bool int8x : {false, true}) {
+    if (int8x && GetParam() != Code8::Q6K) continue;
+    cuda::set_decode_int8_x(int8x);
+    SCOPED_TRACE(int8x ? "int8 x" : "f32 x");
+    std::mt19937 rng(17 + int(GetParam()));
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    Dev dev;
+    const int rows = 5003, cols = 2048;
+    Code8Stack m;
+    make_code8(m, 1, rows, cols, GetParam(), rng, dev);
+    std::vector<float> x(static_cast<size_t>(cols)), nw(static_cast<size_t>(cols)), xn(static_cast<size_t>(cols)), want(static_cast<size_t>(rows));
+    for (auto& v : x) v = 3.f * u(rng);
+    for (auto& v : nw) v = 1.f + 0.5f * u(rng);
+    ref::rmsnorm(x.data(), nw.data(), cols, 1e-6f, xn.data());
+    ref::matvec(m.src[0], xn.data(), want.data());
+    float* dl = dev.poisoned(static_cast<size_t>(rows));
+    int32_t* din = dev.up(std::vector<int32_t>{7, -1, -1, -1});
+    int32_t* dout = dev.up(std::vector<int32_t>(4, -1));
+    cuda::StepCtl c;
+    c.n_given = 1;
+    cuda::StepCtl* dc = dev.up(std::vector<cuda::StepCtl>{c});
+    cuda::lm_head_argmax(m.d.m, dev.up(x), dev.up(nw), 1e-6f, dl, din, dout, dc, nullptr, false);
+    CK(cudaDeviceSynchronize());
+    const std::vector<float> got = down(dl, size_t(rows));
+    EXPECT_LT(testmetrics::rms_rel_err(got, want), int8x ? 2e-4 : 1e-5);
+    if (int8x) {
+      EXPECT_LT(testmetrics::rms_rel_err(got, matvec_int8x(m.src[0], xn)), 1e-5);
+    }
+    int best = 0;
+    for (int i = 1; i < rows; ++i)
+      if (got[size_t(i)] > got[size_t(best)]) best = i;
+    EXPECT_EQ(down(dout, 4)[0], best);
+    const std::vector<int32_t> ids = {3, 4999, 0, 130};
+    float* dx = dev.poisoned(size_t(cols) * ids.size());
+    cuda::prefill_embed(m.d.m, dev.up(ids), int(ids.size()), dx, nullptr);
+    CK(cudaDeviceSynchronize());
+    const std::vector<float> gx = down(dx, size_t(cols) * ids.size());
+    std::vector<float> wx(gx.size());
+    for (size_t t = 0; t < ids.size(); ++t) dequant_row(m.src[0], ids[t], wx.data() + t * size_t(cols));
+    EXPECT_LT(testmetrics::max_rel_err(gx, wx), 1e-6) << "prefill embed";
+    float* de = dev.poisoned(static_cast<size_t>(cols));
+    cuda::embed(m.d.m, din, dc, de, nullptr, false);  // cursor 1: in_ids[1] = the argmax fed forward
+    CK(cudaDeviceSynchronize());
+    std::vector<float> we(static_cast<size_t>(cols));
+    dequant_row(m.src[0], best, we.data());
+    EXPECT_LT(testmetrics::max_rel_err(down(de, size_t(cols)), we), 1e-6) << "decode embed";
+  }
 }
 
 // Prefill GEMMs: dense store (M 150, N 200, K 512) and grouped SiLU * up over two experts (tiles of at most 64 rows),
@@ -208,7 +242,7 @@ TEST_P(CudaCode8Forms, PrefillGemmMatchesReference) {
 
 // Decode MoE (H 512, E 64, top-8, I 128 (Q6_K: 256), Is 256; router and shared gate bf16): the experts' gate/up in the form
 // with down in the form or in bf16, or gate/up 4-bit affine (group 32, f32 scales and biases: a Q4_K repack) with
-// down in the form; two launches and fused; f32 x and int8 x (which serves the 4-bit rows only). Routing equal to
+// down in the form; two launches and fused; f32 x and int8 x (which serves the 4-bit and kQ6 rows). Routing equal to
 // the reference's; output within 1e-5 (int8 x on 4-bit rows: 2e-4), CudaMoeDecode.MatchesReference's bounds.
 TEST_P(CudaCode8Forms, MoeMatchesReference) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
@@ -218,7 +252,7 @@ TEST_P(CudaCode8Forms, MoeMatchesReference) {
   for (const Mix mix : {kAll, kDownBf16, kQ4GateUp})
     for (const bool fused : {false, true})
       for (const bool int8x : {false, true}) {
-        if (int8x && mix != kQ4GateUp) continue;
+        if (int8x && mix != kQ4GateUp && !(GetParam() == Code8::Q6K && mix == kAll)) continue;  // what int8 x serves
         const std::string what = std::string(testcuda::code8_name(GetParam())) + " mix " + std::to_string(int(mix)) +
                                  (fused ? " fused" : " two launches") + (int8x ? " int8 x" : " f32 x");
         SCOPED_TRACE(what);

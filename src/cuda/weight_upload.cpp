@@ -135,13 +135,21 @@ void q6_rows(const QMatrix& q, int64_t r0, int64_t n, uint8_t* chunks) {
 
 }  // namespace
 
+// Column i's code word G and byte b in a kQ6 chunk (kernels.h): the low nibble at bits 4 (i % 8) of word i / 8,
+// the high bits at bits 8b + 2G of word 2.
+static void q6_place(int i, int& G, int& b) {
+  G = (i / 8) * 2 + i % 2;
+  b = (i % 8) / 2;
+}
+
 void q6_chunk(const int8_t* codes, float scale, uint8_t* chunk) {
   uint32_t w[4] = {0, 0, 0, 0};
   for (int i = 0; i < 16; ++i) {
     const uint32_t q = uint32_t(codes[i] + 32);  // 0..63
-    const int g = i / 4, b = i % 4;
-    w[g / 2] |= (q & 15u) << (8 * b + 4 * (g % 2));
-    w[2] |= (q >> 4) << (8 * b + 2 * g);
+    int G, b;
+    q6_place(i, G, b);
+    w[i / 8] |= (q & 15u) << (4 * (i % 8));
+    w[2] |= (q >> 4) << (8 * b + 2 * G);
   }
   std::memcpy(&w[3], &scale, 4);
   std::memcpy(chunk, w, 16);
@@ -150,8 +158,9 @@ void q6_chunk(const int8_t* codes, float scale, uint8_t* chunk) {
 float q6_chunk_value(const uint8_t* chunk, int i) {
   uint32_t w[4];
   std::memcpy(w, chunk, 16);
-  const int g = i / 4, b = i % 4;
-  const uint32_t q = ((w[g / 2] >> (8 * b + 4 * (g % 2))) & 15u) | ((w[2] >> (8 * b + 2 * g)) & 3u) << 4;
+  int G, b;
+  q6_place(i, G, b);
+  const uint32_t q = ((w[i / 8] >> (4 * (i % 8))) & 15u) | ((w[2] >> (8 * b + 2 * G)) & 3u) << 4;
   float s;
   std::memcpy(&s, &w[3], 4);
   return s * float(int(q) - 32);

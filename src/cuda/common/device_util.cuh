@@ -227,7 +227,7 @@ __device__ __forceinline__ float sigmoid_f(float x) { return 1.f / (1.f + __expf
 // ---- activation vectors in shared memory, one x per block ----
 // Two representations (the policy X of load_x and of the dot helpers below):
 //  XF: f32, swizzled (swz), plus per-16-element sums xsum16. Exact; every format.
-//  XQ: 4-bit weights only, for the dp4a path: x per 32-element chunk c as d[c] * (254*xh + xl) with xh, xl int8 in
+//  XQ: 4-bit and kQ6 weights (whose code words follow the same order), for the dp4a path: x per 32-element chunk c as d[c] * (254*xh + xl) with xh, xl int8 in
 //      [-127, 127] (xh = round(x/dx), dx = max|x|/127 over the chunk; xl = round((x - xh*dx) * 254/dx); d = dx/254),
 //      so each element carries <= max|x|/64516 absolute error (~16 bits); exact f32 chunk sums xs32 for the bias.
 //      The 16 bytes of piece p (elements 16p .. 16p+15) of chunk c sit at xh[p*nch + c] (lanes reading consecutive
@@ -677,7 +677,7 @@ __device__ __forceinline__ float XF::dot(uint4 raw, uint32_t sb, int xc) const {
 }
 template <int FMT>
 __device__ __forceinline__ float XQ::dot(uint4 raw, uint32_t sb, int xc) const {
-  static_assert(fmt_q4(FMT), "XQ serves 4-bit weights only");
+  static_assert(fmt_q4(FMT), "XQ serves 4-bit weights (and kQ6: q6_chunk.cuh)");
   return chunk_dot_q4i8<FMT>(raw, sb, *this, xc);
 }
 

@@ -113,7 +113,7 @@ __device__ __forceinline__ float* raw_x_base(float* nws, int cols) {
   return nws + cols + (X::bytes(cols) + 15) / 16 * 4;
 }
 
-// X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit weights only).
+// X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit and kQ6 weights).
 // R: rows per warp in flight (rows warp, warp + nwarps, ..., then the next R): 2, or 4 for matrices with >= 3
 // rows per warp (one DRAM round trip fewer per warp on the 12k-row DeltaNet in_proj).
 // SIDE: the kind of the launch's side rows (GemvSide; kSideNone: the plain GEMV).
@@ -251,7 +251,9 @@ bool g_int8_x = true;
 
 void set_decode_int8_x(bool on) { g_int8_x = on; }
 bool decode_int8_x() { return g_int8_x; }
-bool use_int8_x(int fmt, int cols) { return g_int8_x && fmt_q4(fmt) && cols % 32 == 0 && cols <= 32 * 256; }
+bool use_int8_x(int fmt, int cols) {
+  return g_int8_x && (fmt_q4(fmt) || fmt == kQ6) && cols % 32 == 0 && cols <= 32 * 256;
+}
 
 size_t xq_image_bytes(int n) { return XQ::bytes(n); }
 
@@ -275,7 +277,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
         hn->parts > kHeadNormMaxParts)
       throw Error("gemv: head norm needs no norm_w, sums, dim a multiple of 16 dividing cols, 1..8 parts");
     if (hn->xq && (!use_int8_x(segs[0].m.fmt, segs[0].m.cols) || hn->dim % 32))
-      throw Error("gemv: an XQ image x needs 4-bit weights on the int8-x path and heads of a multiple of 32");
+      throw Error("gemv: an XQ image x needs 4-bit or kQ6 weights on the int8-x path and heads of a multiple of 32");
     p.hn = *hn;
   }
   p.nseg = nseg;
@@ -337,7 +339,10 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
       case kBF16: run(k_gemv<kBF16, XF, 2, K>, k_gemv<kBF16, XF, 4, K>); break;
       case kF8: run(k_gemv<kF8, XF, 2, K>, k_gemv<kF8, XF, 4, K>); break;
       case kI8: run(k_gemv<kI8, XF, 2, K>, k_gemv<kI8, XF, 4, K>); break;
-      case kQ6: run(k_gemv<kQ6, XF, 2, K>, k_gemv<kQ6, XF, 4, K>); break;
+      case kQ6:
+        if (use_int8_x(kQ6, p.cols)) run(k_gemv<kQ6, XQ, 2, K>, k_gemv<kQ6, XQ, 4, K>);
+        else run(k_gemv<kQ6, XF, 2, K>, k_gemv<kQ6, XF, 4, K>);
+        break;
       default: throw Error("gemv: unknown format");
     }
   };

@@ -28,9 +28,10 @@ enum Fmt : int { kQ4 = 4, kQ4Z = 5, kQ4H = 6, kQ8 = 8, kQ8H = 7, kF8 = 9, kI8 = 
 //           block scale repeated for each of the block's rows (group 128).
 //  kI8:     the same with signed int8 codes: w = s * q (GGUF Q8_0 / Q5_0 after their affine repack: q = code - z).
 //  kQ6:     GGUF Q6_K, 8 bits per weight: w = rows x row_bytes (= cols) of 16-byte chunks, chunk j holding columns
-//           [16j, 16j + 16) (one Q6_K sub-block): words 0 and 1 the low nibbles (byte b of word 0: columns b (bits
-//           0-3) and b + 4 (bits 4-7); word 1 the same for columns 8 + b, 12 + b), word 2 the high two bits (byte b,
-//           bits 2g..2g+1: column 4g + b), word 3 the f32 scale s = d * sc; w = s * (q - 32), exact. sb unused.
+//           [16j, 16j + 16) (one Q6_K sub-block): words 0 and 1 the low nibbles packed as kQ4's (column i at bits
+//           4 (i % 8) of word i / 8), word 2 the high two bits (byte b, bits 2G..2G+1: column 2b + G for G 0, 1 and
+//           8 + 2b + G - 2 for G 2, 3, the order of XQ's int8 x), word 3 the f32 scale s = d * sc;
+//           w = s * (q - 32), exact. sb unused.
 //  kBF16:   w = rows x cols bf16, sb unused.
 // cols % 32 == 0; row_bytes % 16 == 0; rows start 16-byte aligned.
 struct DMat {
@@ -100,7 +101,7 @@ struct StepCtl {
 // ~16 bits, error <= max|x|/64516 per element) and the 4-bit codes are dotted with dp4a; off: f32 x, exact.
 void set_decode_int8_x(bool on);
 bool decode_int8_x();
-bool use_int8_x(int fmt, int cols);  // the int8 path serves this matrix shape (4-bit, cols <= 8192)
+bool use_int8_x(int fmt, int cols);  // the int8 path serves this matrix shape (4-bit or kQ6, cols <= 8192)
 
 // ---- launchers (all asynchronous on `s`; they check the launch) ----
 // Row-parallel fused GEMV over up to kMaxSegs matrices sharing x (cols): optional RMSNorm prologue

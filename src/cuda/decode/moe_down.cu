@@ -165,7 +165,7 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   const int ng = n / 16;
   auto by_fmt = [&](auto pre) {  // pre: std::bool_constant<a.pre != null> (the PRE instantiations)
     constexpr bool P = decltype(pre)::value;
-    auto q4 = [&](auto fmt) {  // the 4-bit formats (fmt: std::integral_constant<int, kQ4, kQ4Z or kQ4H>)
+    auto q4 = [&](auto fmt) {  // the formats int8 x serves (fmt: std::integral_constant<int, kQ4, kQ4Z, kQ4H or kQ6>)
       constexpr int F = decltype(fmt)::value;
       if (use_int8_x(F, n) && ng > kThreads && ng <= kDownWide) run(k_moe_down<F, XQ, kDownWide, P>, kDownWide);
       else if (use_int8_x(F, n)) run(k_moe_down<F, XQ, kThreads, P>);
@@ -179,7 +179,7 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
       case kQ8H: run(k_moe_down<kQ8H, XF, kThreads, P>); break;
       case kF8: run(k_moe_down<kF8, XF, kThreads, P>); break;
       case kI8: run(k_moe_down<kI8, XF, kThreads, P>); break;
-      case kQ6: run(k_moe_down<kQ6, XF, kThreads, P>); break;
+      case kQ6: q4(std::integral_constant<int, kQ6>{}); break;
       case kBF16: run(k_moe_down<kBF16, XF, kThreads, P>); break;
       default: throw Error("moe_down: unknown weight format");
     }

@@ -21,7 +21,7 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int id) {
 }
 
 // kRows: rows per set (~117 rows per warp at V = 248k): 2 with NB > 1; with NB = 1, 4.
-// X: activation form, as the GEMVs (XQ: int8 hi+lo x with dp4a for 4-bit weights where decode_int8_x() is on, XF:
+// X: activation form, as the GEMVs (XQ: int8 hi+lo x with dp4a for 4-bit and kQ6 weights where decode_int8_x() is on, XF:
 // f32); the f32 form made this 286 MB GEMV issue-bound.
 // NB = 2 (4-bit rows of at most 64 chunks, kRows = 2): NB row sets per warp; while one set's dots
 // run the others' loads are in flight, and the dotted set then requests the rows NB sets on (NB = 1: the next set's
@@ -190,7 +190,10 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
     case kQ8H: run(k_lm_head<kQ8H, 4, XF, 1>); break;
     case kF8: run(k_lm_head<kF8, 4, XF, 1>); break;
     case kI8: run(k_lm_head<kI8, 4, XF, 1>); break;
-    case kQ6: run(k_lm_head<kQ6, 4, XF, 1>); break;
+    case kQ6:  // 16-column chunks: one set of 4 rows, on int8 x where it is on
+      if (use_int8_x(kQ6, W.cols)) run(k_lm_head<kQ6, 4, XQ, 1>);
+      else run(k_lm_head<kQ6, 4, XF, 1>);
+      break;
     case kBF16: run(k_lm_head<kBF16, 4, XF, 1>); break;
     default: throw Error("lm_head_argmax: unknown weight format");
   }

@@ -99,10 +99,10 @@ __device__ __forceinline__ uint4 code8_x8(uint32_t w0, uint32_t w1, float s) {
 template <int H, int PREC>
 __device__ __forceinline__ uint4 q6_x8(const uint4& raw) {
   const float s = __uint_as_float(raw.w);
-  const uint32_t a = q6_codes<2 * H>(raw), b = q6_codes<2 * H + 1>(raw);
+  const uint32_t a = q6_codes<2 * H>(raw), b = q6_codes<2 * H + 1>(raw);  // even / odd columns of the eight
   auto v = [s](float f) { return s * fmaf(256.f, f, -288.f); };
-  return make_uint4(pack_w<PREC>(v(q8f<0>(a)), v(q8f<1>(a))), pack_w<PREC>(v(q8f<2>(a)), v(q8f<3>(a))),
-                    pack_w<PREC>(v(q8f<0>(b)), v(q8f<1>(b))), pack_w<PREC>(v(q8f<2>(b)), v(q8f<3>(b))));
+  return make_uint4(pack_w<PREC>(v(q8f<0>(a)), v(q8f<0>(b))), pack_w<PREC>(v(q8f<1>(a)), v(q8f<1>(b))),
+                    pack_w<PREC>(v(q8f<2>(a)), v(q8f<2>(b))), pack_w<PREC>(v(q8f<3>(a)), v(q8f<3>(b))));
 }
 
 template <int FMT, int PREC>
