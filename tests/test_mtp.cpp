@@ -243,6 +243,42 @@ TEST_P(MtpVerify, AcceptRewindsToPlainState) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, MtpVerify, ::testing::Values("cpu-ref", "cpu"), backend_name);
 
+class MtpArgmax : public ::testing::TestWithParam<const char*> {};
+
+// The greedy forms (verify_argmax, mtp_argmax: CUDA's from its lm_head kernel, the others' from the logits on the
+// host) give the argmax of the logits the logit forms give, and the same hidden rows.
+TEST_P(MtpArgmax, GreedyFormsPickTheLogitsArgmax) {
+  if (!test_backend_usable(GetParam())) GTEST_SKIP() << "no CUDA device";
+  auto w = load_model(kTiny + "model-bf16");
+  load_mtp(*w);
+  auto be = make_test_backend(GetParam(), w);
+  auto main_ref = SafetensorsFile::open(kTiny + "reference-bf16.safetensors");
+  const std::vector<int32_t> ids = ref_i32(*main_ref, "prompt_ids");
+  const int V = w->cfg.vocab, H = w->cfg.hidden, L = int(ids.size());
+  auto base = be->new_state(128);
+  std::vector<float> logits(static_cast<size_t>(V));
+  be->forward(*base, ids.data(), L, 1, logits.data(), ForwardOptions{});
+  const int32_t run[6] = {17, 400, 33, 2900, 5, 77};
+  for (int n : {1, 3, 5}) {
+    auto a = base->clone(), b = base->clone();
+    std::vector<float> vlog(size_t(n) * size_t(V)), ha(size_t(n) * size_t(H)), hb(size_t(n) * size_t(H));
+    std::vector<int32_t> got(static_cast<size_t>(n), -1);
+    be->verify(*a, run, n, vlog.data(), ha.data());
+    be->verify_argmax(*b, run, n, got.data(), hb.data());
+    for (int i = 0; i < n; ++i) EXPECT_EQ(got[size_t(i)], argmax(&vlog[size_t(i) * size_t(V)], V)) << n << " " << i;
+    EXPECT_EQ(max_abs_diff(ha.data(), hb.data(), ha.size()), 0.0) << n;
+    // the MTP block on those rows (positions L .. L + n - 1, each with the token after it)
+    std::vector<float> ml(static_cast<size_t>(V)), oa(size_t(n) * size_t(H)), ob(size_t(n) * size_t(H));
+    be->mtp_forward(*a, run + 1, ha.data(), n, L, 1, ml.data(), oa.data());
+    const int32_t top = be->mtp_argmax(*b, run + 1, hb.data(), n, L, ob.data());
+    EXPECT_EQ(top, argmax(ml.data(), V)) << n;
+    EXPECT_EQ(max_abs_diff(oa.data(), ob.data(), oa.size()), 0.0) << n;
+    EXPECT_EQ(be->mtp_rows(*a), be->mtp_rows(*b));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MtpArgmax, ::testing::Values("cpu-ref", "cpu", "cuda"), backend_name);
+
 TEST(MtpArgs, DefaultOnWithWeightsAndClearErrors) {
   auto with = load_model(kTiny + "model-bf16");
   Args a;

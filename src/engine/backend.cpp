@@ -1,6 +1,8 @@
 #include "engine/backend.h"
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "engine/step_sampler.h"
@@ -70,6 +72,32 @@ std::unique_ptr<VerifyUndo> Backend::verify(SeqState& st, const int32_t* ids, in
     };
   forward(st, ids, n, n, logits, fo);
   return u;
+}
+
+namespace {
+int32_t logits_argmax(const float* l, int V) {
+  auto at = [&](int i) { return std::isnan(l[i]) ? -INFINITY : l[i]; };
+  int32_t best = 0;
+  for (int i = 1; i < V; ++i)
+    if (at(i) > at(best)) best = i;
+  return best;
+}
+}  // namespace
+
+std::unique_ptr<VerifyUndo> Backend::verify_argmax(SeqState& st, const int32_t* ids, int n, int32_t* ids_out,
+                                                   float* hidden) {
+  if (n < 1) throw Error("verify: expected at least one token, got " + std::to_string(n));
+  const int V = config().vocab;
+  std::vector<float> logits(size_t(n) * size_t(V));
+  auto u = verify(st, ids, n, logits.data(), hidden);
+  for (int i = 0; i < n; ++i) ids_out[i] = logits_argmax(logits.data() + size_t(i) * size_t(V), V);
+  return u;
+}
+
+int32_t Backend::mtp_argmax(SeqState& st, const int32_t* ids, const float* hidden, int n, int pos0, float* hidden_out) {
+  std::vector<float> logits(static_cast<size_t>(config().vocab));
+  mtp_forward(st, ids, hidden, n, pos0, 1, logits.data(), hidden_out);
+  return logits_argmax(logits.data(), config().vocab);
 }
 
 void Backend::accept(SeqState& st, VerifyUndo& undo, int m) {

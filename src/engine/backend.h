@@ -122,6 +122,15 @@ class Backend {
   // make accept a copy of the m-th one plus a KV truncation.
   virtual std::unique_ptr<VerifyUndo> verify(SeqState& st, const int32_t* ids, int n, float* logits, float* hidden);
   virtual void accept(SeqState& st, VerifyUndo& undo, int m);
+  // The greedy forms, for rows whose token is the plain argmax (no penalties): verify_argmax is verify with
+  // ids_out[i] = the argmax of row i's logits (the lowest id among equal maxima; NaN counts as -inf) in place of the
+  // logits; mtp_argmax is mtp_forward with the argmax of the last row's logits returned in place of them. The
+  // defaults run the logit forms and take the argmax on the host; a backend that has the argmax on its device
+  // copies only the ids.
+  virtual std::unique_ptr<VerifyUndo> verify_argmax(SeqState& st, const int32_t* ids, int n, int32_t* ids_out,
+                                                    float* hidden);
+  virtual int32_t mtp_argmax(SeqState& st, const int32_t* ids, const float* hidden, int n, int pos0,
+                             float* hidden_out);
 };
 
 }  // namespace lily

@@ -74,11 +74,13 @@ int mtp_decode(Backend& be, SeqState& st, StepSampler& ss, int32_t first_id, int
   const int V = be.config().vocab, H = be.config().hidden;
   const int K = std::max(0, cfg.k);
   const bool greedy = ss.params().greedy;
+  // greedy rows without penalties take the plain argmax: the backend returns ids, not logits
+  const bool by_id = greedy && !ss.params().use_rep && !ss.params().use_pf && !last_logits;
   std::vector<float> logits(static_cast<size_t>(K + 1) * V), hid(static_cast<size_t>(K + 1) * H);
   std::vector<float> qlog(static_cast<size_t>(V)), chain(static_cast<size_t>(H)), pend_out;
   std::vector<std::vector<double>> q(static_cast<size_t>(K));
   std::vector<double> p;
-  std::vector<int32_t> ids(static_cast<size_t>(K + 1)), emitted;
+  std::vector<int32_t> ids(static_cast<size_t>(K + 1)), vids(static_cast<size_t>(K + 1)), emitted;
   Uniform rng{cfg.seed ^ ss.params().seed};
   // Hidden rows of positions [st.pos - r, st.pos) whose MTP rows are not computed; pend_ids: the tokens after
   // them except the last row's (that is cur).
@@ -100,13 +102,18 @@ int mtp_decode(Backend& be, SeqState& st, StepSampler& ss, int32_t first_id, int
       const int r = static_cast<int>(pend_h.size()) / H;
       pend_ids.push_back(cur);
       pend_out.resize(size_t(r) * size_t(H));
-      be.mtp_forward(st, pend_ids.data(), pend_h.data(), r, st.pos - r, 1, qlog.data(), pend_out.data());
+      int32_t top = 0;  // by_id: the draft
+      if (by_id) top = be.mtp_argmax(st, pend_ids.data(), pend_h.data(), r, st.pos - r, pend_out.data());
+      else be.mtp_forward(st, pend_ids.data(), pend_h.data(), r, st.pos - r, 1, qlog.data(), pend_out.data());
       const int rows_keep = be.mtp_rows(st);
       std::copy(pend_out.end() - H, pend_out.end(), chain.begin());
       for (int j = 0; j < kk; ++j) {
-        if (j > 0) be.mtp_forward(st, &ids[size_t(j)], chain.data(), 1, st.pos + j - 1, 1, qlog.data(), chain.data());
+        if (j > 0 && by_id) top = be.mtp_argmax(st, &ids[size_t(j)], chain.data(), 1, st.pos + j - 1, chain.data());
+        else if (j > 0) be.mtp_forward(st, &ids[size_t(j)], chain.data(), 1, st.pos + j - 1, 1, qlog.data(), chain.data());
         int32_t d;
-        if (greedy) {
+        if (by_id) {
+          d = top;
+        } else if (greedy) {
           d = ss.pick(qlog.data());
         } else {
           ss.distribution(qlog.data(), q[size_t(j)]);
@@ -132,14 +139,15 @@ int mtp_decode(Backend& be, SeqState& st, StepSampler& ss, int32_t first_id, int
     }
     ids[0] = cur;
     const int n = kk + 1;
-    std::unique_ptr<VerifyUndo> undo = be.verify(st, ids.data(), n, logits.data(), hid.data());
+    std::unique_ptr<VerifyUndo> undo = by_id ? be.verify_argmax(st, ids.data(), n, vids.data(), hid.data())
+                                             : be.verify(st, ids.data(), n, logits.data(), hid.data());
     // Acceptance: `emitted` gets the accepted drafts, then the target's own token.
     emitted.clear();
     int a = 0;
     for (int i = 0; i <= kk; ++i) {
       const float* li = logits.data() + size_t(i) * size_t(V);
       if (greedy || i == kk) {
-        const int32_t t = ss.pick(li);
+        const int32_t t = by_id ? vids[size_t(i)] : ss.pick(li);
         ss.record(t);
         emitted.push_back(t);
         if (i < kk && t == ids[size_t(i + 1)]) {
