@@ -1,6 +1,7 @@
 // The CUDA backend's speculative-decoding pieces on the tiny fixture with its MTP block: verify + accept(m) leave the
 // device state (KV rows, DeltaNet recurrent and conv states, position) equal to the state of forwarding only the m
-// kept tokens, bit for bit (the verify runs decode steps: against plain decode steps); clone / assign carry the MTP cache; the greedy output of a speculative decode does not depend on k
+// kept tokens, bit for bit (the verify runs plain decoding's steps, as a wavefront of rows or one after another:
+// against plain decode steps); clone / assign carry the MTP cache; the greedy output of a speculative decode does not depend on k
 // or on how many drafts are accepted. The logits and the 520-token comparison with plain decoding are in
 // test_mtp.cpp / test_speculative.cpp.
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "cuda/cuda_state.h"
@@ -76,7 +78,12 @@ class CudaMtp : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     if (!test_backend_usable("cuda")) GTEST_SKIP() << "no CUDA device";
-    be = make_test_backend(GetParam(), fx().w);
+    // "wavefront": the verify's rows overlapped in one graph (the default); "decode_steps": direct launches, the
+    // rows one plain step after another (the reference)
+    const bool steps = std::string(GetParam()) == "decode_steps";
+    if (steps) setenv("LILY_CUDA_LAUNCH", "direct", 1);
+    be = make_test_backend("cuda", fx().w);
+    if (steps) unsetenv("LILY_CUDA_LAUNCH");
     ASSERT_TRUE(be->mtp_available());
     V = be->config().vocab;
   }
@@ -94,23 +101,24 @@ class CudaMtp : public ::testing::TestWithParam<const char*> {
 TEST_P(CudaMtp, AcceptLeavesThePlainState) {
   const ModelConfig& c = be->config();
   auto base = prefilled(128);
-  const int32_t run[4] = {17, 400, 33, 2900};
-  for (int m = 1; m <= 4; ++m) {
+  const int32_t run[8] = {17, 400, 33, 2900, 5, 1234, 77, 3001};
+  for (int n : {4, 8})  // a wavefront of n rows (up to kMaxWave); each accepted length of 4, some of 8
+  for (int m = 1; m <= n; m += n == 8 ? 3 : 1) {
     auto plain = base->clone();
     std::vector<float> plain_logits(size_t(m) * size_t(V));
     for (int i = 0; i < m; ++i)  // plain decoding: one decode step per token
       be->forward(*plain, &run[i], 1, 1, plain_logits.data() + size_t(i) * size_t(V), ForwardOptions{});
     auto spec = base->clone();
-    std::vector<float> vlog(size_t(4) * size_t(V)), hid(size_t(4) * size_t(c.hidden));
-    auto undo = be->verify(*spec, run, 4, vlog.data(), hid.data());
+    std::vector<float> vlog(size_t(n) * size_t(V)), hid(size_t(n) * size_t(c.hidden));
+    auto undo = be->verify(*spec, run, n, vlog.data(), hid.data());
     for (int i = 0; i < m; ++i) {
       const double d = max_abs_diff(&vlog[size_t(i) * size_t(V)], &plain_logits[size_t(i) * size_t(V)], size_t(V));
-      std::printf("[ %s m=%d row %d ] verify(4) vs plain |dlogit| %.3g\n", GetParam(), m, i, d);
-      EXPECT_EQ(d, 0.0) << "m " << m << " row " << i;
+      std::printf("[ %s m=%d row %d ] verify(%d) vs plain |dlogit| %.3g\n", GetParam(), m, i, n, d);
+      EXPECT_EQ(d, 0.0) << "n " << n << " m " << m << " row " << i;
     }
     for (float h : hid) ASSERT_TRUE(std::isfinite(h));
     be->accept(*spec, *undo, m);
-    expect_same(snap(*spec, c), snap(*plain, c), "m " + std::to_string(m));
+    expect_same(snap(*spec, c), snap(*plain, c), "n " + std::to_string(n) + " m " + std::to_string(m));
     // and it decodes on exactly like the plain state
     const int32_t nxt = 99;
     std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(V));
@@ -210,16 +218,14 @@ TEST_P(CudaMtp, GreedyOutputIndependentOfDrafts) {
   while (agree < a.size() && agree < plain.size() && a[agree] == plain[agree]) ++agree;
   std::printf("[ %s ] speculative greedy agrees with plain decoding on the first %zu of %zu tokens\n", GetParam(),
               agree, plain.size());
-  if (std::string(GetParam()) == "cuda") {
-    EXPECT_EQ(agree, plain.size());  // plain decoding's kernels
-  }
+  EXPECT_EQ(agree, plain.size());  // plain decoding's kernels
   EXPECT_EQ(a, b);
   EXPECT_EQ(a, d);
   EXPECT_EQ(a, e);
 }
 
-INSTANTIATE_TEST_SUITE_P(Verify, CudaMtp, ::testing::Values("cuda"),
-                         [](const auto&) { return std::string("decode_steps"); });
+INSTANTIATE_TEST_SUITE_P(Verify, CudaMtp, ::testing::Values("wavefront", "decode_steps"),
+                         [](const auto& i) { return std::string(i.param); });
 
 TEST(CudaMtpLoad, WithoutWeightsSaysWhy) {
   if (!test_backend_usable("cuda")) GTEST_SKIP() << "no CUDA device";

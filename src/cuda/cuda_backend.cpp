@@ -198,6 +198,58 @@ DLayer CudaBackend::upload_layer(const LayerWeights& L, int& n_lin, int& n_full)
   return d;
 }
 
+// One decode row's scratch (RowScratch), zeroed where the kernels expect zeros at their first launch (the
+// router-from-y parts, the DeltaNet head sums and XQ image, the barrier counters, the step control).
+CudaBackend::RowScratch CudaBackend::alloc_scratch() {
+  const ModelConfig& c = cfg_;
+  RowScratch r;
+  auto zeroed = [this](size_t bytes) {
+    void* p = dev_alloc(bytes);
+    LILY_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    return p;
+  };
+  const int G = c.n_kv_heads ? c.n_q_heads / c.n_kv_heads : 1;
+  const size_t proj = std::max<size_t>(size_t(c.conv_dim()) + c.value_dim() + 2 * c.lin_v_heads,
+                                       size_t(c.q_proj_rows()) + 2 * c.kv_dim());
+  r.x = static_cast<float*>(dev_alloc(size_t(c.hidden) * 4));
+  r.proj = static_cast<float*>(dev_alloc(proj * 4));
+  r.y = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
+  r.rlogits = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
+  r.shg = static_cast<float*>(dev_alloc(16));
+  // either layout of the router-from-y parts (element-major [E + 1][16], part-major [12][kMoePrePartStride])
+  r.pre = static_cast<float*>(
+      zeroed(std::max(size_t(c.n_experts + 1) * kMoePreStride, size_t(kMoePreMaxParts) * kMoePrePartStride) * 4));
+  r.hss = static_cast<float*>(zeroed(size_t(c.lin_v_heads) * std::max(1, gdn_split_parts(c.lin_v_dim)) * 4));
+  if (gdn_split_) r.yq = zeroed(xq_image_bytes(c.value_dim()));  // the only case enqueue_step hands it over
+  r.route_done = static_cast<unsigned int*>(zeroed(32));
+  r.act = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
+  r.ridx = static_cast<int32_t*>(dev_alloc(size_t(c.top_k) * 4));
+  r.rw = static_cast<float*>(dev_alloc(size_t(c.top_k) * 4));
+  r.part = static_cast<float*>(
+      dev_alloc(size_t(std::max(c.n_kv_heads, 1)) * kAttnPartSlots * (size_t(G) * c.head_dim + 2 * G) * 4));
+  r.logits = static_cast<float*>(dev_alloc(size_t(c.vocab) * 4));
+  r.ctl = static_cast<StepCtl*>(zeroed(sizeof(StepCtl)));
+  return r;
+}
+
+void CudaBackend::swap_scratch(RowScratch& r) {
+  std::swap(x_, r.x);
+  std::swap(proj_, r.proj);
+  std::swap(y_, r.y);
+  std::swap(rlogits_, r.rlogits);
+  std::swap(shg_, r.shg);
+  std::swap(pre_, r.pre);
+  std::swap(hss_, r.hss);
+  std::swap(yq_, r.yq);
+  std::swap(route_done_, r.route_done);
+  std::swap(act_, r.act);
+  std::swap(ridx_, r.ridx);
+  std::swap(rw_, r.rw);
+  std::swap(part_, r.part);
+  std::swap(logits_, r.logits);
+  std::swap(ctl_, r.ctl);
+}
+
 CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(std::move(w)), opt_(opt) {
   cfg_ = w_->cfg;
   const ModelConfig& c = cfg_;
@@ -213,27 +265,9 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     layers_.push_back(upload_layer(w_->layers[size_t(i)], n_lin, n_full));
   }
   log_code8_uploads();
-  const int G = c.n_kv_heads ? c.n_q_heads / c.n_kv_heads : 1;
-  const size_t proj = std::max<size_t>(size_t(c.conv_dim()) + c.value_dim() + 2 * c.lin_v_heads,
-                                       size_t(c.q_proj_rows()) + 2 * c.kv_dim());
-  x_ = static_cast<float*>(dev_alloc(size_t(c.hidden) * 4));
-  proj_ = static_cast<float*>(dev_alloc(proj * 4));
-  y_ = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
-  rlogits_ = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
-  shg_ = static_cast<float*>(dev_alloc(16));
-  // either layout of the router-from-y parts (element-major [E + 1][16], part-major [12][kMoePrePartStride])
-  const size_t pre_floats =
-      std::max(size_t(c.n_experts + 1) * kMoePreStride, size_t(kMoePreMaxParts) * kMoePrePartStride);
-  pre_ = static_cast<float*>(dev_alloc(pre_floats * 4));
-  LILY_CUDA_CHECK(cudaMemset(pre_, 0, pre_floats * 4));
   gdn_split_ = gdn_split_parts(cfg_.lin_v_dim) > 0;
-  const size_t hss_bytes = size_t(cfg_.lin_v_heads) * std::max(1, gdn_split_parts(cfg_.lin_v_dim)) * 4;
-  hss_ = static_cast<float*>(dev_alloc(hss_bytes));
-  LILY_CUDA_CHECK(cudaMemset(hss_, 0, hss_bytes));
-  if (gdn_split_) {  // the only case enqueue_step hands it to the DeltaNet step
-    yq_ = dev_alloc(xq_image_bytes(c.value_dim()));
-    LILY_CUDA_CHECK(cudaMemset(yq_, 0, xq_image_bytes(c.value_dim())));  // as hss_
-  }
+  RowScratch mine = alloc_scratch();
+  swap_scratch(mine);
   if (opt_.trace) {
     trace_ = static_cast<unsigned long long*>(dev_alloc(kTraceSlots * 8));
     LILY_CUDA_CHECK(cudaMemset(trace_, 0, kTraceSlots * 8));
@@ -243,16 +277,6 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
     btrace_ = static_cast<unsigned long long*>(dev_alloc(bytes));
     LILY_CUDA_CHECK(cudaMemset(btrace_, 0, bytes));
   }
-  route_done_ = static_cast<unsigned int*>(dev_alloc(32));
-  LILY_CUDA_CHECK(cudaMemset(route_done_, 0, 32));
-  act_ = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
-  ridx_ = static_cast<int32_t*>(dev_alloc(size_t(c.top_k) * 4));
-  rw_ = static_cast<float*>(dev_alloc(size_t(c.top_k) * 4));
-  part_ = static_cast<float*>(
-      dev_alloc(size_t(std::max(c.n_kv_heads, 1)) * kAttnPartSlots * (size_t(G) * c.head_dim + 2 * G) * 4));
-  logits_ = static_cast<float*>(dev_alloc(size_t(c.vocab) * 4));
-  ctl_ = static_cast<StepCtl*>(dev_alloc(sizeof(StepCtl)));
-  LILY_CUDA_CHECK(cudaMemset(ctl_, 0, sizeof(StepCtl)));
   LILY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&ctl_host_), sizeof(StepCtl)));
   *ctl_host_ = StepCtl{};
   in_ids_ = static_cast<int32_t*>(dev_alloc((kRing + 1) * 4));
@@ -305,6 +329,7 @@ CudaBackend::~CudaBackend() {
   }
   for (cudaGraphExec_t g : graphs_)
     if (g) cudaGraphExecDestroy(g);
+  wave_release();
   for (auto& e : ev_)
     if (e) cudaEventDestroy(e);
   if (host_ids_) cudaFreeHost(host_ids_);
@@ -312,6 +337,7 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (void* p : allocs_) cudaFree(p);
   if (ctl_host_) cudaFreeHost(ctl_host_);
+  if (mtp_io_.ctl_host) cudaFreeHost(mtp_io_.ctl_host);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

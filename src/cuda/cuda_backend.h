@@ -67,9 +67,10 @@ class CudaBackend : public Backend {
 
   size_t weight_bytes() const { return weight_bytes_; }   // device bytes of weights
 
-  // Speculative decoding (cuda_mtp.cpp): the MTP block runs through the prefill runner (run_mtp) with its own KV
-  // cache in the CudaState; verify runs the rows as decode steps keeping the DeltaNet states after each, accept
-  // copies the kept position's states back.
+  // Speculative decoding (cuda_mtp.cpp, cuda_verify.cpp): the MTP block runs through the decode kernels (draft
+  // rows) or the prefill runner (run_mtp, the prompt's rows) with its own KV cache in the CudaState; verify runs the
+  // rows with plain decoding's kernels (a wavefront of rows, or consecutive steps) keeping the DeltaNet states after
+  // each, accept copies the kept position's states back.
   bool mtp_available() const override { return has_mtp_; }
   std::string mtp_unavailable_reason() const override;
   std::string mtp_default_off_reason() const override;
@@ -79,6 +80,11 @@ class CudaBackend : public Backend {
   void mtp_truncate(SeqState& st, int rows) override;
   std::unique_ptr<VerifyUndo> verify(SeqState& st, const int32_t* ids, int n, float* logits, float* hidden) override;
   void accept(SeqState& st, VerifyUndo& undo, int m) override;
+  // the argmax of each row from the lm_head kernel (no logits copied out)
+  std::unique_ptr<VerifyUndo> verify_argmax(SeqState& st, const int32_t* ids, int n, int32_t* ids_out,
+                                            float* hidden) override;
+  int32_t mtp_argmax(SeqState& st, const int32_t* ids, const float* hidden, int n, int pos0,
+                     float* hidden_out) override;
 
   void* dev_alloc(size_t bytes);  // owned by the backend, freed with it
   void dev_free(void* p);
@@ -106,6 +112,7 @@ class CudaBackend : public Backend {
   void enqueue_gdn(const DLayer& d, const GemvSide& side_a, const GemvSide& side_m, cudaStream_t s);
   void enqueue_attn(const DLayer& d, const GemvSide& side_a, const GemvSide& side_m, cudaStream_t s);
   void enqueue_moe(const DLayer& d, cudaStream_t s);
+  int layer_index(const DLayer& d) const;  // d's index in layers_, -1 for another layer (the MTP block's)
   void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s, unsigned long long* trace = nullptr,
                      const GemvSide* side = nullptr);
   void begin(CudaState& st, int n_given);
@@ -113,6 +120,20 @@ class CudaBackend : public Backend {
   cudaGraphExec_t step_graph(StepPart part);          // captured on first use
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
 
+  // One decode row's device scratch and step control: the members below are the plain step's set; a wavefront
+  // verify gives rows 1 .. n - 1 sets of their own (wave_rows_), swapped in while their launches are captured.
+  struct RowScratch {
+    float *x = nullptr, *proj = nullptr, *y = nullptr, *rlogits = nullptr, *shg = nullptr, *pre = nullptr,
+          *hss = nullptr;
+    void* yq = nullptr;
+    unsigned int* route_done = nullptr;
+    float* act = nullptr;
+    int32_t* ridx = nullptr;
+    float *rw = nullptr, *part = nullptr, *logits = nullptr;
+    StepCtl* ctl = nullptr;
+  };
+  RowScratch alloc_scratch();          // sized for cfg_, zeroed where the kernels expect it (cuda_backend.cpp)
+  void swap_scratch(RowScratch& r);    // exchanges the members' set with r
   struct Mark {
     const char* what;
     cudaEvent_t ev;
@@ -131,7 +152,10 @@ class CudaBackend : public Backend {
   // verify as decode steps: n steps from st.pos, the logits of each to logits [n][V], the final-normed hidden
   // state of each to hidden [n][H] (may be null), the DeltaNet states after each of the first n - 1 to the state's
   // snapshots; st.pos += n
-  void verify_decode_steps(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden);
+  // ids_out (may be null, as logits): each row's argmax
+  void verify_decode_steps(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden, int32_t* ids_out);
+  std::unique_ptr<VerifyUndo> verify_rows(SeqState& s, const int32_t* ids, int n, float* logits, float* hidden,
+                                          int32_t* ids_out);  // verify / verify_argmax
   bool gdn_split_ = true;                 // the split DeltaNet step (gdn_split_parts(Dv) > 0)
   cudaGraphExec_t graphs_[kStepParts] = {};  // per StepPart, captured on first use
   std::vector<void*> allocs_;
@@ -154,6 +178,23 @@ class CudaBackend : public Backend {
   DLayer mtp_layer_;
   float* vhid_ = nullptr;       // [kMaxVerifyDecode][H] final-normed hidden rows of a decode-step verify
   static constexpr int kMaxVerifyDecode = 16;
+  // The MTP block on up to kMaxVerifyDecode rows (the drafts) through the decode kernels, row by row: the input
+  // stage as prefill_rmsnorm_f32 + a GEMV, its layer as a decode step's, mtp.norm, lm_head (cuda_mtp.cpp). Longer
+  // runs of rows (the prompt's) go through the prefill runner.
+  void mtp_forward_checked(SeqState& st, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
+                           float* logits, float* hidden_out, int32_t* argmax);  // mtp_forward / mtp_argmax
+  void mtp_decode_rows(CudaState& st, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
+                       float* logits, float* hidden_out, int32_t* argmax = nullptr);  // argmax: the last row's
+  struct MtpRows {
+    int32_t* ids = nullptr;      // [kMaxVerifyDecode + 1] the rows' next tokens (device)
+    float* hid = nullptr;        // [kMaxVerifyDecode][H] the rows' hidden states in
+    float* cat = nullptr;        // [2H] concat(norm_e(embed), norm_h(hidden)) of the row
+    float* hout = nullptr;       // [kMaxVerifyDecode][H] mtp.norm of the rows' outputs
+    int32_t* out = nullptr;      // [kMaxVerifyDecode] the rows' argmax (lm_head_argmax's out_ids)
+    StepCtl* ctl_host = nullptr; // pinned [kMaxVerifyDecode] the rows' step controls (the MTP KV cache)
+  };
+  MtpRows mtp_io_;
+  RowScratch mtp_sc_;           // the MTP rows' decode scratch (swapped in while they are enqueued)
   // verify's copies of a state's DeltaNet states, each [s_bytes S | conv_bytes conv] (allocated on first use, kept):
   // slot i after i + 1 tokens (i < n - 1). They belong to the undo
   // record of the last verify (snap_ticket_).
@@ -163,6 +204,31 @@ class CudaBackend : public Backend {
   float* snap(size_t i, size_t bytes);  // slot i, grown to i + 1 slots of `bytes`
   void save_states(const CudaState& st, size_t slot);     // S, conv -> snapshot slot (async on stream_)
   void restore_states(CudaState& st, size_t slot);        // snapshot slot -> S, conv (async on stream_)
+
+  // verify as a wavefront (cuda_verify.cpp), for 2 .. kMaxWave rows with the step graph on: row i's decode step on
+  // a stream of its own with its own scratch (RowScratch), its layer-l mixer kernel (the DeltaNet step or the
+  // attention) after row i - 1's, whose DeltaNet state is first copied layer by layer into snapshot slot i - 1 on
+  // a side stream. Every row runs plain decoding's kernels on the same inputs (the same bits); the rows' other
+  // kernels overlap. One graph per row count, captured on first use.
+  static constexpr int kMaxWave = 8;
+  struct Wave {
+    int row = -1, n = 0;             // the row being captured, of n (row -1: a plain step)
+    cudaStream_t side = nullptr;     // its snapshot stream
+  };
+  Wave wave_;
+  bool wave_ready() const { return opt_.graph && !opt_.profile; }
+  void verify_wave(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden, int32_t* ids_out);
+  cudaGraphExec_t wave_graph(int n);
+  bool wave_wait(const DLayer& d, cudaStream_t s);    // before a mixer kernel: row i - 1's (true: a wait was added)
+  void wave_signal(const DLayer& d, cudaStream_t s);  // after it: the snapshot and the event row i + 1 waits for
+  void wave_release();                                // graphs, streams, events
+  cudaGraphExec_t wave_graphs_[kMaxWave + 1] = {};
+  cudaStream_t wave_streams_[2 * kMaxWave] = {};      // [row stream | side stream] per row
+  std::vector<cudaEvent_t> wave_ev_;                  // [2][kMaxWave][layers] mixer done / DeltaNet step done, then
+                                                      // the fork and [kMaxWave][2] joins
+  StepCtl* wave_ctl_host_ = nullptr;                  // pinned [kMaxWave] the rows' step controls
+
+  std::vector<RowScratch> wave_rows_;  // rows 1 .. kMaxWave - 1 of a wavefront verify (allocated on first use)
 
   // scratch (device), sizes in elements
   float* x_ = nullptr;          // [H] residual

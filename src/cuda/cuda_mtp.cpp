@@ -1,10 +1,12 @@
 // The CUDA backend's speculative-decoding pieces (engine/backend.h, engine/speculative.h):
 //  - the MTP block on the device (upload_mtp) and its forward through the prefill runner (run_mtp) with the
 //    block's own KV cache in the CudaState (rows stored at their position; mtp_rows of them in use);
-//  - verify (default): n decode steps, plain decoding's own kernels and numerics (lossless), with a device copy of
-//    the DeltaNet recurrent + conv states (the only state a forward changes in place) after each of the first n - 1;
-//    accept(m < n) copies the one after m tokens back (the KV rows before the kept position are final, those past
-//    it are overwritten later);
+//  - verify: n decode steps, plain decoding's own kernels and numerics (lossless), with a device copy of the
+//    DeltaNet recurrent + conv states (the only state a forward changes in place) after each of the first n - 1;
+//    with the step graph on, the n steps run as a wavefront (cuda_verify.cpp: row i's layer after row i - 1's, the
+//    rest overlapping, the states copied layer by layer), else one after another (verify_decode_steps, the
+//    reference); accept(m < n) copies the one after m tokens back (the KV rows before the kept position are final,
+//    those past it are overwritten later);
 //    A verify of one token is one decode step (the speculative loop's plain steps, which auto-off times as plain
 //    decoding's cost). A verify of the n rows in one forward of the prefill runner measured slower and, with the
 //    runner's other numerics, not lossless (docs/performance-log.md).
@@ -14,6 +16,7 @@
 #include "core/error.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/cuda_state.h"
+#include "cuda/prefill/prefill.h"
 #include "cuda/prefill/prefill_runner.h"
 
 namespace lily::cuda {
@@ -53,6 +56,14 @@ void CudaBackend::upload_mtp() {
   pm.layer = &mtp_layer_;
   prefill_->set_mtp(pm, [this](size_t b) { return dev_alloc(b); });
   vhid_ = static_cast<float*>(dev_alloc(size_t(kMaxVerifyDecode) * cfg_.hidden * 4));
+  const size_t H = size_t(cfg_.hidden);
+  mtp_io_.ids = static_cast<int32_t*>(dev_alloc(size_t(kMaxVerifyDecode + 1) * 4));
+  mtp_io_.hid = static_cast<float*>(dev_alloc(size_t(kMaxVerifyDecode) * H * 4));
+  mtp_io_.cat = static_cast<float*>(dev_alloc(2 * H * 4));
+  mtp_io_.hout = static_cast<float*>(dev_alloc(size_t(kMaxVerifyDecode) * H * 4));
+  mtp_io_.out = static_cast<int32_t*>(dev_alloc(size_t(kMaxVerifyDecode) * 4));
+  LILY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&mtp_io_.ctl_host), sizeof(StepCtl) * kMaxVerifyDecode));
+  mtp_sc_ = alloc_scratch();
   has_mtp_ = true;
   // The speculative loop's plain steps (verify of one token) replay the argmax step's graph; captured now, so that
   // the first one (which auto-off times as plain decoding's cost) does not include the capture.
@@ -68,7 +79,8 @@ std::string CudaBackend::mtp_unavailable_reason() const {
 }
 
 std::string CudaBackend::mtp_default_off_reason() const {
-  return "cuda: the verify runs as plain decode steps (exact, not faster than plain decoding); --mtp K turns it on";
+  return "cuda: speculative decoding is exact here but not yet measured faster than plain decoding; --mtp K turns it "
+         "on";
 }
 
 int CudaBackend::mtp_rows(const SeqState& s) const {
@@ -88,6 +100,11 @@ void CudaBackend::mtp_truncate(SeqState& s, int rows) {
 
 void CudaBackend::mtp_forward(SeqState& s, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
                               float* logits, float* hidden_out) {
+  mtp_forward_checked(s, ids, hidden, n, pos0, n_logits, logits, hidden_out, nullptr);
+}
+
+void CudaBackend::mtp_forward_checked(SeqState& s, const int32_t* ids, const float* hidden, int n, int pos0,
+                                      int n_logits, float* logits, float* hidden_out, int32_t* argmax) {
   if (!has_mtp_) throw Error(mtp_unavailable_reason());
   CudaState& st = cuda_state(s);
   const ModelConfig& c = cfg_;
@@ -107,6 +124,11 @@ void CudaBackend::mtp_forward(SeqState& s, const int32_t* ids, const float* hidd
                                       size_t(pos0 - st.mtp_rows) * c.head_dim * 2, size_t(2) * c.n_kv_heads,
                                       stream_));
   }
+  if (n <= kMaxVerifyDecode && !opt_.profile) {
+    mtp_decode_rows(st, ids, hidden, n, pos0, n_logits, logits, hidden_out, argmax);
+    return;
+  }
+  if (argmax) throw Error("mtp_forward: an argmax is only taken on the decode kernels' rows");
   const PrefillState ps{st.mtp_kv, nullptr, nullptr, st.max_ctx};
   const int chunk = prefill_->max_chunk(), H = c.hidden;
   for (int done = 0; done < n;) {
@@ -120,10 +142,73 @@ void CudaBackend::mtp_forward(SeqState& s, const int32_t* ids, const float* hidd
   st.mtp_rows = pos0 + n;
 }
 
+void CudaBackend::mtp_decode_rows(CudaState& st, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
+                                  float* logits, float* hidden_out, int32_t* argmax) {
+  const ModelConfig& c = cfg_;
+  const int H = c.hidden;
+  const float eps = c.rms_eps;
+  const bool pdl = opt_.pdl;
+  LILY_CUDA_CHECK(cudaMemcpyAsync(mtp_io_.ids, ids, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
+  LILY_CUDA_CHECK(cudaMemcpyAsync(mtp_io_.hid, hidden, size_t(n) * H * 4, cudaMemcpyHostToDevice, stream_));
+  unsigned long long *tr = trace_, *btr = btrace_;  // the stamps belong to plain steps
+  trace_ = btrace_ = nullptr;
+  swap_scratch(mtp_sc_);
+  try {
+    for (int j = 0; j < n; ++j) {
+      StepCtl& h = mtp_io_.ctl_host[j];
+      h = StepCtl{};
+      h.kv = st.mtp_kv;  // the layer's full_idx is 0: the MTP cache
+      h.pos = pos0 + j;
+      h.max_ctx = st.max_ctx;
+      h.cursor = j;
+      h.n_given = n;
+      LILY_CUDA_CHECK(cudaMemcpyAsync(ctl_, &h, sizeof(StepCtl), cudaMemcpyHostToDevice, stream_));
+      embed(embed_, mtp_io_.ids, ctl_, x_, stream_, false);
+      prefill_rmsnorm_f32(x_, H, mtp_norm_e_, 1, H, eps, mtp_io_.cat, 2 * H, stream_);
+      prefill_rmsnorm_f32(mtp_io_.hid + size_t(j) * H, H, mtp_norm_h_, 1, H, eps, mtp_io_.cat + H, 2 * H, stream_);
+      GemvSeg fc = {mtp_fc_, x_, 0};
+      gemv(&fc, 1, mtp_io_.cat, nullptr, eps, stream_, false);
+      GemvSide side_a, side_m;
+      router_y_sides(mtp_layer_, side_a, side_m);  // none: the block's layer routes as usual
+      enqueue_attn(mtp_layer_, side_a, side_m, stream_);
+      enqueue_moe(mtp_layer_, stream_);
+      if (hidden_out)
+        prefill_rmsnorm_f32(x_, H, mtp_norm_, 1, H, eps, mtp_io_.hout + size_t(j) * H, H, stream_);
+      const bool top = argmax && j == n - 1;
+      if (j >= n - n_logits || top) {
+        lm_head_argmax(lm_head_, x_, mtp_norm_, eps, logits_, mtp_io_.ids, top ? mtp_io_.out : nullptr, ctl_, stream_,
+                       pdl);
+        if (j >= n - n_logits && logits)
+          LILY_CUDA_CHECK(cudaMemcpyAsync(logits + size_t(j - (n - n_logits)) * c.vocab, logits_,
+                                          size_t(c.vocab) * 4, cudaMemcpyDeviceToHost, stream_));
+        if (top)
+          LILY_CUDA_CHECK(cudaMemcpyAsync(argmax, mtp_io_.out + j, 4, cudaMemcpyDeviceToHost, stream_));
+      }
+    }
+  } catch (...) {
+    swap_scratch(mtp_sc_);
+    trace_ = tr;
+    btrace_ = btr;
+    throw;
+  }
+  swap_scratch(mtp_sc_);
+  trace_ = tr;
+  btrace_ = btr;
+  if (hidden_out)
+    LILY_CUDA_CHECK(cudaMemcpyAsync(hidden_out, mtp_io_.hout, size_t(n) * H * 4, cudaMemcpyDeviceToHost, stream_));
+  LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  st.mtp_rows = pos0 + n;
+}
+
 float* CudaBackend::snap(size_t i, size_t bytes) {
   if (snap_bytes_ != bytes) {  // one size per backend (the states' shapes come from its config)
     for (float* p : snaps_) dev_free(p);
     snaps_.clear();
+    for (cudaGraphExec_t& g : wave_graphs_)  // they write the old slots
+      if (g) {
+        LILY_CUDA_CHECK(cudaGraphExecDestroy(g));
+        g = nullptr;
+      }
     snap_bytes_ = bytes;
   }
   while (snaps_.size() <= i) snaps_.push_back(static_cast<float*>(dev_alloc(std::max<size_t>(bytes, 16))));
@@ -144,7 +229,8 @@ void CudaBackend::restore_states(CudaState& st, size_t slot) {
                                   cudaMemcpyDeviceToDevice, stream_));
 }
 
-void CudaBackend::verify_decode_steps(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden) {
+void CudaBackend::verify_decode_steps(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden,
+                                      int32_t* ids_out) {
   if (n > kMaxVerifyDecode)
     throw Error("cuda verify: " + std::to_string(n) + " rows, at most " + std::to_string(kMaxVerifyDecode) +
                 " as decode steps");
@@ -152,23 +238,44 @@ void CudaBackend::verify_decode_steps(CudaState& st, const int32_t* ids, int n, 
   begin(st, n);
   LILY_CUDA_CHECK(cudaMemcpyAsync(in_ids_, ids, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
   for (int i = 0; i < n; ++i) {
-    run_step(StepPart::kArgmax);
-    LILY_CUDA_CHECK(cudaMemcpyAsync(logits + size_t(i) * cfg_.vocab, logits_, size_t(cfg_.vocab) * 4,
-                                    cudaMemcpyDeviceToHost, stream_));
+    run_step(StepPart::kArgmax);  // writes out_ids_[i]
+    if (logits)
+      LILY_CUDA_CHECK(cudaMemcpyAsync(logits + size_t(i) * cfg_.vocab, logits_, size_t(cfg_.vocab) * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
     if (hidden) prefill_rmsnorm_f32(x_, H, final_norm_, 1, H, cfg_.rms_eps, vhid_ + size_t(i) * H, H, stream_);
     if (i < n - 1) save_states(st, size_t(i));  // the DeltaNet states after i + 1 tokens, for accept(i + 1)
   }
   if (hidden)
     LILY_CUDA_CHECK(cudaMemcpyAsync(hidden, vhid_, size_t(n) * H * 4, cudaMemcpyDeviceToHost, stream_));
+  if (ids_out) LILY_CUDA_CHECK(cudaMemcpyAsync(ids_out, out_ids_, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
   LILY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   st.pos += n;
 }
 
 std::unique_ptr<VerifyUndo> CudaBackend::verify(SeqState& s, const int32_t* ids, int n, float* logits, float* hidden) {
+  if (!logits) throw Error("verify: the logits of every row are required");
+  return verify_rows(s, ids, n, logits, hidden, nullptr);
+}
+
+std::unique_ptr<VerifyUndo> CudaBackend::verify_argmax(SeqState& s, const int32_t* ids, int n, int32_t* ids_out,
+                                                       float* hidden) {
+  if (!ids_out) throw Error("verify_argmax: the ids of every row are required");
+  return verify_rows(s, ids, n, nullptr, hidden, ids_out);
+}
+
+int32_t CudaBackend::mtp_argmax(SeqState& s, const int32_t* ids, const float* hidden, int n, int pos0,
+                                float* hidden_out) {
+  if (n > kMaxVerifyDecode || opt_.profile) return Backend::mtp_argmax(s, ids, hidden, n, pos0, hidden_out);
+  int32_t id = 0;
+  mtp_forward_checked(s, ids, hidden, n, pos0, 0, nullptr, hidden_out, &id);
+  return id;
+}
+
+std::unique_ptr<VerifyUndo> CudaBackend::verify_rows(SeqState& s, const int32_t* ids, int n, float* logits,
+                                                     float* hidden, int32_t* ids_out) {
   if (!has_mtp_) throw Error(mtp_unavailable_reason());
   CudaState& st = cuda_state(s);
   if (n < 1) throw Error("verify: expected at least one token, got " + std::to_string(n));
-  if (!logits) throw Error("verify: the logits of every row are required");
   if (n > prefill_->max_chunk())
     throw Error("verify: " + std::to_string(n) + " rows, more than a prefill chunk (" +
                 std::to_string(prefill_->max_chunk()) + ")");
@@ -181,7 +288,8 @@ std::unique_ptr<VerifyUndo> CudaBackend::verify(SeqState& s, const int32_t* ids,
   u->pos = st.pos;
   u->ids.assign(ids, ids + n);
   u->ticket = ++snap_ticket_;
-  verify_decode_steps(st, ids, n, logits, hidden);
+  if (n >= 2 && n <= kMaxWave && wave_ready()) verify_wave(st, ids, n, logits, hidden, ids_out);
+  else verify_decode_steps(st, ids, n, logits, hidden, ids_out);
   return u;
 }
 

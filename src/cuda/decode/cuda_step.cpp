@@ -120,7 +120,9 @@ void CudaBackend::enqueue_gdn(const DLayer& d, const GemvSide& side_a, const Gem
     g.ra_cols = c.hidden;
     g.ra_stride = es;
   }
-  gdn_decode(g, s, pdl);
+  const bool waited = wave_wait(d, s);  // a verify row: after the previous row's step of this layer
+  gdn_decode(g, s, pdl && !waited);
+  wave_signal(d, s);
   mark("gdn recurrence");
   GemvSeg o = {d.out, x_, 1};
   const HeadNorm hn = {hss_, c.lin_v_dim, gdn_split_parts(c.lin_v_dim), eps, g.yq};
@@ -155,11 +157,19 @@ void CudaBackend::enqueue_attn(const DLayer& d, const GemvSide& side_a, const Ge
   a.ctl = ctl_;
   const bool tr = trace_ && d.full_idx == 0;
   a.trace = tr ? trace_ : nullptr;
-  attn_decode(a, s, pdl);
+  const bool waited = wave_wait(d, s);  // a verify row: after the previous row's KV row of this layer
+  attn_decode(a, s, pdl && !waited);
+  wave_signal(d, s);
   mark("attention");
   GemvSeg o = {d.o, x_, 1};
   gemv(&o, 1, y_, nullptr, eps, s, pdl, nullptr, nullptr, &side_m);
   mark("attn o_proj gemv");
+}
+
+int CudaBackend::layer_index(const DLayer& d) const {
+  const auto p = reinterpret_cast<uintptr_t>(&d), b = reinterpret_cast<uintptr_t>(layers_.data());
+  if (p < b || p >= b + layers_.size() * sizeof(DLayer)) return -1;
+  return int((p - b) / sizeof(DLayer));
 }
 
 // A layer's MoE: router + gate_up (one launch where the router reads the experts' input), then down into the residual.
@@ -182,8 +192,8 @@ void CudaBackend::enqueue_moe(const DLayer& d, cudaStream_t s) {
   if (trace_ && !d.is_full && d.lin_idx == 0) m.trace = trace_ + 48;
   m.trace_x = m.trace ? m.trace - 4 : nullptr;  // slots 12..14 / 44..46 (free in the mixer's range)
   m.btrace = btrace_ && !d.is_full && d.lin_idx == 0 ? btrace_ : nullptr;  // trace 2
-  const int li = int(&d - layers_.data());
-  m.trace_end = trace_ && li < kTraceSlots - 80 ? trace_ + 80 + li : nullptr;
+  const int li = layer_index(d);
+  m.trace_end = trace_ && li >= 0 && li < kTraceSlots - 80 ? trace_ + 80 + li : nullptr;
   m.E = c.n_experts;
   m.k = c.top_k;
   m.gate = d.gate;
