@@ -219,7 +219,7 @@ TEST(GgufFastPaths, Q6kIntegerKernelMatchesReference) {
             else ASSERT_LE(std::fabs(part[k] - got[k]), 1e-5f * (1.0f + std::fabs(got[k]))) << what << " at " << k;
           }
         }
-      for (int n : {3, 6}) {  // outliers, in decode (GEMV rows) and prefill (16-row tiles)
+      for (int n : {1, 3, 6}) {  // outliers, in decode (one row: codes rebuilt in registers; GEMV rows) and prefill
         std::vector<float> X = randn(size_t(n) * size_t(cols), rng), small = X;
         for (int i = 0; i < n; ++i) {
           X[size_t(i) * size_t(cols) + size_t(7 + 40 * i) % size_t(cols)] = 1e4f * float(i % 2 ? -1 : 1);

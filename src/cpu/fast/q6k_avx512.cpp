@@ -172,8 +172,137 @@ LILY_AVX512 void tile_rows(const uint8_t* codes, const float* subs, int64_t cols
   }
 }
 
+// ---- Decode (one activation row): the codes rebuilt in registers in element order --------------------------
+// The activation's codes are put in element order once per call (the pair layout's even and odd bytes interleaved),
+// with -32·Σxq of every 4 elements. Per 128-element half of a block and weight row: ql's 64 bytes give the low
+// nibbles of elements 0..63 (low halves of the bytes) and 64..127 (high halves); qh's 32 bytes, broadcast to both
+// 256-bit halves and shifted per half (16-bit lanes by 4 / 2, and by 0 / 2), put the two high bits of each element
+// at bits 4-5 of the same byte. vpdpbusd of the two code vectors, started at -32·Σxq, gives lane l the exact
+// Σ(q - 32)·xq of elements 4l..4l+3 and 64+4l..64+4l+3: sub-blocks l/4 and 4 + l/4 of the half, whose d·sc·dx are
+// picked from the block's 16 lanes. 4 weight rows per activation load.
+struct NaturalX {
+  std::vector<int8_t> hi, lo;   // [P][128] the activation codes of each 128 elements in element order
+  std::vector<int32_t> neg;     // [P][4][16] -32·Σxq per 4 elements: hi of elements 0..63, of 64..127, then lo
+  std::vector<float> dx;        // [P / 2][16] lane s: dx of the block's sub-block s (its group s / 4)
+};
+
+LILY_AVX512 void natural_x(const QuantX& X, NaturalX& N) {
+  const int P = X.P;
+  N.hi.resize(size_t(P) * 128);
+  N.lo.resize(size_t(P) * 128);
+  N.neg.resize(size_t(P) * 64);
+  N.dx.resize(size_t(P / 2) * 16);
+  const __m512i k32 = _mm512_set1_epi8(32);
+  for (int part = 0; part < 2; ++part) {
+    if (part == 1 && X.lo.empty()) break;
+    const int8_t* src = part ? X.lo_at(0) : X.hi_at(0);
+    int8_t* dst = part ? N.lo.data() : N.hi.data();
+    for (int p = 0; p < P; ++p)
+      for (int g = 0; g < 2; ++g) {  // group 2p + g: even elements at 32g, odd ones at 64 + 32g
+        const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + size_t(p) * 128 + 32 * g));
+        const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + size_t(p) * 128 + 64 + 32 * g));
+        const __m256i a = _mm256_unpacklo_epi8(e, o), b = _mm256_unpackhi_epi8(e, o);
+        int8_t* d = dst + size_t(p) * 128 + 64 * g;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute2x128_si256(a, b, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 32), _mm256_permute2x128_si256(a, b, 0x31));
+      }
+    for (int p = 0; p < P; ++p)
+      for (int g = 0; g < 2; ++g) {
+        const __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32,
+                                              _mm512_loadu_si512(dst + size_t(p) * 128 + 64 * g));
+        _mm512_storeu_si512(&N.neg[size_t(p) * 64 + size_t(part) * 32 + size_t(g) * 16],
+                            _mm512_sub_epi32(_mm512_setzero_si512(), c));
+      }
+  }
+  for (int b = 0; b < P / 2; ++b)
+    for (int s = 0; s < 16; ++s) N.dx[size_t(b) * 16 + size_t(s)] = X.dxg[size_t(b) * 4 + size_t(s / 4)];
+}
+
+template <bool PRECISE>
+LILY_AVX512 void gemv_natural(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, float* Y) {
+  const int64_t cols = W.cols, nb = cols / 256, rb = static_cast<int64_t>(W.row_bytes());
+  thread_local NaturalX N;
+  natural_x(X, N);
+  const uint8_t* base = static_cast<const uint8_t*>(W.w);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  // qh bits of elements 0..31 | 32..63 (shifted left by 4 | 2), of 64..95 | 96..127 (right by 0 | 2)
+  const __m512i mha = _mm512_inserti64x4(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0C), 1);
+  const __m512i mhb = _mm512_inserti64x4(_mm512_set1_epi8(0x30), _mm256_set1_epi8(char(0xC0)), 1);
+  const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);  // qh bits 0-1 | 2-3
+  const __m512i shr = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);  // qh bits 4-5 | 6-7
+  const __m512i quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const int64_t pf = 4 * rb;  // the next quad of rows: 4 short streams, too short for the hardware prefetcher
+  for (int64_t k0 = r0; k0 < r1; k0 += 4) {
+    const int nr = int(std::min<int64_t>(4, r1 - k0));
+    const uint8_t* rp[4];  // rows past r1 repeat the last one (their sums are dropped)
+    for (int k = 0; k < 4; ++k) rp[k] = base + std::min<int64_t>(k0 + k, r1 - 1) * rb;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m512 dx = _mm512_loadu_ps(&N.dx[size_t(b) * 16]);
+      __m512 sc[4];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const uint8_t* p = rp[k] + b * kBlockBytes;
+        _mm_prefetch(reinterpret_cast<const char*>(p + pf), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + pf + 64), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + pf + 128), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + pf + 192), _MM_HINT_T0);
+        int16_t dh;
+        std::memcpy(&dh, p + 208, 2);
+        const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(dh));  // exact, in registers (no call in this loop)
+        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
+        sc[k] = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)));
+      }
+      for (int h = 0; h < 2; ++h) {
+        const int64_t pr = b * 2 + h;
+        const __m512i xa = _mm512_loadu_si512(&N.hi[size_t(pr) * 128]), xb = _mm512_loadu_si512(&N.hi[size_t(pr) * 128 + 64]);
+        const __m512i na = _mm512_loadu_si512(&N.neg[size_t(pr) * 64]), nb16 = _mm512_loadu_si512(&N.neg[size_t(pr) * 64 + 16]);
+        __m512i la, lb, nla, nlb;
+        if constexpr (PRECISE) {
+          la = _mm512_loadu_si512(&N.lo[size_t(pr) * 128]);
+          lb = _mm512_loadu_si512(&N.lo[size_t(pr) * 128 + 64]);
+          nla = _mm512_loadu_si512(&N.neg[size_t(pr) * 64 + 32]);
+          nlb = _mm512_loadu_si512(&N.neg[size_t(pr) * 64 + 48]);
+        }
+        const __m512i ia = _mm512_add_epi32(quad, _mm512_set1_epi32(8 * h)), ib = _mm512_add_epi32(ia, _mm512_set1_epi32(4));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const uint8_t* p = rp[k] + b * kBlockBytes;
+          const __m512i l = _mm512_loadu_si512(p + h * 64);
+          const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + h * 32)));
+          // the high bits masked before the shifts, so nothing else lands in a byte: (l & 0x0F) | h in one ternlog
+          const __m512i ha = _mm512_sllv_epi16(_mm512_and_si512(hb, mha), shl);
+          const __m512i hb2 = _mm512_srlv_epi16(_mm512_and_si512(hb, mhb), shr);
+          const __m512i qa = _mm512_ternarylogic_epi32(l, ha, m4, 0xEC);  // (a & c) | b
+          const __m512i qb = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), hb2, m4, 0xEC);
+          __m512 fa = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(na, qa, xa));
+          __m512 fb = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nb16, qb, xb));
+          if constexpr (PRECISE) {
+            const __m512 inv = _mm512_set1_ps(1.0f / 254.0f);
+            fa = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nla, qa, la)), inv, fa);
+            fb = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nlb, qb, lb)), inv, fb);
+          }
+          acc[k] = _mm512_fmadd_ps(fa, _mm512_permutexvar_ps(ia, sc[k]), acc[k]);
+          acc[k] = _mm512_fmadd_ps(fb, _mm512_permutexvar_ps(ib, sc[k]), acc[k]);
+        }
+      }
+    }
+    for (int k = 0; k < nr; ++k) {
+      float y = reduce(acc[k]);
+      const uint8_t* row = base + (k0 + k) * rb;
+      for (int j = 0; j < X.n_out[0]; ++j)  // the outliers, kept out of the codes, in f32
+        y += X.out_val[size_t(j)] * element(row, X.out_col[size_t(j)]);
+      Y[size_t(k0 + k)] = y;
+    }
+  }
+}
+
 template <bool PRECISE>
 LILY_AVX512 void rows_impl(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, float* Y) {
+  if (X.n == 1) {
+    gemv_natural<PRECISE>(W, r0, r1, X, Y);
+    return;
+  }
   const int64_t cols = W.cols;
   const int P = X.P;  // pairs of 64-groups = cols / 128
   const int64_t rb = static_cast<int64_t>(W.row_bytes());
