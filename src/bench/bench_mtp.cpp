@@ -46,25 +46,25 @@ MtpBenchLength bench_mtp_at(Backend& be, const std::vector<int32_t>& prompt, int
   greedy.temperature = 0;
   {  // step costs at this context
     Prefilled p = prefill(be, prompt, steps + k + 8, prefill_chunk);
-    std::vector<float> logits(size_t(k + 1) * size_t(V)), hid(size_t(k + 1) * size_t(H));
+    // as greedy decoding runs them: a plain step with its argmax, the verify and the drafts in their greedy forms
+    std::vector<float> hid(size_t(k + 1) * size_t(H));
     std::vector<float> h(static_cast<size_t>(H));
-    std::vector<int32_t> ids(size_t(k + 1), first_id);
+    std::vector<int32_t> ids(size_t(k + 1), first_id), got(size_t(k + 1));
     for (int i = 1; i <= k && i - 1 < steps; ++i) ids[size_t(i)] = plain[size_t(i - 1)];
     std::vector<double> t_plain, t_verify, t_draft;
     for (int rep = 0; rep < 9; ++rep) {
       auto s1 = p.st->clone();
       auto t0 = Clock::now();
-      be.forward(*s1, &first_id, 1, 1, logits.data(), ForwardOptions{});
+      be.decode_argmax(*s1, 1, first_id, got.data());
       const double a = ms_since(t0);
       auto s2 = p.st->clone();
       t0 = Clock::now();
-      auto undo = be.verify(*s2, ids.data(), k + 1, logits.data(), hid.data());
+      auto undo = be.verify_argmax(*s2, ids.data(), k + 1, got.data(), hid.data());
       const double b = ms_since(t0);
       auto s3 = p.st->clone();
       std::copy(p.carry.hidden.begin(), p.carry.hidden.end(), h.begin());
       t0 = Clock::now();
-      for (int j = 0; j < k; ++j)
-        be.mtp_forward(*s3, &ids[size_t(j)], h.data(), 1, s3->pos - 1 + j, 1, logits.data(), h.data());
+      for (int j = 0; j < k; ++j) be.mtp_argmax(*s3, &ids[size_t(j)], h.data(), 1, s3->pos - 1 + j, h.data());
       const double c = ms_since(t0);
       if (rep == 0) continue;  // warm-up
       t_plain.push_back(a);

@@ -22,6 +22,8 @@ struct MtpBenchRun {
 
 struct MtpBenchLength {
   int k = 0;
+  // as greedy decoding runs them (medians): one plain step with its argmax (decode_argmax), verify_argmax of k + 1
+  // rows, k chained drafts (mtp_argmax)
   double plain_step_ms = 0, verify_step_ms = 0, draft_ms = 0;
   std::vector<MtpBenchRun> runs;
 };
