@@ -112,6 +112,7 @@ class CudaBackend : public Backend {
   void enqueue_gdn(const DLayer& d, const GemvSide& side_a, const GemvSide& side_m, cudaStream_t s);
   void enqueue_attn(const DLayer& d, const GemvSide& side_a, const GemvSide& side_m, cudaStream_t s);
   void enqueue_moe(const DLayer& d, cudaStream_t s);
+  void enqueue_layer(const DLayer& d, cudaStream_t s);  // the mixer (with router-from-y's sides), then the MoE
   int layer_index(const DLayer& d) const;  // d's index in layers_, -1 for another layer (the MTP block's)
   void gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaStream_t s, unsigned long long* trace = nullptr,
                      const GemvSide* side = nullptr);
@@ -208,8 +209,10 @@ class CudaBackend : public Backend {
   // verify as a wavefront (cuda_verify.cpp), for 2 .. kMaxWave rows with the step graph on: row i's decode step on
   // a stream of its own with its own scratch (RowScratch), its layer-l mixer kernel (the DeltaNet step or the
   // attention) after row i - 1's, whose DeltaNet state is first copied layer by layer into snapshot slot i - 1 on
-  // a side stream. Every row runs plain decoding's kernels on the same inputs (the same bits); the rows' other
-  // kernels overlap. One graph per row count, captured on first use.
+  // a side stream; the attention kernels of all rows in one order (row 0's after the last row's of the previous
+  // attention layer: one at a time, as their split blocks wait for each other and must all be resident). Every
+  // row runs plain decoding's kernels on the same inputs (the same bits); the rows' other kernels overlap. One
+  // graph per row count, captured layer by layer on first use.
   static constexpr int kMaxWave = 8;
   struct Wave {
     int row = -1, n = 0;             // the row being captured, of n (row -1: a plain step)

@@ -168,10 +168,7 @@ void CudaBackend::mtp_decode_rows(CudaState& st, const int32_t* ids, const float
       prefill_rmsnorm_f32(mtp_io_.hid + size_t(j) * H, H, mtp_norm_h_, 1, H, eps, mtp_io_.cat + H, 2 * H, stream_);
       GemvSeg fc = {mtp_fc_, x_, 0};
       gemv(&fc, 1, mtp_io_.cat, nullptr, eps, stream_, false);
-      GemvSide side_a, side_m;
-      router_y_sides(mtp_layer_, side_a, side_m);  // none: the block's layer routes as usual
-      enqueue_attn(mtp_layer_, side_a, side_m, stream_);
-      enqueue_moe(mtp_layer_, stream_);
+      enqueue_layer(mtp_layer_, stream_);  // no router-from-y rows: the block's layer routes as usual
       if (hidden_out)
         prefill_rmsnorm_f32(x_, H, mtp_norm_, 1, H, eps, mtp_io_.hout + size_t(j) * H, H, stream_);
       const bool top = argmax && j == n - 1;

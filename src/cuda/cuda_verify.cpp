@@ -1,9 +1,12 @@
 // The speculative verify as a wavefront (CudaBackend::verify_wave, cuda_backend.h): the n rows' decode steps
-// captured once per n into one graph, row i on a stream of its own with its own scratch and step control; its
-// layer-l mixer kernel (DeltaNet step or attention, the only kernels that read what the previous row left: the
-// recurrent and conv states, the KV row) waits for row i - 1's, and row i - 1's DeltaNet state of that layer is
-// first copied into snapshot slot i - 1 on a side stream (for accept). Each row runs plain decoding's kernels on
-// the same inputs, so logits and states equal plain decoding's bit for bit; the rest of the rows' kernels overlap.
+// captured once per n into one graph, layer by layer, row i on a stream of its own with its own scratch and step
+// control; its layer-l mixer kernel (DeltaNet step or attention, the only kernels that read what the previous row
+// left: the recurrent and conv states, the KV row) waits for row i - 1's, and row i - 1's DeltaNet state of that
+// layer is first copied into snapshot slot i - 1 on a side stream (for accept). The attention kernels run one at a
+// time across the rows (row 0's after the last row's of the previous attention layer): each one's split blocks wait
+// for each other, so two partly resident at once could wait for each other's room. Each row runs plain decoding's
+// kernels on the same inputs, so logits and states equal plain decoding's bit for bit; the rest of the rows'
+// kernels overlap.
 #include <algorithm>
 
 #include "core/error.h"
@@ -31,19 +34,30 @@ SnapShape snap_shape(const ModelConfig& c, int n_lin) {
 
 bool CudaBackend::wave_wait(const DLayer& d, cudaStream_t s) {
   const int li = layer_index(d);
-  if (wave_.row <= 0 || li < 0) return false;
-  LILY_CUDA_CHECK(cudaStreamWaitEvent(s, wave_ev_[size_t(wave_.row - 1) * layers_.size() + size_t(li)], 0));
-  return true;
+  if (wave_.row < 0 || li < 0) return false;
+  const size_t L = layers_.size();
+  if (wave_.row > 0) {  // the previous row's step of this layer (its state, its KV row)
+    LILY_CUDA_CHECK(cudaStreamWaitEvent(s, wave_ev_[size_t(wave_.row - 1) * L + size_t(li)], 0));
+    return true;
+  }
+  if (!d.is_full) return false;
+  for (int p = li - 1; p >= 0; --p)  // row 0's attention: after the last row's of the previous attention layer
+    if (layers_[size_t(p)].is_full) {
+      LILY_CUDA_CHECK(cudaStreamWaitEvent(s, wave_ev_[size_t(wave_.n - 1) * L + size_t(p)], 0));
+      return true;
+    }
+  return false;
 }
 
 void CudaBackend::wave_signal(const DLayer& d, cudaStream_t s) {
   const int li = layer_index(d);
-  if (wave_.row < 0 || wave_.row + 1 >= wave_.n || li < 0) return;
+  if (wave_.row < 0 || li < 0) return;
   const size_t L = layers_.size(), k = size_t(wave_.row) * L + size_t(li);
-  if (d.is_full) {  // the KV row is written: the next row's attention may read it
+  if (d.is_full) {  // the KV row is written: the next row's attention (or row 0's next one) may start
     LILY_CUDA_CHECK(cudaEventRecord(wave_ev_[k], s));
     return;
   }
+  if (wave_.row + 1 >= wave_.n) return;  // the last row's state needs no snapshot
   int n_lin = 0;
   for (const DLayer& e : layers_) n_lin += !e.is_full;
   cudaEvent_t stepped = wave_ev_[kMaxWave * L + k];
@@ -70,19 +84,30 @@ cudaGraphExec_t CudaBackend::wave_graph(int n) {
   int swapped = -1;
   try {
     LILY_CUDA_CHECK(cudaEventRecord(fork, stream_));
-    for (int i = 0; i < n; ++i) {
-      cudaStream_t rs = wave_streams_[i], ss = wave_streams_[kMaxWave + i];
-      LILY_CUDA_CHECK(cudaStreamWaitEvent(rs, fork, 0));
-      LILY_CUDA_CHECK(cudaStreamWaitEvent(ss, fork, 0));
+    set_decode_int8_x(opt_.int8_x);  // as enqueue_step
+    // the rows' launches layer by layer (a row may wait only for events captured before), each with its scratch
+    auto as_row = [&](int i, auto&& launches) {
       if (i > 0) swap_scratch(wave_rows_[size_t(swapped = i - 1)]);
-      wave_ = {i, n, ss};
-      enqueue_step(rs, StepPart::kArgmax);
+      wave_ = {i, n, wave_streams_[kMaxWave + i]};
+      launches(wave_streams_[i]);
       wave_ = {};
       if (swapped >= 0) swap_scratch(wave_rows_[size_t(swapped)]);
       swapped = -1;
+    };
+    for (int i = 0; i < n; ++i) {
+      LILY_CUDA_CHECK(cudaStreamWaitEvent(wave_streams_[i], fork, 0));
+      LILY_CUDA_CHECK(cudaStreamWaitEvent(wave_streams_[kMaxWave + i], fork, 0));
+      as_row(i, [&](cudaStream_t rs) { embed(embed_, in_ids_, ctl_, x_, rs, false); });
+    }
+    for (const DLayer& d : layers_)
+      for (int i = 0; i < n; ++i) as_row(i, [&](cudaStream_t rs) { enqueue_layer(d, rs); });
+    for (int i = 0; i < n; ++i) {
+      as_row(i, [&](cudaStream_t rs) {
+        lm_head_argmax(lm_head_, x_, final_norm_, cfg_.rms_eps, logits_, in_ids_, out_ids_, ctl_, rs, opt_.pdl);
+      });
       for (int j = 0; j < 2; ++j) {  // both streams joined back into the origin
         cudaEvent_t e = wave_ev_[2 * kMaxWave * L + 1 + 2 * size_t(i) + j];
-        LILY_CUDA_CHECK(cudaEventRecord(e, j ? ss : rs));
+        LILY_CUDA_CHECK(cudaEventRecord(e, wave_streams_[j ? kMaxWave + i : i]));
         LILY_CUDA_CHECK(cudaStreamWaitEvent(stream_, e, 0));
       }
     }

@@ -262,13 +262,7 @@ void CudaBackend::enqueue_step(cudaStream_t s, StepPart part) {
   set_decode_int8_x(opt_.int8_x);  // the launchers below read it (this backend's choice, not the last constructed)
   embed(embed_, in_ids_, ctl_, x_, s, false);
   mark("embed");
-  for (const DLayer& d : layers_) {
-    GemvSide side_a, side_m;
-    router_y_sides(d, side_a, side_m);
-    if (d.is_full) enqueue_attn(d, side_a, side_m, s);
-    else enqueue_gdn(d, side_a, side_m, s);
-    enqueue_moe(d, s);
-  }
+  for (const DLayer& d : layers_) enqueue_layer(d, s);
   lm_head_argmax(lm_head_, x_, final_norm_, eps, logits_, in_ids_, part == StepPart::kArgmax ? out_ids_ : nullptr,
                  ctl_, s, pdl, trace_ ? trace_ + 66 : nullptr);
   mark("lm_head argmax");
@@ -276,6 +270,14 @@ void CudaBackend::enqueue_step(cudaStream_t s, StepPart part) {
     sample_step(sampler_args(), s, pdl);
     mark("step sampler");
   }
+}
+
+void CudaBackend::enqueue_layer(const DLayer& d, cudaStream_t s) {
+  GemvSide side_a, side_m;
+  router_y_sides(d, side_a, side_m);
+  if (d.is_full) enqueue_attn(d, side_a, side_m, s);
+  else enqueue_gdn(d, side_a, side_m, s);
+  enqueue_moe(d, s);
 }
 
 }  // namespace lily::cuda
