@@ -186,7 +186,7 @@ struct NaturalX {
   std::vector<float> dx;        // [P / 2][16] lane s: dx of the block's sub-block s (its group s / 4)
 };
 
-LILY_AVX512 void natural_x(const QuantX& X, NaturalX& N) {
+LILY_AVX512 void natural_x(const QuantX& X, bool precise, NaturalX& N) {
   const int P = X.P;
   N.hi.resize(size_t(P) * 128);
   N.lo.resize(size_t(P) * 128);
@@ -194,7 +194,7 @@ LILY_AVX512 void natural_x(const QuantX& X, NaturalX& N) {
   N.dx.resize(size_t(P / 2) * 16);
   const __m512i k32 = _mm512_set1_epi8(32);
   for (int part = 0; part < 2; ++part) {
-    if (part == 1 && X.lo.empty()) break;
+    if (part == 1 && !precise) break;  // the lo codes are not read (and may be another call's)
     const int8_t* src = part ? X.lo_at(0) : X.hi_at(0);
     int8_t* dst = part ? N.lo.data() : N.hi.data();
     for (int p = 0; p < P; ++p)
@@ -222,7 +222,7 @@ template <bool PRECISE>
 LILY_AVX512 void gemv_natural(const QMatrix& W, int64_t r0, int64_t r1, const QuantX& X, float* Y) {
   const int64_t cols = W.cols, nb = cols / 256, rb = static_cast<int64_t>(W.row_bytes());
   thread_local NaturalX N;
-  natural_x(X, N);
+  natural_x(X, PRECISE, N);
   const uint8_t* base = static_cast<const uint8_t*>(W.w);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   // qh bits of elements 0..31 | 32..63 (shifted left by 4 | 2), of 64..95 | 96..127 (right by 0 | 2)
