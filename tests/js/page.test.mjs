@@ -80,6 +80,9 @@ test('types a message, sees the streamed reply, takes a screenshot', { skip: !ha
 
 test('the stop button ends a long reply; the conversation survives a reload', { skip: !have && `no ${CHROMIUM}` }, async () => {
   await page.$eval('#max_tokens', (el) => { el.value = '2000'; el.dispatchEvent(new Event('change')); });
+  // greedy: the reply is the same every run (sampled, the demo model's noise sometimes ended it at once, before the
+  // stop button could be pressed)
+  await page.$eval('#temperature', (el) => { el.value = '0'; el.dispatchEvent(new Event('change')); });
   await page.type('#input', 'Tell me a long story.');
   await page.keyboard.press('Enter');
   await page.waitForFunction(() => document.querySelectorAll('.msg.assistant').length === 2 &&
