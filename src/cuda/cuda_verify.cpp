@@ -82,9 +82,15 @@ cudaGraphExec_t CudaBackend::wave_graph(int n) {
   cudaGraph_t g = nullptr;
   LILY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   int swapped = -1;
+  const bool pdl_saved = opt_.pdl;
   try {
     LILY_CUDA_CHECK(cudaEventRecord(fork, stream_));
     set_decode_int8_x(opt_.int8_x);  // as enqueue_step
+    // each row's GEMV, MoE and lm_head kernels take 1/n of the resident grid, so the rows' kernels run side by
+    // side instead of taking turns on the whole GPU; above 2 rows without PDL (a launched dependent's waiting
+    // blocks would hold room the other rows could use): docs/performance-log.md
+    set_decode_grid_share(n);
+    if (n > 2) opt_.pdl = false;
     // the rows' launches layer by layer (a row may wait only for events captured before), each with its scratch
     auto as_row = [&](int i, auto&& launches) {
       if (i > 0) swap_scratch(wave_rows_[size_t(swapped = i - 1)]);
@@ -112,6 +118,8 @@ cudaGraphExec_t CudaBackend::wave_graph(int n) {
       }
     }
   } catch (...) {
+    set_decode_grid_share(1);
+    opt_.pdl = pdl_saved;
     wave_ = {};
     if (swapped >= 0) swap_scratch(wave_rows_[size_t(swapped)]);
     trace_ = tr;
@@ -120,6 +128,8 @@ cudaGraphExec_t CudaBackend::wave_graph(int n) {
     if (g) cudaGraphDestroy(g);
     throw;
   }
+  set_decode_grid_share(1);
+  opt_.pdl = pdl_saved;
   trace_ = tr;
   btrace_ = btr;
   LILY_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));

@@ -246,10 +246,13 @@ __global__ void __launch_bounds__(kThreads) k_embed(const DMat E, const int32_t*
 }
 
 bool g_int8_x = true;
+int g_grid_share = 1;
 
 }  // namespace
 
 void set_decode_int8_x(bool on) { g_int8_x = on; }
+void set_decode_grid_share(int share) { g_grid_share = std::max(share, 1); }
+int decode_grid(int resident) { return std::max(1, resident / g_grid_share); }
 bool decode_int8_x() { return g_int8_x; }
 bool use_int8_x(int fmt, int cols) {
   return g_int8_x && (fmt_q4(fmt) || fmt == kQ6) && cols % 32 == 0 && cols <= 32 * 256;
@@ -300,7 +303,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   const int units = std::max(p.total_rows, p.side.rows * p.side.pieces);  // warps with work
   auto grid = [&](auto kern) {
     allow_smem(kern, smem);
-    return std::min((units + wpb - 1) / wpb, resident_grid(kern, kThreads, smem));
+    return std::min((units + wpb - 1) / wpb, decode_grid(resident_grid(kern, kThreads, smem)));
   };
   auto whole = [&](auto kw) {  // 4-bit, one row per warp in one wave: the whole row (2 x 64 chunks) before the wait
     const int nch = p.cols / FmtInfo<kQ4>::kElems;

@@ -103,6 +103,11 @@ void set_decode_int8_x(bool on);
 bool decode_int8_x();
 bool use_int8_x(int fmt, int cols);  // the int8 path serves this matrix shape (4-bit or kQ6, cols <= 8192)
 
+// ---- grid share: the row-parallel kernels (GEMVs, MoE, lm_head) take 1/share of the resident grid (1: all; the
+// speculative verify's wavefront of n rows captures them with n, so that the rows' kernels run side by side) ----
+void set_decode_grid_share(int share);
+int decode_grid(int resident);  // max(1, resident / share)
+
 // ---- launchers (all asynchronous on `s`; they check the launch) ----
 // Row-parallel fused GEMV over up to kMaxSegs matrices sharing x (cols): optional RMSNorm prologue
 // (xn = x / rms(x) * norm_w when norm_w != null). All segments must have the same fmt and cols.

@@ -387,7 +387,7 @@ int moe_rows(const MoeArgs& a) { return std::max(a.E + 1, a.k * a.gate.m.rows + 
 template <class K>
 int fused_grid(K kern, const MoeArgs& a, size_t smem) {
   allow_smem(kern, smem);  // before the occupancy query: above 48 KB it counts only with the limit raised
-  return std::min((moe_rows(a) + 7) / 8, resident_grid(kern, kThreads, smem));
+  return std::min((moe_rows(a) + 7) / 8, decode_grid(resident_grid(kern, kThreads, smem)));
 }
 }  // namespace
 

@@ -159,7 +159,7 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   auto run = [&](auto kern, int nt = kThreads) {
     allow_smem(kern, smem);
     const int wpb = nt / 32;
-    const int blocks = std::min((H + wpb - 1) / wpb, resident_grid(kern, nt, smem));
+    const int blocks = std::min((H + wpb - 1) / wpb, decode_grid(resident_grid(kern, nt, smem)));
     launch(kern, dim3(blocks), dim3(nt), smem, s, pdl, a);
   };
   const int ng = n / 16;

@@ -216,7 +216,7 @@ void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
   auto run = [&](auto kern) {
     allow_smem(kern, smem);
     // one wave (528 blocks were two waves of 264 at 2 blocks per SM: +3 us per layer)
-    const int blocks = std::min((rows + 7) / 8, resident_grid(kern, kThreads, smem));
+    const int blocks = std::min((rows + 7) / 8, decode_grid(resident_grid(kern, kThreads, smem)));
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, a);
   };
   switch (a.gate.m.fmt) {

@@ -171,7 +171,7 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
   const size_t smem = size_t(W.cols) * 8 + size_t(W.cols / 16) * 4;  // norm_w + the larger x form (XF)
   auto run = [&](auto kern) {
     allow_smem(kern, smem);
-    const int blocks = std::min((W.rows + 7) / 8, resident_grid(kern, kThreads, smem));
+    const int blocks = std::min((W.rows + 7) / 8, decode_grid(resident_grid(kern, kThreads, smem)));
     launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, W, x, norm_w, eps, logits, in_ids, out_ids, ctl, trace);
   };
   // one chunk pair per lane and row (Q4): two sets of 2 rows per warp (sets of 4 rows spill: measured slower)
