@@ -77,12 +77,21 @@ cudaGraphExec_t CudaBackend::wave_graph(int n) {
     for (cudaEvent_t& e : wave_ev_) LILY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   cudaEvent_t fork = wave_ev_[2 * kMaxWave * L];
-  unsigned long long *tr = trace_, *btr = btrace_;  // the stamps belong to plain steps
-  trace_ = btrace_ = nullptr;
+  struct Restore {  // the launch settings of plain steps, back however the capture ends
+    CudaBackend& b;
+    unsigned long long *tr, *btr;
+    bool pdl;
+    ~Restore() {
+      set_decode_grid_share(1);
+      b.opt_.pdl = pdl;
+      b.trace_ = tr;
+      b.btrace_ = btr;
+    }
+  } restore{*this, trace_, btrace_, opt_.pdl};
+  trace_ = btrace_ = nullptr;  // the stamps belong to plain steps
   cudaGraph_t g = nullptr;
   LILY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   int swapped = -1;
-  const bool pdl_saved = opt_.pdl;
   try {
     LILY_CUDA_CHECK(cudaEventRecord(fork, stream_));
     set_decode_int8_x(opt_.int8_x);  // as enqueue_step
@@ -118,20 +127,12 @@ cudaGraphExec_t CudaBackend::wave_graph(int n) {
       }
     }
   } catch (...) {
-    set_decode_grid_share(1);
-    opt_.pdl = pdl_saved;
     wave_ = {};
     if (swapped >= 0) swap_scratch(wave_rows_[size_t(swapped)]);
-    trace_ = tr;
-    btrace_ = btr;
     cudaStreamEndCapture(stream_, &g);
     if (g) cudaGraphDestroy(g);
     throw;
   }
-  set_decode_grid_share(1);
-  opt_.pdl = pdl_saved;
-  trace_ = tr;
-  btrace_ = btr;
   LILY_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
   const cudaError_t e = cudaGraphInstantiate(&graph, g, 0);
   cudaGraphDestroy(g);
