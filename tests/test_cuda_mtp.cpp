@@ -1,6 +1,6 @@
 // The CUDA backend's speculative-decoding pieces on the tiny fixture with its MTP block: verify + accept(m) leave the
 // device state (KV rows, DeltaNet recurrent and conv states, position) equal to the state of forwarding only the m
-// kept tokens, bit for bit (the verify runs plain decoding's steps, as a wavefront of rows or one after another:
+// kept tokens, bit for bit (the verify runs plain decoding's numerics, the decode kernels given all rows at once or one step after another:
 // against plain decode steps); clone / assign carry the MTP cache; the greedy output of a speculative decode does not depend on k
 // or on how many drafts are accepted. The logits and the 520-token comparison with plain decoding are in
 // test_mtp.cpp / test_speculative.cpp.
@@ -78,8 +78,8 @@ class CudaMtp : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     if (!test_backend_usable("cuda")) GTEST_SKIP() << "no CUDA device";
-    // "wavefront": the verify's rows overlapped in one graph (the default); "decode_steps": direct launches, the
-    // rows one plain step after another (the reference)
+    // "rows": the verify's rows through each decode kernel at once, in one graph (the default); "decode_steps":
+    // direct launches, the rows one plain step after another (the reference)
     const bool steps = std::string(GetParam()) == "decode_steps";
     if (steps) setenv("LILY_CUDA_LAUNCH", "direct", 1);
     be = make_test_backend("cuda", fx().w);
@@ -102,7 +102,7 @@ TEST_P(CudaMtp, AcceptLeavesThePlainState) {
   const ModelConfig& c = be->config();
   auto base = prefilled(128);
   const int32_t run[8] = {17, 400, 33, 2900, 5, 1234, 77, 3001};
-  for (int n : {4, 8})  // a wavefront of n rows (up to kMaxWave); each accepted length of 4, some of 8
+  for (int n : {4, 8})  // n rows in one launch sequence (up to kMaxRows); each accepted length of 4, some of 8
   for (int m = 1; m <= n; m += n == 8 ? 3 : 1) {
     auto plain = base->clone();
     std::vector<float> plain_logits(size_t(m) * size_t(V));
@@ -224,7 +224,7 @@ TEST_P(CudaMtp, GreedyOutputIndependentOfDrafts) {
   EXPECT_EQ(a, e);
 }
 
-INSTANTIATE_TEST_SUITE_P(Verify, CudaMtp, ::testing::Values("wavefront", "decode_steps"),
+INSTANTIATE_TEST_SUITE_P(Verify, CudaMtp, ::testing::Values("rows", "decode_steps"),
                          [](const auto& i) { return std::string(i.param); });
 
 TEST(CudaMtpLoad, WithoutWeightsSaysWhy) {

@@ -200,36 +200,62 @@ DLayer CudaBackend::upload_layer(const LayerWeights& L, int& n_lin, int& n_full)
 
 // One decode row's scratch (RowScratch), zeroed where the kernels expect zeros at their first launch (the
 // router-from-y parts, the DeltaNet head sums and XQ image, the barrier counters, the step control).
-CudaBackend::RowScratch CudaBackend::alloc_scratch() {
+std::vector<CudaBackend::RowScratch> CudaBackend::alloc_rows(int n, int64_t* stride) {
   const ModelConfig& c = cfg_;
-  RowScratch r;
-  auto zeroed = [this](size_t bytes) {
-    void* p = dev_alloc(bytes);
-    LILY_CUDA_CHECK(cudaMemset(p, 0, bytes));
-    return p;
-  };
   const int G = c.n_kv_heads ? c.n_q_heads / c.n_kv_heads : 1;
   const size_t proj = std::max<size_t>(size_t(c.conv_dim()) + c.value_dim() + 2 * c.lin_v_heads,
                                        size_t(c.q_proj_rows()) + 2 * c.kv_dim());
-  r.x = static_cast<float*>(dev_alloc(size_t(c.hidden) * 4));
-  r.proj = static_cast<float*>(dev_alloc(proj * 4));
-  r.y = static_cast<float*>(dev_alloc(std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4));
-  r.rlogits = static_cast<float*>(dev_alloc(size_t(c.n_experts) * 4));
-  r.shg = static_cast<float*>(dev_alloc(16));
-  // either layout of the router-from-y parts (element-major [E + 1][16], part-major [12][kMoePrePartStride])
-  r.pre = static_cast<float*>(
-      zeroed(std::max(size_t(c.n_experts + 1) * kMoePreStride, size_t(kMoePreMaxParts) * kMoePrePartStride) * 4));
-  r.hss = static_cast<float*>(zeroed(size_t(c.lin_v_heads) * std::max(1, gdn_split_parts(c.lin_v_dim)) * 4));
-  if (gdn_split_) r.yq = zeroed(xq_image_bytes(c.value_dim()));  // the only case enqueue_step hands it over
-  r.route_done = static_cast<unsigned int*>(zeroed(32));
-  r.act = static_cast<float*>(dev_alloc((size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4));
-  r.ridx = static_cast<int32_t*>(dev_alloc(size_t(c.top_k) * 4));
-  r.rw = static_cast<float*>(dev_alloc(size_t(c.top_k) * 4));
-  r.part = static_cast<float*>(
-      dev_alloc(size_t(std::max(c.n_kv_heads, 1)) * kAttnPartSlots * (size_t(G) * c.head_dim + 2 * G) * 4));
-  r.logits = static_cast<float*>(dev_alloc(size_t(c.vocab) * 4));
-  r.ctl = static_cast<StepCtl*>(zeroed(sizeof(StepCtl)));
-  return r;
+  // the members in order, each from a 256-byte boundary
+  const size_t bytes[] = {
+      size_t(c.hidden) * 4,                                                          // x
+      proj * 4,                                                                      // proj
+      std::max<size_t>(c.value_dim(), size_t(c.n_q_heads) * c.head_dim) * 4,         // y
+      size_t(c.n_experts) * 4,                                                       // rlogits
+      16,                                                                            // shg
+      // either layout of the router-from-y parts (element-major [E + 1][16], part-major [12][kMoePrePartStride])
+      std::max(size_t(c.n_experts + 1) * kMoePreStride, size_t(kMoePreMaxParts) * kMoePrePartStride) * 4,  // pre
+      size_t(c.lin_v_heads) * std::max(1, gdn_split_parts(c.lin_v_dim)) * 4,        // hss
+      gdn_split_ ? xq_image_bytes(c.value_dim()) : 16,                               // yq
+      32,                                                                            // route_done
+      (size_t(c.top_k) * c.expert_inter + c.shared_inter) * 4,                       // act
+      size_t(c.top_k) * 4,                                                           // ridx
+      size_t(c.top_k) * 4,                                                           // rw
+      size_t(std::max(c.n_kv_heads, 1)) * kAttnPartSlots * (size_t(G) * c.head_dim + 2 * G) * 4,  // part
+      size_t(c.vocab) * 4,                                                           // logits
+      sizeof(StepCtl)};                                                              // ctl
+  size_t row = 0;
+  for (size_t b : bytes) row += (b + 255) / 256 * 256;
+  auto* base = static_cast<uint8_t*>(dev_alloc(row * size_t(n)));
+  LILY_CUDA_CHECK(cudaMemset(base, 0, row * size_t(n)));  // zero where the kernels expect it (counters, parts)
+  if (stride) *stride = int64_t(row);
+  std::vector<RowScratch> rows(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    uint8_t* p = base + size_t(i) * row;
+    size_t k = 0;
+    auto take = [&]() {
+      void* q = p;
+      p += (bytes[k++] + 255) / 256 * 256;
+      return q;
+    };
+    RowScratch& r = rows[size_t(i)];
+    r.x = static_cast<float*>(take());
+    r.proj = static_cast<float*>(take());
+    r.y = static_cast<float*>(take());
+    r.rlogits = static_cast<float*>(take());
+    r.shg = static_cast<float*>(take());
+    r.pre = static_cast<float*>(take());
+    r.hss = static_cast<float*>(take());
+    r.yq = take();
+    if (!gdn_split_) r.yq = nullptr;  // the only case enqueue_step hands it over
+    r.route_done = static_cast<unsigned int*>(take());
+    r.act = static_cast<float*>(take());
+    r.ridx = static_cast<int32_t*>(take());
+    r.rw = static_cast<float*>(take());
+    r.part = static_cast<float*>(take());
+    r.logits = static_cast<float*>(take());
+    r.ctl = static_cast<StepCtl*>(take());
+  }
+  return rows;
 }
 
 void CudaBackend::swap_scratch(RowScratch& r) {
@@ -266,8 +292,11 @@ CudaBackend::CudaBackend(std::shared_ptr<ModelWeights> w, CudaOptions opt) : w_(
   }
   log_code8_uploads();
   gdn_split_ = gdn_split_parts(cfg_.lin_v_dim) > 0;
-  RowScratch mine = alloc_scratch();
-  swap_scratch(mine);
+  // the plain step's scratch is row 0 of kMaxRows laid out at one stride (a verify's rows in one launch)
+  std::vector<RowScratch> rows = alloc_rows(kMaxRows, &rows_stride_);
+  swap_scratch(rows[0]);
+  qk_read_ = static_cast<unsigned int*>(dev_alloc(size_t(std::max(c.lin_k_heads, 1)) * 4));
+  LILY_CUDA_CHECK(cudaMemset(qk_read_, 0, size_t(std::max(c.lin_k_heads, 1)) * 4));
   if (opt_.trace) {
     trace_ = static_cast<unsigned long long*>(dev_alloc(kTraceSlots * 8));
     LILY_CUDA_CHECK(cudaMemset(trace_, 0, kTraceSlots * 8));
@@ -329,7 +358,8 @@ CudaBackend::~CudaBackend() {
   }
   for (cudaGraphExec_t g : graphs_)
     if (g) cudaGraphExecDestroy(g);
-  wave_release();
+  drop_rows_graphs();
+  if (rows_ctl_host_) cudaFreeHost(rows_ctl_host_);
   for (auto& e : ev_)
     if (e) cudaEventDestroy(e);
   if (host_ids_) cudaFreeHost(host_ids_);

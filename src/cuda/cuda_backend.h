@@ -69,8 +69,8 @@ class CudaBackend : public Backend {
 
   // Speculative decoding (cuda_mtp.cpp, cuda_verify.cpp): the MTP block runs through the decode kernels (draft
   // rows) or the prefill runner (run_mtp, the prompt's rows) with its own KV cache in the CudaState; verify runs the
-  // rows with plain decoding's kernels (a wavefront of rows, or consecutive steps) keeping the DeltaNet states after
-  // each, accept copies the kept position's states back.
+  // rows with plain decoding's numerics (the decode kernels given all rows at once, or consecutive steps) keeping
+  // the DeltaNet states after each, accept copies the kept position's states back.
   bool mtp_available() const override { return has_mtp_; }
   std::string mtp_unavailable_reason() const override;
   std::string mtp_default_off_reason() const override;
@@ -121,8 +121,9 @@ class CudaBackend : public Backend {
   cudaGraphExec_t step_graph(StepPart part);          // captured on first use
   void mark(const char* what);  // profiling: event after the kernel(s) named `what`
 
-  // One decode row's device scratch and step control: the members below are the plain step's set; a wavefront
-  // verify gives rows 1 .. n - 1 sets of their own (wave_rows_), swapped in while their launches are captured.
+  // One decode row's device scratch and step control: the members below are the plain step's set, row 0 of
+  // kMaxRows laid out at rows_stride_ (a verify's rows 1 .. n - 1 use the sets after it); the MTP rows have one of
+  // their own (mtp_sc_), swapped in while their launches are enqueued.
   struct RowScratch {
     float *x = nullptr, *proj = nullptr, *y = nullptr, *rlogits = nullptr, *shg = nullptr, *pre = nullptr,
           *hss = nullptr;
@@ -133,7 +134,9 @@ class CudaBackend : public Backend {
     float *rw = nullptr, *part = nullptr, *logits = nullptr;
     StepCtl* ctl = nullptr;
   };
-  RowScratch alloc_scratch();          // sized for cfg_, zeroed where the kernels expect it (cuda_backend.cpp)
+  // n sets sized for cfg_ from one zeroed allocation, set r at byte offset r * *stride from set 0's (cuda_backend.cpp)
+  std::vector<RowScratch> alloc_rows(int n, int64_t* stride = nullptr);
+  int64_t rows_stride_ = 0;  // bytes from one verify row's set to the next's
   void swap_scratch(RowScratch& r);    // exchanges the members' set with r
   struct Mark {
     const char* what;
@@ -206,32 +209,21 @@ class CudaBackend : public Backend {
   void save_states(const CudaState& st, size_t slot);     // S, conv -> snapshot slot (async on stream_)
   void restore_states(CudaState& st, size_t slot);        // snapshot slot -> S, conv (async on stream_)
 
-  // verify as a wavefront (cuda_verify.cpp), for 2 .. kMaxWave rows with the step graph on: row i's decode step on
-  // a stream of its own with its own scratch (RowScratch), its layer-l mixer kernel (the DeltaNet step or the
-  // attention) after row i - 1's, whose DeltaNet state is first copied layer by layer into snapshot slot i - 1 on
-  // a side stream; the attention kernels of all rows in one order (row 0's after the last row's of the previous
-  // attention layer: one at a time, as their split blocks wait for each other and must all be resident). Every
-  // row runs plain decoding's kernels on the same inputs (the same bits); the rows' other kernels overlap. One
-  // graph per row count, captured layer by layer on first use.
-  static constexpr int kMaxWave = 8;
-  struct Wave {
-    int row = -1, n = 0;             // the row being captured, of n (row -1: a plain step)
-    cudaStream_t side = nullptr;     // its snapshot stream
-  };
-  Wave wave_;
-  bool wave_ready() const { return opt_.graph && !opt_.profile; }
-  void verify_wave(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden, int32_t* ids_out);
-  cudaGraphExec_t wave_graph(int n);
-  bool wave_wait(const DLayer& d, cudaStream_t s);    // before a mixer kernel: row i - 1's (true: a wait was added)
-  void wave_signal(const DLayer& d, cudaStream_t s);  // after it: the snapshot and the event row i + 1 waits for
-  void wave_release();                                // graphs, streams, events
-  cudaGraphExec_t wave_graphs_[kMaxWave + 1] = {};
-  cudaStream_t wave_streams_[2 * kMaxWave] = {};      // [row stream | side stream] per row
-  std::vector<cudaEvent_t> wave_ev_;                  // [2][kMaxWave][layers] mixer done / DeltaNet step done, then
-                                                      // the fork and [kMaxWave][2] joins
-  StepCtl* wave_ctl_host_ = nullptr;                  // pinned [kMaxWave] the rows' step controls
-
-  std::vector<RowScratch> wave_rows_;  // rows 1 .. kMaxWave - 1 of a wavefront verify (allocated on first use)
+  // verify as one launch sequence for all rows (cuda_verify.cpp), for 2 .. kMaxRows rows with the step graph on:
+  // the decode step's kernels each given the n rows (Rows, their scratch at rows_stride_ from the plain step's):
+  // the GEMVs and lm_head dot each weight row with every row's x, the DeltaNet step carries the state through the
+  // rows (the states after rows 0 .. n - 2 to snapshot slots), the MoE kernels run the rows side by side on 1/n of
+  // the grid each, the attention kernel row after row. Each row computes what a plain step computes, bit for bit.
+  // Captured once per n on first use.
+  Rows rows_;                                          // the rows of the launches being enqueued (n 1: plain)
+  size_t snap_s_bytes_ = 0;                            // S's bytes at the start of a snapshot slot (then the conv)
+  unsigned int* qk_read_ = nullptr;                    // [lin_k_heads] the rows' DeltaNet step's counters (zeroed)
+  cudaGraphExec_t rows_graphs_[kMaxRows + 1] = {};
+  StepCtl* rows_ctl_host_ = nullptr;                   // pinned [kMaxRows] the rows' step controls
+  bool rows_ready() const { return opt_.graph && !opt_.profile; }
+  cudaGraphExec_t rows_graph(int n);
+  void drop_rows_graphs();
+  void verify_batch(CudaState& st, const int32_t* ids, int n, float* logits, float* hidden, int32_t* ids_out);
 
   // scratch (device), sizes in elements
   float* x_ = nullptr;          // [H] residual

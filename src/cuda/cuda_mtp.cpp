@@ -3,10 +3,10 @@
 //    block's own KV cache in the CudaState (rows stored at their position; mtp_rows of them in use);
 //  - verify: n decode steps, plain decoding's own kernels and numerics (lossless), with a device copy of the
 //    DeltaNet recurrent + conv states (the only state a forward changes in place) after each of the first n - 1;
-//    with the step graph on, the n steps run as a wavefront (cuda_verify.cpp: row i's layer after row i - 1's, the
-//    rest overlapping, the states copied layer by layer), else one after another (verify_decode_steps, the
-//    reference); accept(m < n) copies the one after m tokens back (the KV rows before the kept position are final,
-//    those past it are overwritten later);
+//    with the step graph on, the n rows go through each decode kernel at once (cuda_verify.cpp: weights read once
+//    for all rows, the DeltaNet state carried through them on chip and written to a snapshot after each), else one
+//    step after another (verify_decode_steps, the reference); accept(m < n) copies the one after m tokens back (the
+//    KV rows before the kept position are final, those past it are overwritten later);
 //    A verify of one token is one decode step (the speculative loop's plain steps, which auto-off times as plain
 //    decoding's cost). A verify of the n rows in one forward of the prefill runner measured slower and, with the
 //    runner's other numerics, not lossless (docs/performance-log.md).
@@ -63,7 +63,7 @@ void CudaBackend::upload_mtp() {
   mtp_io_.hout = static_cast<float*>(dev_alloc(size_t(kMaxVerifyDecode) * H * 4));
   mtp_io_.out = static_cast<int32_t*>(dev_alloc(size_t(kMaxVerifyDecode) * 4));
   LILY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&mtp_io_.ctl_host), sizeof(StepCtl) * kMaxVerifyDecode));
-  mtp_sc_ = alloc_scratch();
+  mtp_sc_ = alloc_rows(1)[0];
   has_mtp_ = true;
   // The speculative loop's plain steps (verify of one token) replay the argmax step's graph; captured now, so that
   // the first one (which auto-off times as plain decoding's cost) does not include the capture.
@@ -80,7 +80,7 @@ std::string CudaBackend::mtp_unavailable_reason() const {
 
 std::string CudaBackend::mtp_default_off_reason() const {
   return "cuda: speculative decoding is exact here but measured slower than plain decoding (a verify of k+1 rows costs "
-         "0.75-0.9x as much as k+1 plain steps); --mtp K turns it on";
+         "0.73-0.9x as much as k+1 plain steps); --mtp K turns it on";
 }
 
 int CudaBackend::mtp_rows(const SeqState& s) const {
@@ -201,11 +201,7 @@ float* CudaBackend::snap(size_t i, size_t bytes) {
   if (snap_bytes_ != bytes) {  // one size per backend (the states' shapes come from its config)
     for (float* p : snaps_) dev_free(p);
     snaps_.clear();
-    for (cudaGraphExec_t& g : wave_graphs_)  // they write the old slots
-      if (g) {
-        LILY_CUDA_CHECK(cudaGraphExecDestroy(g));
-        g = nullptr;
-      }
+    drop_rows_graphs();  // they write the old slots
     snap_bytes_ = bytes;
   }
   while (snaps_.size() <= i) snaps_.push_back(static_cast<float*>(dev_alloc(std::max<size_t>(bytes, 16))));
@@ -285,7 +281,7 @@ std::unique_ptr<VerifyUndo> CudaBackend::verify_rows(SeqState& s, const int32_t*
   u->pos = st.pos;
   u->ids.assign(ids, ids + n);
   u->ticket = ++snap_ticket_;
-  if (n >= 2 && n <= kMaxWave && wave_ready()) verify_wave(st, ids, n, logits, hidden, ids_out);
+  if (n >= 2 && n <= kMaxRows && rows_ready()) verify_batch(st, ids, n, logits, hidden, ids_out);
   else verify_decode_steps(st, ids, n, logits, hidden, ids_out);
   return u;
 }

@@ -239,6 +239,7 @@ struct XF {
   float* xsum16;
   static constexpr bool kPairs = false;  // put() may be called by any subset of threads
   static size_t __host__ __device__ bytes(int n) { return size_t(n) * 4 + size_t(n / 16) * 4; }
+  __device__ XF() {}  // placed later (arrays of forms, one per row)
   __device__ XF(void* base, int n) : xs(static_cast<float*>(base)), xsum16(xs + n) {}
   __device__ XF(float* xs_, float* xsum16_) : xs(xs_), xsum16(xsum16_) {}
   // elements 16g .. 16g+15 = v[0..3]; float4 slot j of chunk c32 = g/2 is (g%2)*4 + i
@@ -304,6 +305,7 @@ struct XQ {
   int nch;
   static constexpr bool kPairs = true;  // put() shuffles between the two threads of a chunk: all lanes call it
   static size_t __host__ __device__ bytes(int n) { return size_t(n) * 2 + size_t(n / 32) * 8; }
+  __device__ XQ() {}  // placed later (arrays of forms, one per row)
   __device__ XQ(void* base, int n)
       : xh(static_cast<int4*>(base)), xl(xh + n / 16), d(reinterpret_cast<float*>(xl + n / 16)), xs32(d + n / 32),
         nch(n / 32) {}

@@ -60,7 +60,8 @@ void CudaBackend::gemv_shared_x(GemvSeg* segs, int n, const float* norm_w, cudaS
         done[j] = true;
       }
     const bool all = first && ng == n;
-    gemv(group, ng, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, all ? trace : nullptr, nullptr, first ? side : nullptr);
+    gemv(group, ng, x_, norm_w, cfg_.rms_eps, s, opt_.pdl, all ? trace : nullptr, nullptr, first ? side : nullptr,
+         rows_);
     first = false;
   }
 }
@@ -120,13 +121,17 @@ void CudaBackend::enqueue_gdn(const DLayer& d, const GemvSide& side_a, const Gem
     g.ra_cols = c.hidden;
     g.ra_stride = es;
   }
-  const bool waited = wave_wait(d, s);  // a verify row: after the previous row's step of this layer
-  gdn_decode(g, s, pdl && !waited);
-  wave_signal(d, s);
+  if (rows_.n > 1) {  // a verify's rows: the states after each but the last to the snapshot slots
+    g.rows = rows_;
+    for (int i = 0; i + 1 < rows_.n; ++i) g.snap[i] = snaps_[size_t(i)];
+    g.snap_conv = int64_t(snap_s_bytes_ / 4);
+    g.qk_read = qk_read_;
+  }
+  gdn_decode(g, s, pdl);
   mark("gdn recurrence");
   GemvSeg o = {d.out, x_, 1};
   const HeadNorm hn = {hss_, c.lin_v_dim, gdn_split_parts(c.lin_v_dim), eps, g.yq};
-  gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, gdn_split_ ? &hn : nullptr, &side_m);
+  gemv(&o, 1, y_, nullptr, eps, s, pdl, gtr ? gtr + 7 : nullptr, gdn_split_ ? &hn : nullptr, &side_m, rows_);
   mark("gdn out_proj gemv");
 }
 
@@ -157,12 +162,20 @@ void CudaBackend::enqueue_attn(const DLayer& d, const GemvSide& side_a, const Ge
   a.ctl = ctl_;
   const bool tr = trace_ && d.full_idx == 0;
   a.trace = tr ? trace_ : nullptr;
-  const bool waited = wave_wait(d, s);  // a verify row: after the previous row's KV row of this layer
-  attn_decode(a, s, pdl && !waited);
-  wave_signal(d, s);
+  for (int r = 0; r < rows_.n; ++r) {  // a verify's rows one after another (row r at pos + r sees rows < r)
+    AttnArgs ar = a;
+    const int64_t st = rows_.stride;
+    ar.q = row_at(a.q, r, st);
+    ar.k = row_at(a.k, r, st);
+    ar.v = row_at(a.v, r, st);
+    ar.part = row_at(a.part, r, st);
+    ar.out = row_at(a.out, r, st);
+    ar.ctl = row_at(a.ctl, r, st);
+    attn_decode(ar, s, pdl);
+  }
   mark("attention");
   GemvSeg o = {d.o, x_, 1};
-  gemv(&o, 1, y_, nullptr, eps, s, pdl, nullptr, nullptr, &side_m);
+  gemv(&o, 1, y_, nullptr, eps, s, pdl, nullptr, nullptr, &side_m, rows_);
   mark("attn o_proj gemv");
 }
 
@@ -219,6 +232,8 @@ void CudaBackend::enqueue_moe(const DLayer& d, cudaStream_t s) {
     m.pre_es = es;
     m.pre_ps = ps;
   }
+  m.rows = rows_;
+  if (rows_.n > 1) set_decode_grid_share(rows_.n);  // a verify's rows side by side, each on 1/n of the grid
   if (fused) {
     moe_route_gate_up(m, s, pdl);
     mark("moe router + gate_up");
@@ -230,6 +245,7 @@ void CudaBackend::enqueue_moe(const DLayer& d, cudaStream_t s) {
   }
   moe_down(m, s, pdl);
   mark("moe down");
+  if (rows_.n > 1) set_decode_grid_share(1);
 }
 
 // One decode step: embed in_ids[cursor], all layers, lm_head + argmax or the step sampler (advances cursor and pos

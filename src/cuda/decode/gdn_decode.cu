@@ -7,6 +7,7 @@
 //     S += k * beta (v - u); o = S q  (row-parallel, no cross-row dependency).
 //  4. gated RMSNorm of o with silu(z).
 #include <algorithm>
+#include <string>
 
 #include "cuda/common/device_util.cuh"
 #include "cuda/common/i16_dot.cuh"
@@ -209,9 +210,18 @@ __global__ void __launch_bounds__(kThreads) k_gdn(const GdnArgs g) {
 // kernels' blocks (a 1024-thread block needs a whole SM) and each reads 16 KB of S instead of 64 KB.
 constexpr int kSplitThreads = 256, kSplitRows = 32;
 
+// Row r's copy of one of g's per-row pointers (MR == 1: the pointer itself).
+template <int MR, class T>
+__device__ __forceinline__ T* row_ptr(const GdnArgs& g, T* p, int r) {
+  return MR == 1 ? p : row_at(p, r, g.rows.stride);
+}
+
 // Router-from-y's A rows (GdnArgs::ra_*), one row per warp of the blocks past the step's: off the step's critical
 // path (their work after the wait, ~1 us, ends before the step's does).
+// MR > 1 (GdnArgs::rows): the weight row dotted with each row's ra_x (g.rows.n of them), chunk by chunk so that the
+// rows' x loads of a chunk are in flight together; each row's sum in the single-row order.
 constexpr int kRaMaxChunks = 8;  // 16-byte chunks (8 columns) per lane: 2048 columns
+template <int MR>
 __device__ __forceinline__ void ry_a_rows(const GdnArgs& g, int b) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = b * (kSplitThreads / 32) + warp;
   const int n = g.ra_cols / 256;
@@ -225,24 +235,126 @@ __device__ __forceinline__ void ry_a_rows(const GdnArgs& g, int b) {
   }
   pdl_wait();
   if (!on) return;
-  float acc = 0.f;
+  const int nr = MR == 1 ? 1 : g.rows.n;
+  float acc[MR];
+#pragma unroll
+  for (int r = 0; r < MR; ++r) acc[r] = 0.f;
 #pragma unroll
   for (int i = 0; i < kRaMaxChunks; ++i) {
     if (i >= n) continue;
-    const float4* xs = reinterpret_cast<const float4*>(g.ra_x) + (lane + 32 * i) * 2;
-    const float4 a = __ldcg(xs), c = __ldcg(xs + 1);
-    const float xv[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-    acc = dot8_i16(w[i], xv, acc);
+#pragma unroll
+    for (int r = 0; r < MR; ++r) {
+      if (MR > 1 && r >= nr) break;
+      const float4* xs = reinterpret_cast<const float4*>(row_ptr<MR>(g, g.ra_x, r)) + (lane + 32 * i) * 2;
+      const float4 a = __ldcg(xs), c = __ldcg(xs + 1);
+      const float xv[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+      acc[r] = dot8_i16(w[i], xv, acc[r]);
+    }
   }
-  acc = warp_sum(acc);
-  if (lane == 0) g.ra_out[int64_t(row) * g.ra_stride] = acc * g.ra_scale[row];
+#pragma unroll
+  for (int r = 0; r < MR; ++r) {
+    if (MR > 1 && r >= nr) break;
+    const float a = warp_sum(acc[r]);
+    if (lane == 0) row_ptr<MR>(g, g.ra_out, r)[int64_t(row) * g.ra_stride] = a * g.ra_scale[row];
+  }
 }
 
-template <int NPL>
+// The pieces of one row's step in the split form, shared by the single-row and the rows forms.
+// Step 1's result for the block's channel cc (q, k or v of this head): silu(conv) into sq, sk or sv.
+template <int Dk>
+__device__ __forceinline__ void split_put_qkv(int cc, float y, float* sq, float* sk, float* sv) {
+  if (cc < Dk) sq[cc] = y;
+  else if (cc < 2 * Dk) sk[cc - Dk] = y;
+  else sv[cc - 2 * Dk] = y;
+}
+// Step 2's sums of squares of q (warps 0..3) and k (warps 4..7) through red; every thread gets both. Begins after
+// the barrier that published sq, sk; ends after its own (red is free again after the next barrier).
+template <int Dk>
+__device__ __forceinline__ void split_qk_sums(const float* sq, const float* sk, float* red, int t, int lane, int warp,
+                                              float& qq, float& kk) {
+  {
+    const int half = kSplitThreads / 2, i = t % half;
+    const bool isk = t >= half;
+    float acc = 0.f;
+    for (int e = i; e < Dk; e += half) acc += isk ? sk[e] * sk[e] : sq[e] * sq[e];
+    acc = warp_sum(acc);
+    if (lane == 0) red[warp] = acc;
+  }
+  __syncthreads();
+  qq = 0.f;
+  kk = 0.f;
+#pragma unroll
+  for (int w = 0; w < kSplitThreads / 64; ++w) {
+    qq += red[w];
+    kk += red[kSplitThreads / 64 + w];
+  }
+}
+// Step 3 on the block's rows v0 + warp + 8i of S_j (s: this lane's entries, updated in place), each stored to
+// Sj + v * Dk (S_j in the state or in a snapshot); o of row v into so[v - v0].
+template <int NPL, int RPW>
+__device__ __forceinline__ void split_s_rows(const DeltaStep<NPL>& D, float (&s)[RPW][NPL], const float* sv,
+                                             float* so, float* Sj, int v0, int warp, int lane) {
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int r = warp + 8 * i;
+    const float o = D.row(s[i], sv[r], Sj + int64_t(v0 + r) * (32 * NPL), lane);
+    if (lane == 0) so[r] = o;
+  }
+}
+// Step 4 of row r, warp 0 (kSplitRows == 32: one row per lane): y = o * norm_w * silu(z) without the RMS factor (or
+// its XQ chunk), and the block's sum of o^2 to hss[j * P + part].
+template <int MR>
+__device__ __forceinline__ void split_out(const GdnArgs& g, int r, const float* so, float nrm_w, float zt, int j,
+                                          int Dv, int v0, int P, int part, int lane) {
+  const float o = so[lane];
+  const float yv = o * nrm_w * silu_f(zt);
+  if (g.yq) xq_put_chunk(row_ptr<MR>(g, g.yq, r), g.Hv * Dv, (j * Dv + v0) / 32, yv, lane);
+  else row_ptr<MR>(g, g.y, r)[j * Dv + v0 + lane] = yv;
+  const float ss = warp_sum(o * o);
+  if (lane == 0) row_ptr<MR>(g, g.hss, r)[j * P + part] = ss;
+}
+
+// Rows form: the conv inputs of the block's channels by position, win[q - pos + K - 1][cc] holding position q's
+// input of channel cc (q from pos - K + 1): first the ring's slots as read before the wait (raw, also for q < 0:
+// the conv zeroes those, the rings written back keep them as they were), then the rows' inputs. Each thread reads
+// and writes only its own channels' columns (no barrier).
+template <int Dk>
+using SplitWin = float[kMaxK - 1 + kMaxRows][2 * Dk + kSplitRows];
+// Channel ch's ring as it stands after position pos + r (the slots of positions pos + r - K + 1 .. pos + r, from
+// win's column cc) into dst (a layer's ring, conv_ring_at): what steps up to that position leave there.
+template <int Dk>
+__device__ __forceinline__ void split_put_ring(float* dst, int ch, int K, int pos, int r, const SplitWin<Dk>& win,
+                                               int cc) {
+  if (K == 4 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {  // the model's 4 slots as one 16-byte store
+    float v[4];
+#pragma unroll
+    for (int sl = 0; sl < 4; ++sl) v[sl] = win[3 + r - ((pos + r - sl) & 3)][cc];  // the latest position in slot sl
+    reinterpret_cast<float4*>(dst)[ch] = make_float4(v[0], v[1], v[2], v[3]);
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kMaxK; ++k)  // position pos + r - k (+ K: the same slot, never negative)
+    if (k < K) dst[conv_ring_at(ch, K, pos + r - k + K)] = win[K - 1 + r - k][cc];
+}
+// Snapshot slot i of the rows form (i < g.rows.n - 1), picked without indexing the parameter array at run time.
+__device__ __forceinline__ float* split_snap(const GdnArgs& g, int i) {
+  float* p = nullptr;
+#pragma unroll
+  for (int k = 0; k < kMaxRows - 1; ++k)
+    if (k == i) p = g.snap[k];
+  return p;
+}
+
+// MR: 1 (one position), or kMaxRows for the rows form (GdnArgs::rows, g.rows.n positions pos .. pos + n - 1): the
+// block runs steps 1-4 for each row in turn, its rows of S carried in registers and the conv inputs in SplitWin;
+// after row i < n - 1 its part of the state (rows of S, the rings of the channels it writes) goes to snapshot
+// g.snap[i], after the last to the state. Each row's arithmetic is the single-row form's, in the same order.
+template <int NPL, int MR>
 __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
+  constexpr bool kRows = MR > 1;
   if (const int nb = g.Hv * (g.Dv / kSplitRows); int(blockIdx.x) >= nb) {  // router-from-y's A blocks
     pdl_trigger();
-    ry_a_rows(g, blockIdx.x - nb);
+    ry_a_rows<MR>(g, blockIdx.x - nb);
     return;
   }
   constexpr int RPW = kSplitRows / (kSplitThreads / 32);
@@ -253,7 +365,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   constexpr int Dk = 32 * NPL;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = threadIdx.x;
   pdl_trigger();
-  const bool tr = g.trace && threadIdx.x == 0 && blockIdx.x == 0;
+  const bool tr = !kRows && g.trace && threadIdx.x == 0 && blockIdx.x == 0;  // no trace in the rows form
   if (tr) trace_at(g.trace, 0);
 
   // before the wait, as k_gdn: this block's rows of S, conv taps and ring inputs, per-head constants
@@ -265,6 +377,8 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   // channels t and t + 256 of this block: [0, Dk) q, [Dk, 2Dk) k of key head hk, [2Dk, 2Dk + 32) its v rows
   const int nconv = 2 * Dk + kSplitRows;
   int ch[2];
+  // cr[h][tap]: the input of position pos - K + 1 + tap (tap < K - 1) from the ring; 0 before position 0, except in
+  // the rows form, which keeps the slot's raw value for the rings it writes back (SplitWin)
   float cw[2][kMaxK], cr[2][kMaxK];
   // the model's 4 taps, and a channel's 4 ring slots, as one 16-byte load each (fewer load instructions to issue
   // beside in_proj's and out_proj's row requests)
@@ -287,7 +401,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
       for (int tap = 0; tap < 3; ++tap) {
         const int p = pos - 3 + tap, sl = p & 3;
         const float r = sl == 0 ? r4.x : sl == 1 ? r4.y : sl == 2 ? r4.z : r4.w;
-        cr[h][tap] = p >= 0 ? r : 0.f;
+        cr[h][tap] = kRows || p >= 0 ? r : 0.f;
       }
       continue;
     }
@@ -295,8 +409,8 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
     for (int tap = 0; tap < kMaxK; ++tap) {
       if (tap < K) {
         cw[h][tap] = g.conv_w[int64_t(ch[h]) * K + tap];
-        const int p = pos - (K - 1) + tap;
-        if (tap < K - 1 && p >= 0) cr[h][tap] = ring[conv_ring_at(ch[h], K, p)];
+        const int p = pos - (K - 1) + tap;  // rows: p + K, the same slot, as p may be negative
+        if (tap < K - 1 && (kRows || p >= 0)) cr[h][tap] = ring[conv_ring_at(ch[h], K, kRows ? p + K : p)];
       }
     }
   }
@@ -306,73 +420,122 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   if (tr) trace_at(g.trace, 12);
   pdl_wait();
   if (tr) trace_at(g.trace, 1);
-  float xin[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) xin[h] = t + h * kSplitThreads < nconv ? g.qkv[ch[h]] : 0.f;
-  const float zt = t < kSplitRows ? g.z[j * Dv + v0 + t] : 0.f;
-  const float bj = g.b[j], aj = g.a[j];
 
-  // 1. conv + SiLU; the ring slot of this position: q/k channels by part 0 of the group's first value head
-  const bool write_qk = (j % ratio) == 0 && part == 0;
+  if constexpr (kRows) {
+    // the rows' inputs, all loads in flight at once: this thread's channels into win, z of its row (warp 0) into
+    // zr, the gates' inputs into br, ar (read after the first row's conv barrier)
+    __shared__ SplitWin<Dk> win;
+    __shared__ float zr[kMaxRows][kSplitRows], br[kMaxRows], ar[kMaxRows];
+    const int n = g.rows.n;
+    const int64_t stride = g.rows.stride;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int cc = t + h * kSplitThreads;
-    if (cc >= nconv) continue;
-    float acc = 0.f;
+    for (int h = 0; h < 2; ++h) {
+      const int cc = t + h * kSplitThreads;
+      if (cc >= nconv) continue;
+      float x[kMaxRows];
 #pragma unroll
-    for (int tap = 0; tap < kMaxK; ++tap) {
-      if (tap < K - 1) acc += cw[h][tap] * cr[h][tap];
-      else if (tap == K - 1) acc += cw[h][tap] * xin[h];
+      for (int r = 0; r < kMaxRows; ++r) x[r] = r < n ? row_at(g.qkv, r, stride)[ch[h]] : 0.f;
+#pragma unroll
+      for (int tap = 0; tap < kMaxK - 1; ++tap)
+        if (tap < K - 1) win[tap][cc] = cr[h][tap];
+#pragma unroll
+      for (int r = 0; r < kMaxRows; ++r)
+        if (r < n) win[K - 1 + r][cc] = x[r];
     }
-    if (cc >= 2 * Dk || write_qk) ring[conv_ring_at(ch[h], K, pos)] = xin[h];
-    const float y = silu_f(acc);
-    if (cc < Dk) sq[cc] = y;
-    else if (cc < 2 * Dk) sk[cc - Dk] = y;
-    else sv[cc - 2 * Dk] = y;
-  }
-  __syncthreads();
-  if (tr) trace_at(g.trace, 7);
-  // 2. l2 norms (warps 0..3: q, 4..7: k) and gates
-  {
-    const int half = kSplitThreads / 2, i = t % half;
-    const bool isk = t >= half;
-    float acc = 0.f;
-    for (int e = i; e < Dk; e += half) acc += isk ? sk[e] * sk[e] : sq[e] * sq[e];
-    acc = warp_sum(acc);
-    if (lane == 0) red[warp] = acc;
-  }
-  __syncthreads();
-  float qq = 0.f, kk = 0.f;
+    if (t < kSplitRows) {
+      float z[kMaxRows];
 #pragma unroll
-  for (int w = 0; w < kSplitThreads / 64; ++w) {
-    qq += red[w];
-    kk += red[kSplitThreads / 64 + w];
-  }
-  const DeltaStep<NPL> D(sq, sk, qq, kk, bj, aj, dt_bias, a_neg, lane);
-  if (tr) trace_at(g.trace, 8);
+      for (int r = 0; r < kMaxRows; ++r) z[r] = r < n ? row_at(g.z, r, stride)[j * Dv + v0 + t] : 0.f;
+#pragma unroll
+      for (int r = 0; r < kMaxRows; ++r) zr[r][t] = z[r];
+    }
+    if (t < n) {
+      br[t] = row_at(g.b, t, stride)[j];
+      ar[t] = row_at(g.a, t, stride)[j];
+    }
+    const bool write_qk = (j % ratio) == 0 && part == 0;
+    const int64_t s_off = (int64_t(g.layer) * g.Hv + j) * int64_t(Dv) * Dk;  // S_j in the state and the snapshots
+    const int64_t ring_off = int64_t(g.layer) * K * conv_dim;
+    // The ring's q/k slots are read by every block of the key head's group before its wait and written back (after
+    // the last row) by one of them: that block first waits until the others have counted their reads.
+    unsigned int* const qk_read = g.qk_read + hk;
+    const unsigned int readers = unsigned(ratio * P - 1);
+    for (int r = 0; r < n; ++r) {
+      float* const snap = r + 1 < n ? split_snap(g, r) : nullptr;  // the state after this row: snapshot, or null
+      if (r == n - 1 && write_qk) {  // block-uniform
+        if (t == 0) {
+          while (*reinterpret_cast<volatile unsigned int*>(qk_read) < readers) __nanosleep(64);
+          atomicExch(qk_read, 0u);  // for the next launch
+        }
+        __syncthreads();
+      }
+      // 1. conv + SiLU over positions pos + r - K + 1 .. pos + r; the ring as it stands after this row (the
+      // channels this block writes, as in the single-row form)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int cc = t + h * kSplitThreads;
+        if (cc >= nconv) continue;
+        float acc = 0.f;
+#pragma unroll
+        for (int tap = 0; tap < kMaxK; ++tap)
+          if (tap < K) acc += cw[h][tap] * (pos + r - (K - 1) + tap >= 0 ? win[r + tap][cc] : 0.f);
+        if (cc >= 2 * Dk || write_qk)
+          split_put_ring<Dk>(snap ? snap + g.snap_conv + ring_off : ring, ch[h], K, pos, r, win, cc);
+        split_put_qkv<Dk>(cc, silu_f(acc), sq, sk, sv);
+      }
+      __syncthreads();
+      if (r == 0 && !write_qk && t == 0) atomicAdd(qk_read, 1u);  // every thread's ring loads have landed (in win)
+      // 2. l2 norms and gates
+      float qq, kk;
+      split_qk_sums<Dk>(sq, sk, red, t, lane, warp, qq, kk);
+      const DeltaStep<NPL> D(sq, sk, qq, kk, br[r], ar[r], dt_bias, a_neg, lane);
+      // 3. this block's rows of S
+      split_s_rows(D, s, sv, so, snap ? snap + s_off : S, v0, warp, lane);
+      __syncthreads();  // so complete; sq, sk, sv, red free for the next row
+      // 4. the gated norm's own part of this row
+      if (warp == 0) split_out<MR>(g, r, so, nrm_w, zr[r][lane], j, Dv, v0, P, part, lane);
+    }
+  } else {
+    float xin[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) xin[h] = t + h * kSplitThreads < nconv ? g.qkv[ch[h]] : 0.f;
+    const float zt = t < kSplitRows ? g.z[j * Dv + v0 + t] : 0.f;
+    const float bj = g.b[j], aj = g.a[j];
 
-  // 3. this block's rows of S
+    // 1. conv + SiLU; the ring slot of this position: q/k channels by part 0 of the group's first value head
+    const bool write_qk = (j % ratio) == 0 && part == 0;
 #pragma unroll
-  for (int i = 0; i < RPW; ++i) {
-    const int r = warp + 8 * i;
-    const float o = D.row(s[i], sv[r], S + int64_t(v0 + r) * Dk, lane);
-    if (lane == 0) so[r] = o;
-  }
-  __syncthreads();
-  pdl_trigger();
-  if (tr) trace_at(g.trace, 2);
-  // 4. the gated norm's own part: y without the RMS factor (or its XQ chunk), and this block's sum of o^2
-  if (warp == 0) {  // kSplitRows == 32: one row per lane
-    const float o = so[lane];
-    const float yv = o * nrm_w * silu_f(zt);
-    if (g.yq) xq_put_chunk(g.yq, g.Hv * Dv, (j * Dv + v0) / 32, yv, lane);
-    else g.y[j * Dv + v0 + lane] = yv;
-    const float ss = warp_sum(o * o);
-    if (lane == 0) g.hss[j * P + part] = ss;
-  }
-  if (g.trace) {  // uniform over the launch
+    for (int h = 0; h < 2; ++h) {
+      const int cc = t + h * kSplitThreads;
+      if (cc >= nconv) continue;
+      float acc = 0.f;
+#pragma unroll
+      for (int tap = 0; tap < kMaxK; ++tap) {
+        if (tap < K - 1) acc += cw[h][tap] * cr[h][tap];
+        else if (tap == K - 1) acc += cw[h][tap] * xin[h];
+      }
+      if (cc >= 2 * Dk || write_qk) ring[conv_ring_at(ch[h], K, pos)] = xin[h];
+      split_put_qkv<Dk>(cc, silu_f(acc), sq, sk, sv);
+    }
     __syncthreads();
-    if (threadIdx.x == 0) trace_max(g.trace, 3);
+    if (tr) trace_at(g.trace, 7);
+    // 2. l2 norms and gates
+    float qq, kk;
+    split_qk_sums<Dk>(sq, sk, red, t, lane, warp, qq, kk);
+    const DeltaStep<NPL> D(sq, sk, qq, kk, bj, aj, dt_bias, a_neg, lane);
+    if (tr) trace_at(g.trace, 8);
+
+    // 3. this block's rows of S
+    split_s_rows(D, s, sv, so, S, v0, warp, lane);
+    __syncthreads();
+    pdl_trigger();
+    if (tr) trace_at(g.trace, 2);
+    // 4. the gated norm's own part: y without the RMS factor (or its XQ chunk), and this block's sum of o^2
+    if (warp == 0) split_out<MR>(g, 0, so, nrm_w, zt, j, Dv, v0, P, part, lane);
+    if (g.trace) {  // uniform over the launch
+      __syncthreads();
+      if (threadIdx.x == 0) trace_max(g.trace, 3);
+    }
   }
 }
 
@@ -386,6 +549,8 @@ void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
     throw Error("gdn_decode: unsupported head sizes (Dk, Dv <= 256, Dk % 32 == 0, Hv % Hk == 0)");
   if (g.yq && !g.hss) throw Error("gdn_decode: the XQ image output (yq) needs the split form");
   if (g.ra_rows > 0 && !g.hss) throw Error("gdn_decode: router-from-y A rows (ra_rows) need the split form");
+  if (g.rows.n < 1) throw Error("gdn_decode: rows.n < 1");
+  if (g.rows.n > 1 && !g.hss) throw Error("gdn_decode: rows (n > 1) need the split form (hss)");
   if (g.hss) {  // split form
     if (gdn_split_parts(g.Dv) == 0)
       throw Error("gdn_decode: split form needs Dv % 32 == 0 and Dv <= 256");
@@ -395,12 +560,27 @@ void gdn_decode(const GdnArgs& args, cudaStream_t s, bool pdl) {
                           g.ra_cols > 256 * kRaMaxChunks || (reinterpret_cast<uintptr_t>(g.ra_m) & 15) ||
                           (reinterpret_cast<uintptr_t>(g.ra_x) & 15)))
       throw Error("gdn_decode: router-from-y A rows need int16 rows and x (16-byte aligned) of 256k <= 2048 columns");
+    if (g.rows.n > 1) {
+      if (g.rows.n > kMaxRows) throw Error("gdn_decode: " + std::to_string(g.rows.n) + " rows (at most " +
+                                           std::to_string(kMaxRows) + ")");
+      if (g.trace) throw Error("gdn_decode: no trace with rows (n > 1)");
+      if (g.rows.stride % (g.ra_rows > 0 ? 16 : 4))
+        throw Error("gdn_decode: rows need a stride of whole floats (16 bytes with router-from-y A rows)");
+      if (!g.qk_read) throw Error("gdn_decode: rows need the q/k ring read counters (qk_read)");
+      for (int i = 0; i < g.rows.n - 1; ++i)
+        if (!g.snap[i] || (reinterpret_cast<uintptr_t>(g.snap[i]) & 15))
+          throw Error("gdn_decode: rows need snapshot slot " + std::to_string(i) + " (16-byte aligned)");
+    }
     const int ra_blocks = (std::max(g.ra_rows, 0) + kSplitThreads / 32 - 1) / (kSplitThreads / 32);
     const dim3 grid(g.Hv * (g.Dv / kSplitRows) + ra_blocks);
+    const auto run = [&](auto one, auto rows) {  // the single-row or the rows instantiation of one NPL
+      if (g.rows.n > 1) launch(rows, grid, dim3(kSplitThreads), 0, s, pdl, g);
+      else launch(one, grid, dim3(kSplitThreads), 0, s, pdl, g);
+    };
     switch (g.Dk / 32) {
-      case 1: launch(k_gdn_split<1>, grid, dim3(kSplitThreads), 0, s, pdl, g); break;
-      case 2: launch(k_gdn_split<2>, grid, dim3(kSplitThreads), 0, s, pdl, g); break;
-      case 4: launch(k_gdn_split<4>, grid, dim3(kSplitThreads), 0, s, pdl, g); break;
+      case 1: run(k_gdn_split<1, 1>, k_gdn_split<1, kMaxRows>); break;
+      case 2: run(k_gdn_split<2, 1>, k_gdn_split<2, kMaxRows>); break;
+      case 4: run(k_gdn_split<4, 1>, k_gdn_split<4, kMaxRows>); break;
       default: throw Error("gdn_decode: Dk must be 32, 64 or 128");
     }
     return;

@@ -2,6 +2,7 @@
 // dequantisation in registers (s*Sum(xq) + b*Sum(x); s*Sum(code x) for the 8-bit-code formats), optional RMSNorm prologue, several matrices sharing one x
 // in one launch, optional residual accumulation. Also the embedding-row kernel.
 
+#include <string>
 #include <type_traits>
 
 #include "cuda/common/device_util.cuh"
@@ -11,6 +12,11 @@ namespace lily::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+template <class T>
+struct TypeTag {  // a type as a value (the launchers' generic lambdas)
+  using type = T;
+};
 
 struct GemvParams {  // passed by value (kernel parameter space)
   GemvSeg seg[kMaxSegs];
@@ -23,6 +29,7 @@ struct GemvParams {  // passed by value (kernel parameter space)
   unsigned long long* trace;  // LILY_PROFILE=trace: [3] entry and x loaded (block 0), last block done; or null
   HeadNorm hn;                // per-head scale of x (hn.ss null: none)
   GemvSide side;              // side rows (side.rows 0: none)
+  Rows rows;                  // rows of a verify (kernels.h); the kernels' MR > 1 instantiations only
 };
 
 // Side kinds (the kernels' SIDE parameter): none, int16 rows of side.m on the GEMV's x, int16 rows of side.m on the
@@ -64,19 +71,25 @@ struct SidePiece {
 // The side pieces of warp `warp`: the first (loaded before the wait, in sp) right after the x prologue, so its
 // registers are free for the rows and no side work sits at the launch's tail behind them; the rest (units past the
 // grid's warps) loaded and finished after the rows.
-template <int KIND, class X>
-__device__ __forceinline__ void side_dot(const GemvParams& p, const SidePiece<KIND>& sp, const X& x, const XF& xr,
-                                         int lane) {
-  float v = 0.f;
-  if (sp.j >= 0) {
-    if constexpr (side_reads_raw(KIND)) v = sp.value(p, xr, lane);
-    else v = sp.value(p, x, lane);
+// MR > 1: the piece dotted with each row's x (rows p.rows.n), its partial to the row's part.
+template <int KIND, int MR, class X>
+__device__ __forceinline__ void side_dot(const GemvParams& p, const SidePiece<KIND>& sp, const X (&x)[MR],
+                                         const XF (&xr)[MR], int lane) {
+#pragma unroll
+  for (int r = 0; r < MR; ++r) {
+    if (MR > 1 && r >= p.rows.n) break;
+    float v = 0.f;
+    if (sp.j >= 0) {
+      if constexpr (side_reads_raw(KIND)) v = sp.value(p, xr[r], lane);
+      else v = sp.value(p, x[r], lane);
+    }
+    if (sp.j >= 0 && lane == 0)
+      row_at(p.side.part, r, p.rows.stride)[sp.q * p.side.part_q + sp.j * p.side.part_j] = v;
   }
-  if (sp.j >= 0 && lane == 0) p.side.part[sp.q * p.side.part_q + sp.j * p.side.part_j] = v;
 }
-template <int KIND, class X>
-__device__ __forceinline__ void side_rest(const GemvParams& p, SidePiece<KIND>& sp, const X& x, const XF& xr, int warp,
-                                          int nwarps, int lane) {
+template <int KIND, int MR, class X>
+__device__ __forceinline__ void side_rest(const GemvParams& p, SidePiece<KIND>& sp, const X (&x)[MR],
+                                          const XF (&xr)[MR], int warp, int nwarps, int lane) {
   const int units = p.side.rows * p.side.pieces;
   for (int u = warp + nwarps; u < units; u += nwarps) {
     sp.load(p, u, lane);
@@ -93,36 +106,64 @@ __device__ __forceinline__ void resolve_row(const GemvParams& p, int row, int& s
 }
 
 // The x prologue after the PDL wait: x from p.x (normed, head-scaled), or copied from the producer's XQ image.
-// xr: the raw x (f32) for the side kind that reads it.
+// xr: the raw x (f32) for the side kind that reads it. Row r (a verify's rows): its x and head-norm sums.
 template <int SIDE, class X>
-__device__ __forceinline__ void gemv_x(const GemvParams& p, const float* nw, X& xv, XF& xr, float* red) {
+__device__ __forceinline__ void gemv_x(const GemvParams& p, int r, const float* nw, X& xv, XF& xr, float* red) {
+  HeadNorm hn = p.hn;
+  hn.ss = row_at(hn.ss, r, p.rows.stride);
+  hn.xq = row_at(hn.xq, r, p.rows.stride);
   if constexpr (X::kPairs) {
-    if (p.hn.xq) {
-      load_xq_image(p.hn.xq, p.cols, xv, p.hn);
+    if (hn.xq) {
+      load_xq_image(hn.xq, p.cols, xv, hn);
       return;
     }
   }
+  const float* x = row_at(p.x, r, p.rows.stride);
   // two calls, not one with `q ? &xr : nullptr` (a runtime choice of a local's address puts xr on the stack)
-  if constexpr (side_reads_raw(SIDE)) load_x(p.x, nw, p.eps, p.cols, xv, red, &xr, p.hn, nullptr, nullptr, true);
-  else load_x(p.x, nw, p.eps, p.cols, xv, red, nullptr, p.hn);
+  if constexpr (side_reads_raw(SIDE)) load_x(x, nw, p.eps, p.cols, xv, red, &xr, hn, nullptr, nullptr, true);
+  else load_x(x, nw, p.eps, p.cols, xv, red, nullptr, hn);
 }
 
-// Where the raw form of x sits in shared memory: after the staged norm_w and the X form.
-template <class X>
-__device__ __forceinline__ float* raw_x_base(float* nws, int cols) {
-  return nws + cols + (X::bytes(cols) + 15) / 16 * 4;
+// Shared memory: the staged norm_w, then the X form of x, then (side kinds reading it) the raw x. MR > 1: the rows'
+// X forms one slot apart (a slot: XF's bytes, which hold either form), then the rows' raw x.
+__host__ __device__ inline int x_slot_floats(int cols) { return int((XF::bytes(cols) + 15) / 16 * 4); }
+template <class X, int MR>
+__device__ __forceinline__ void x_forms(float* nws, int cols, int n, X (&xv)[MR], XF (&xr)[MR]) {
+  if constexpr (MR == 1) {
+    xv[0] = X(nws + cols, cols);
+    xr[0] = XF(nws + cols + (X::bytes(cols) + 15) / 16 * 4, cols);
+  } else {
+    const int st = x_slot_floats(cols);
+#pragma unroll
+    for (int r = 0; r < MR; ++r) {
+      xv[r] = X(nws + cols + r * st, cols);
+      xr[r] = XF(nws + cols + (n + r) * st, cols);
+    }
+  }
+}
+// Each row's x prologue (MR > 1: rows p.rows.n).
+template <int SIDE, int MR, class X>
+__device__ __forceinline__ void gemv_xs(const GemvParams& p, const float* nw, X (&xv)[MR], XF (&xr)[MR], float* red) {
+#pragma unroll
+  for (int r = 0; r < MR; ++r) {
+    if (MR > 1 && r >= p.rows.n) break;
+    gemv_x<SIDE>(p, r, nw, xv[r], xr[r], red);
+  }
 }
 
 // X: activation representation (XF: f32, any format; XQ: int8 hi+lo with dp4a, 4-bit and kQ6 weights).
 // R: rows per warp in flight (rows warp, warp + nwarps, ..., then the next R): 2, or 4 for matrices with >= 3
 // rows per warp (one DRAM round trip fewer per warp on the 12k-row DeltaNet in_proj).
 // SIDE: the kind of the launch's side rows (GemvSide; kSideNone: the plain GEMV).
-template <int FMT, class X, int R, int SIDE = kSideNone>
+// MR: 1, or kMaxRows for a verify's rows (p.rows.n of them): each weight row loaded once and dotted with every row's
+// x, the same sums per row as MR = 1.
+template <int FMT, class X, int R, int SIDE = kSideNone, int MR = 1>
 __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
-  X xv(nws + p.cols, p.cols);
-  XF xr(raw_x_base<X>(nws, p.cols), p.cols);  // side kinds reading the raw x only
+  X xv[MR];
+  XF xr[MR];  // side kinds reading the raw x only
+  x_forms(nws, p.cols, p.rows.n, xv, xr);
   __shared__ float red[32];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
@@ -149,18 +190,22 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
   if constexpr (SIDE != kSideNone) sp.load(p, warp, lane);
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   pdl_wait();
-  gemv_x<SIDE>(p, nw, xv, xr, red);
+  gemv_xs<SIDE>(p, nw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
   if constexpr (SIDE != kSideNone) side_dot(p, sp, xv, xr, lane);
 
   while (rr[0] >= 0) {  // R rows per warp in flight, the next R loaded before this set's reductions
-    float acc[R];
+    float acc[MR][R];
 #pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = 0.f;
+    for (int j = 0; j < MR; ++j)
+#pragma unroll
+      for (int i = 0; i < R; ++i) acc[j][i] = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 64) {
       if (c0 > 0) P.load(mp, rr, nch, c0, lane);
-      P.dot(rr, xv, nch, c0, lane, acc);
+#pragma unroll
+      for (int j = 0; j < MR; ++j)
+        if (MR == 1 || j < p.rows.n) P.dot(rr, xv[j], nch, c0, lane, acc[j]);
     }
     int cs[R], cr[R];
 #pragma unroll
@@ -169,14 +214,19 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
     resolve_set();
     if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
 #pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = warp_sum(acc[i]);
-    if (lane == 0)
+    for (int j = 0; j < MR; ++j) {
+      if (MR > 1 && j >= p.rows.n) break;
 #pragma unroll
-      for (int i = 0; i < R; ++i)
-        if (cr[i] >= 0) {
-          const GemvSeg& g = p.seg[cs[i]];
-          g.y[cr[i]] = g.accumulate ? g.y[cr[i]] + acc[i] : acc[i];
-        }
+      for (int i = 0; i < R; ++i) acc[j][i] = warp_sum(acc[j][i]);
+      if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          if (cr[i] >= 0) {
+            const GemvSeg& g = p.seg[cs[i]];
+            float* y = row_at(g.y, j, p.rows.stride);
+            y[cr[i]] = g.accumulate ? y[cr[i]] + acc[j][i] : acc[j][i];
+          }
+    }
   }
   if constexpr (SIDE != kSideNone) side_rest(p, sp, xv, xr, warp, nwarps, lane);
   if (p.trace) {  // uniform over the launch
@@ -192,8 +242,9 @@ template <int FMT, class X, int NP, int SIDE = kSideNone>
 __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) {
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
-  X xv(nws + p.cols, p.cols);
-  XF xr(raw_x_base<X>(nws, p.cols), p.cols);  // side kinds reading the raw x only
+  X xv[1];
+  XF xr[1];  // side kinds reading the raw x only
+  x_forms(nws, p.cols, 1, xv, xr);
   __shared__ float red[32];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
@@ -216,14 +267,14 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
   // writers ran before the kernel this one waited for); only this warp writes it
   const bool early = r >= 0 && lane == 0 && p.seg[sg].accumulate;
   const float y0 = early ? __ldcg(p.seg[sg].y + r) : 0.f;
-  gemv_x<SIDE>(p, nw, xv, xr, red);
+  gemv_xs<SIDE>(p, nw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
   if constexpr (SIDE != kSideNone) side_dot(p, sp, xv, xr, lane);
   if (r >= 0) {
     float acc[1] = {0.f};
 #pragma unroll
-    for (int k = 0; k < NP; ++k) P[k].dot(rr, xv, nch, 64 * k, lane, acc);
+    for (int k = 0; k < NP; ++k) P[k].dot(rr, xv[0], nch, 64 * k, lane, acc);
     acc[0] = warp_sum(acc[0]);
     if (lane == 0) {
       const GemvSeg& g = p.seg[sg];
@@ -263,9 +314,13 @@ size_t xq_image_bytes(int n) { return XQ::bytes(n); }
 size_t gemv_smem_bytes(int cols) { return size_t(cols) * 8 + size_t(cols / 16) * 4; }  // x, staged norm_w, sums
 
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
-          bool pdl, unsigned long long* trace, const HeadNorm* hn, const GemvSide* side) {
+          bool pdl, unsigned long long* trace, const HeadNorm* hn, const GemvSide* side, const Rows& rows) {
   if (nseg < 1 || nseg > kMaxSegs) throw Error("gemv: bad segment count");
   GemvParams p = {};
+  const bool multi = rows.n > 1;
+  if (rows.n < 1 || rows.n > kMaxRows || (multi && trace))
+    throw Error("gemv: rows must be 1 to " + std::to_string(kMaxRows) + ", without trace stamps for more than one");
+  p.rows = rows;
   if (side && side->rows > 0) {
     if (!side->m || !side->rscale || (reinterpret_cast<uintptr_t>(side->m) & 15) || !side->part ||
         side->pieces < 1 || side->part_q < 0 || side->part_j < 0 || side->pieces * kGemvSidePiece != segs[0].m.cols)
@@ -299,7 +354,9 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   const int wpb = kThreads / 32;
   // + the raw x
   const bool raw = p.side.rows > 0 && p.side.m_raw;
-  const size_t smem = gemv_smem_bytes(p.cols) + (raw ? XF::bytes(p.cols) + 16 : 0);
+  // a verify's rows: the staged norm_w, then one x slot per row (two with the raw x)
+  const size_t smem = multi ? size_t(p.cols) * 4 + size_t(raw ? 2 * rows.n : rows.n) * x_slot_floats(p.cols) * 4
+                            : gemv_smem_bytes(p.cols) + (raw ? XF::bytes(p.cols) + 16 : 0);
   const int units = std::max(p.total_rows, p.side.rows * p.side.pieces);  // warps with work
   auto grid = [&](auto kern) {
     allow_smem(kern, smem);
@@ -325,27 +382,34 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   // one instantiation set per side kind (tag: std::integral_constant<int, kind>)
   auto by_fmt = [&](auto tag) {
     constexpr int K = decltype(tag)::value;
-    auto q4 = [&](auto fmt) {  // the 4-bit formats (fmt: std::integral_constant<int, kQ4, kQ4Z or kQ4H>)
+    // one format (std::integral_constant) and x form (TypeTag): a verify's rows (2 rows per warp), else the
+    // whole-row kernel (4-bit rows that fit it) or 2 / 4 rows per warp
+    auto go = [&](auto fmt, auto form) {
       constexpr int F = decltype(fmt)::value;
-      if (use_int8_x(F, p.cols)) {
-        if (!whole(k_gemv_whole<F, XQ, 2, K>)) run(k_gemv<F, XQ, 2, K>, k_gemv<F, XQ, 4, K>);
-      } else if (!whole(k_gemv_whole<F, XF, 2, K>)) {
-        run(k_gemv<F, XF, 2, K>, k_gemv<F, XF, 4, K>);
+      using X = typename decltype(form)::type;
+      if (multi) {
+        auto kr = k_gemv<F, X, 2, K, kMaxRows>;
+        launch(kr, dim3(grid(kr)), dim3(kThreads), smem, s, pdl, p);
+        return;
       }
+      if constexpr (fmt_q4(F))
+        if (whole(k_gemv_whole<F, X, 2, K>)) return;
+      run(k_gemv<F, X, 2, K>, k_gemv<F, X, 4, K>);
+    };
+    auto int8_or_f32 = [&](auto fmt) {  // the formats with an int8-x path (4-bit, kQ6)
+      if (use_int8_x(decltype(fmt)::value, p.cols)) go(fmt, TypeTag<XQ>{});
+      else go(fmt, TypeTag<XF>{});
     };
     switch (segs[0].m.fmt) {
-      case kQ4: q4(std::integral_constant<int, kQ4>{}); break;
-      case kQ4Z: q4(std::integral_constant<int, kQ4Z>{}); break;
-      case kQ4H: q4(std::integral_constant<int, kQ4H>{}); break;
-      case kQ8: run(k_gemv<kQ8, XF, 2, K>, k_gemv<kQ8, XF, 4, K>); break;
-      case kQ8H: run(k_gemv<kQ8H, XF, 2, K>, k_gemv<kQ8H, XF, 4, K>); break;
-      case kBF16: run(k_gemv<kBF16, XF, 2, K>, k_gemv<kBF16, XF, 4, K>); break;
-      case kF8: run(k_gemv<kF8, XF, 2, K>, k_gemv<kF8, XF, 4, K>); break;
-      case kI8: run(k_gemv<kI8, XF, 2, K>, k_gemv<kI8, XF, 4, K>); break;
-      case kQ6:
-        if (use_int8_x(kQ6, p.cols)) run(k_gemv<kQ6, XQ, 2, K>, k_gemv<kQ6, XQ, 4, K>);
-        else run(k_gemv<kQ6, XF, 2, K>, k_gemv<kQ6, XF, 4, K>);
-        break;
+      case kQ4: int8_or_f32(std::integral_constant<int, kQ4>{}); break;
+      case kQ4Z: int8_or_f32(std::integral_constant<int, kQ4Z>{}); break;
+      case kQ4H: int8_or_f32(std::integral_constant<int, kQ4H>{}); break;
+      case kQ6: int8_or_f32(std::integral_constant<int, kQ6>{}); break;
+      case kQ8: go(std::integral_constant<int, kQ8>{}, TypeTag<XF>{}); break;
+      case kQ8H: go(std::integral_constant<int, kQ8H>{}, TypeTag<XF>{}); break;
+      case kBF16: go(std::integral_constant<int, kBF16>{}, TypeTag<XF>{}); break;
+      case kF8: go(std::integral_constant<int, kF8>{}, TypeTag<XF>{}); break;
+      case kI8: go(std::integral_constant<int, kI8>{}, TypeTag<XF>{}); break;
       default: throw Error("gemv: unknown format");
     }
   };

@@ -96,6 +96,21 @@ struct StepCtl {
   unsigned int attn_gdone[kAttnMaxKv * (kAttnSplits / kAttnGroup)] = {};  // splits finished per (kv head, group)
 };
 
+// ---- the rows of a speculative verify in one launch ----
+// A launcher given Rows{n, stride} runs n rows at once: row r reads and writes its activations, scratch and step
+// control at byte offset r * stride from the pointers it is given (row 0's: CudaBackend lays the rows' scratch out at
+// one stride, RowScratch), while the weights are shared (read once for all rows by the GEMVs and the lm_head). Each
+// row's results equal, bit for bit, those of a launch for that row alone (the same sums in the same order).
+constexpr int kMaxRows = 8;
+struct Rows {
+  int n = 1;
+  int64_t stride = 0;  // bytes from one row's scratch to the next's
+};
+template <class T>
+__host__ __device__ inline T* row_at(T* p, int r, int64_t stride) {  // row r's copy of a row-0 pointer (null stays null)
+  return p ? reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(p) + uintptr_t(int64_t(r) * stride)) : p;
+}
+
 // ---- activation precision of the 4-bit decode GEMVs (gemv, MoE gate_up/down) ----
 // On (default; LILY_CUDA_INT8_X=0 turns it off): x is quantised per 32-element chunk to two int8 parts (hi + lo,
 // ~16 bits, error <= max|x|/64516 per element) and the 4-bit codes are dotted with dp4a; off: f32 x, exact.
@@ -139,9 +154,11 @@ struct GemvSide {
   int rows = 0, pieces = 0, part_q = 0, part_j = 0;
   bool m_raw = false;            // m's rows dotted with x as loaded (no norm, no head norm) instead of the GEMV's x
 };
+// rows (n > 1): x, the segments' y, hn's ss and xq and the side's part per row at the stride; each weight row is read
+// once and dotted with every row's x; no trace.
 void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, float eps, cudaStream_t s,
           bool pdl, unsigned long long* trace = nullptr, const HeadNorm* hn = nullptr,
-          const GemvSide* side = nullptr);
+          const GemvSide* side = nullptr, const Rows& rows = {});
 
 // Embedding: x[H] = dequant(embed row in_ids[ctl->cursor]).
 void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, cudaStream_t s, bool pdl);
@@ -151,8 +168,11 @@ void embed(const DMat& E, const int32_t* in_ids, const StepCtl* ctl, float* x, c
 // out_ids == null: logits only (the last block just resets the accumulators; sample_step then picks the id).
 // trace (LILY_PROFILE=trace): [6] globaltimer stamps: block 0 entry, block 0 after pdl_wait, last block's rows done,
 // (scratch), last block's entry, first block's entry.
+// rows (n > 1): x, logits and ctl per row at the stride; each weight row is dotted with every row's x; row r's id
+// goes to out_ids[its cursor] (and in_ids[cursor + 1] as above), its cursor and pos advance; no trace.
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
-                    int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl, unsigned long long* trace = nullptr);
+                    int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl, unsigned long long* trace = nullptr,
+                    const Rows& rows = {});
 
 // Step sampler (engine/step_sampler.h has the algorithm and its host reference): penalties from a device token
 // table, greedy / top-k / min-p / top-p thresholds found by radix select over the logits' order keys, an
@@ -230,6 +250,9 @@ struct MoeArgs {
                                    // (route_done[5]: down blocks past the flag; both left zeroed)
   int stage2_off = 0;              // fused, rows first (set by its launcher where stage2_ok): byte offset of the
                                    // warps' StagedRow buffers in dynamic shared memory; 0: none
+  Rows rows;                       // n > 1: n rows in one launch (blockIdx.y = row, each row the grid a single row
+                                   // would get): x, logits, shg, route_done, act, route_idx, route_w, out and pre
+                                   // per row at the stride; no traces
   int route_packed = 0;            // early_route with 2 <= k <= 8, E <= 256 (set by the launchers): the flag is
                                    // the ids as one word, route_done[6..7] (byte i: id i; nonzero as the ids differ)
                                    // instead of route_done[4], so down issues its rows from the flag's own load; the
@@ -273,6 +296,15 @@ struct GdnArgs {
   const float* ra_x = nullptr;
   float* ra_out = nullptr;
   int ra_rows = 0, ra_cols = 0, ra_stride = 0;
+  // rows (split form, n > 1): n consecutive positions pos .. pos + n - 1 (pos: ctl's) in one launch, the state carried
+  // through them on chip: qkv, z, b, a, y, yq, hss, ra_x and ra_out per row at the stride (ctl is row 0's). The
+  // state after row i < n - 1 (this layer's S and conv ring, as plain steps would leave them) is written to snapshot
+  // slot snap[i], laid out as the state: S at StepCtl::S's offsets, the conv rings from snap[i] + snap_conv floats.
+  Rows rows;
+  float* snap[kMaxRows - 1] = {};
+  int64_t snap_conv = 0;
+  unsigned int* qk_read = nullptr;  // rows: [Hk] counters, zero between launches (the blocks that read a key head's
+                                    // ring slots count themselves; the block writing them back waits for the count)
 };
 void gdn_decode(const GdnArgs& g, cudaStream_t s, bool pdl);
 int gdn_split_parts(int Dv);  // blocks per value head in the split form (Dv / 32); 0: Dv has no split form

@@ -25,7 +25,8 @@ using namespace moe_detail;
 // DRAM round trip for two rows; the same sums, in the same order, as gate_up_row). load() issues the first round of
 // loads (all of a 2048-column 4-bit row), finish() dots it, runs any further rounds and writes the two act values
 // (ONE: the caller knows there is one round, nch <= chunks_one(), so the matrices are not kept past load()).
-template <int FMT>
+// ROWS: act is row blockIdx.y's (row_ptr).
+template <int FMT, bool ROWS = false>
 struct GateUpPair {
   static constexpr int U = 2;
   static constexpr int chunks_one() { return 32 * U; }
@@ -98,7 +99,7 @@ struct GateUpPair {
       for (int i = 0; i < 2; ++i)
         if (r[i] >= 0) {
           const float v = silu_f(ga[i]) * ua[i];
-          a.act[rows[i]] = v;
+          row_ptr<ROWS>(a, a.act)[rows[i]] = v;
         }
   }
 };
@@ -107,7 +108,7 @@ struct GateUpPair {
 // chunks_one()), dotted after the first pair: its DRAM round trip overlaps the first pair's instead of following it.
 // The same sums, in the same order, as gate_up_rows2 of that row alone.
 constexpr size_t kStagedRowBytes = 2 * 2 * 32 * (16 + 4);  // StagedRow::Buf (U = 2)
-template <int FMT>
+template <int FMT, bool ROWS>
 struct StagedRow {
   static constexpr int U = GateUpPair<FMT>::U;
   struct Buf {  // per warp: [chunk slot][gate, up][lane]
@@ -147,14 +148,14 @@ struct StagedRow {
     }
     ga = warp_sum(ga);
     ua = warp_sum(ua);
-    if (lane == 0) a.act[row] = silu_f(ga) * ua;
+    if (lane == 0) row_ptr<ROWS>(a, a.act)[row] = silu_f(ga) * ua;
   }
 };
 
-template <int FMT, class X>
+template <int FMT, bool ROWS, class X>
 __device__ __forceinline__ void gate_up_rows2(const MoeArgs& a, const int* s_idx, int row0, int row1, const X& x,
                                               int lane) {
-  GateUpPair<FMT> p;
+  GateUpPair<FMT, ROWS> p;
   p.load(a, s_idx, row0, row1, lane);
   p.finish(a, x, lane);
 }
@@ -187,7 +188,10 @@ __device__ __forceinline__ void requant(const XF& src, X& dst, int n) {
 // only, where a row fits one pair's registers): the top-k first and the warp's first routed pair requested before
 // the x prologue, so their DRAM round trip overlaps it (the weights, which need x's RMS factor, after it). x's loads
 // issued before the rows' too measured slower (docs/performance-log.md).
-template <int FMT, int RFMT, class X, bool PRE = false, bool RF = false>
+// ROWS (MoeArgs::rows, n > 1): blockIdx.y is the row, its per-row pointers taken through row_ptr; everything else runs
+// as in a launch for that row alone (blockIdx.x / gridDim.x within the row, the barrier and the routing flag in the
+// row's route_done).
+template <int FMT, int RFMT, class X, bool ROWS, bool PRE = false, bool RF = false>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs a) {
   static_assert(PRE || !RF, "rows first needs the summed logits");
   extern __shared__ float4 smem4[];
@@ -239,10 +243,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   // stage2: this warp's work ends with one unit of a second round, staged in shared memory (StagedRow)
   const int n_units = a.k * I + Is;  // act rows: the routed experts', then the shared expert's
   const bool staged = RF && a.stage2_off && warp + 2 * nwarps < n_units && warp + 3 * nwarps >= n_units;
-  typename StagedRow<FMT>::Buf* const sbuf =
-      reinterpret_cast<typename StagedRow<FMT>::Buf*>(reinterpret_cast<char*>(smem4) + a.stage2_off) +
+  typename StagedRow<FMT, ROWS>::Buf* const sbuf =
+      reinterpret_cast<typename StagedRow<FMT, ROWS>::Buf*>(reinterpret_cast<char*>(smem4) + a.stage2_off) +
       (threadIdx.x >> 5);
-  GateUpPair<FMT> first;  // RF: the warp's first pair, requested before the x prologue
+  GateUpPair<FMT, ROWS> first;  // RF: the warp's first pair, requested before the x prologue
   if (RF && warp < Is) {
     first.set(a, nullptr, 0, a.k * I + warp, a.k * I + warp);
     first.load_slot(0, lane);
@@ -253,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   bt(1);
   PreLogits pl;  // PRE: the logits' parts requested before the x prologue, their top-k after it
   __shared__ __align__(16) float s_pl[PRE ? 256 : 1];
-  if constexpr (PRE) pl.load(a);
+  if constexpr (PRE) pl.load<ROWS>(a);
   __shared__ float s_v[RF ? kMaxK : 1];  // RF: the selected logits
   if constexpr (RF) {
     pl.sum(a, s_pl);
@@ -266,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     if (warp < Is) first.load_second(a, s_idx, u1, lane);
     else if (warp < n_units) first.load(a, s_idx, unit_row(warp), u1, lane);
     if (a.stage2_off) {  // uniform: every thread commits a group (load_x then leaves it pending)
-      if (staged) StagedRow<FMT>::issue(a, s_idx, unit_row(warp + 2 * nwarps), *sbuf, lane);
+      if (staged) StagedRow<FMT, ROWS>::issue(a, s_idx, unit_row(warp + 2 * nwarps), *sbuf, lane);
       cp_async_commit();
     }
     bt(4);
@@ -275,15 +279,15 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   // router_xf: the router's blocks normalise x into the f32 form only (their rows need no more), arrive, and build
   // the int8 form while the barrier is pending; the other blocks build the int8 form only
   const bool xf_first = a.router_xf && rblock;
-  if (xf_first) load_x(a.x, nw, a.eps, H, xr, red, nullptr, {}, tr ? a.trace_x : nullptr);
+  if (xf_first) load_x(row_ptr<ROWS>(a, a.x), nw, a.eps, H, xr, red, nullptr, {}, tr ? a.trace_x : nullptr);
   else  // both (stage2: the staged row's copies stay pending)
-    load_x(a.x, nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr, &rx, false, nullptr,
-           RF && a.stage2_off);
+    load_x(row_ptr<ROWS>(a, a.x), nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr, &rx,
+           false, nullptr, RF && a.stage2_off);
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
   bt(5);
-  if (rrow) router_row<RFMT>(a, m, mrow, sh, warp, raw, sb, xr, lane);
-  auto act_row = [&](int row) { gate_up_row<FMT>(a, s_idx, row, xv, lane); };
+  if (rrow) router_row<RFMT, ROWS>(a, m, mrow, sh, warp, raw, sb, xr, lane);
+  auto act_row = [&](int row) { gate_up_row<FMT, ROWS>(a, s_idx, row, xv, lane); };
   if (tr) trace_at(a.trace, 3);
   if constexpr (PRE) {  // no router rows, no barrier: r * (the parts' sum) are the true logits (RF: summed above)
     if constexpr (!RF) {
@@ -292,16 +296,16 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     }
   } else {  // only the router's blocks arrive
     const unsigned nrb = unsigned(std::min<int>(gridDim.x, (nr + kThreads / 32 - 1) / (kThreads / 32)));
-    router_arrive(a.route_done + 2, rblock);
+    router_arrive(row_ptr<ROWS>(a, a.route_done) + 2, rblock);
     if (xf_first) requant(xr, xv, H);
-    router_wait(a.route_done + 2, nrb);
+    router_wait(row_ptr<ROWS>(a, a.route_done) + 2, nrb);
   }
   if (tr) trace_at(a.trace, 4);
   if (threadIdx.x < 32) {
     if constexpr (RF) route_weights(s_v, a.k, rx, s_w);
     else if constexpr (PRE) route_pre(s_pl, a.E, a.k, rx, s_idx, s_w);
-    else if (a.E <= 256) route_warp<8>(a.logits, a.E, a.k, s_idx, s_w);
-    else route_warp<kMaxE / 32>(a.logits, a.E, a.k, s_idx, s_w);
+    else if (a.E <= 256) route_warp<8>(row_ptr<ROWS>(a, a.logits), a.E, a.k, s_idx, s_w);
+    else route_warp<kMaxE / 32>(row_ptr<ROWS>(a, a.logits), a.E, a.k, s_idx, s_w);
   }
   if (!RF && srr[0] >= 0) {  // the same sums, in the same order, as gate_up_row
     float acc[2] = {0.f, 0.f};
@@ -311,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     }
     acc[0] = warp_sum(acc[0]);
     acc[1] = warp_sum(acc[1]);
-    if (lane == 0) a.act[a.k * I + sr0] = silu_f(acc[0]) * acc[1];
+    if (lane == 0) row_ptr<ROWS>(a, a.act)[a.k * I + sr0] = silu_f(acc[0]) * acc[1];
   }
   if (!RF)
     for (int r = sr0 + nwarps; r < Is; r += nwarps) act_row(a.k * I + r);
@@ -320,9 +324,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (a.trace && threadIdx.x == 0) trace_max(a.trace, 6);  // the last block's routing known
   if (blockIdx.x == 0 && threadIdx.x < 32) {  // for the down kernel (k <= 32: warp 0)
     if (threadIdx.x < a.k) {
-      a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
-      a.route_w[threadIdx.x] = s_w[threadIdx.x];
-      if (PRE && threadIdx.x == 0) a.shg[0] = rx;  // for down's shared-expert gate: rx * (element E's sum)
+      row_ptr<ROWS>(a, a.route_idx)[threadIdx.x] = s_idx[threadIdx.x];
+      row_ptr<ROWS>(a, a.route_w)[threadIdx.x] = s_w[threadIdx.x];
+      // for down's shared-expert gate: rx * (element E's sum)
+      if (PRE && threadIdx.x == 0) row_ptr<ROWS>(a, a.shg)[0] = rx;
       __threadfence();
     }
     __syncwarp();
@@ -330,9 +335,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
       if (a.route_packed) {  // the word is the flag (down reads no other)
         unsigned long long v = 0;
         for (int i = 0; i < a.k; ++i) v |= static_cast<unsigned long long>(s_idx[i]) << (8 * i);
-        atomicExch(packed_route(a.route_done), v);
+        atomicExch(packed_route(row_ptr<ROWS>(a, a.route_done)), v);
       } else {
-        atomicExch(a.route_done + 4, 1u);
+        atomicExch(row_ptr<ROWS>(a, a.route_done) + 4, 1u);
       }
     }
   }
@@ -342,14 +347,14 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     if (warp < n) first.template finish<true>(a, xv, lane);
     bt(7);
     if (staged) {
-      StagedRow<FMT>::finish(a, unit_row(warp + 2 * nwarps), *sbuf, xv, lane);
+      StagedRow<FMT, ROWS>::finish(a, unit_row(warp + 2 * nwarps), *sbuf, xv, lane);
     } else {
       for (int w = warp + 2 * nwarps; w < n; w += 2 * nwarps)
-        gate_up_rows2<FMT>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane);
+        gate_up_rows2<FMT, ROWS>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane);
     }
   } else {  // two routed rows per warp in flight
     for (int row = warp; row < a.k * I; row += 2 * nwarps)
-      gate_up_rows2<FMT>(a, s_idx, row, row + nwarps < a.k * I ? row + nwarps : -1, xv, lane);
+      gate_up_rows2<FMT, ROWS>(a, s_idx, row, row + nwarps < a.k * I ? row + nwarps : -1, xv, lane);
   }
   if (a.trace) {  // uniform over the launch
     __syncthreads();
@@ -383,16 +388,26 @@ size_t fused_smem(int H, size_t xbytes, bool stage2, int* stage2_off) {
   return smem;
 }
 int moe_rows(const MoeArgs& a) { return std::max(a.E + 1, a.k * a.gate.m.rows + a.sh_gate.rows); }
-// The fused kernel's grid: every block must be resident at once (grid barrier), at most one wave.
+// The fused kernel's grid (per row: the launch is that times rows.n): every block must be resident at once (grid
+// barrier), at most one wave. The rows of a launch hold theirs side by side (decode_grid gives each its share, the
+// caller having set it to rows.n); where the barrier form's would not all fit, a row could wait on blocks never
+// scheduled.
 template <class K>
 int fused_grid(K kern, const MoeArgs& a, size_t smem) {
   allow_smem(kern, smem);  // before the occupancy query: above 48 KB it counts only with the limit raised
-  return std::min((moe_rows(a) + 7) / 8, decode_grid(resident_grid(kern, kThreads, smem)));
+  const int resident = resident_grid(kern, kThreads, smem);
+  const int g = std::min((moe_rows(a) + 7) / 8, decode_grid(resident));
+  if (!a.pre && int64_t(g) * a.rows.n > resident)
+    throw Error("moe_route_gate_up: " + std::to_string(a.rows.n) + " rows of " + std::to_string(g) +
+                " blocks exceed the " + std::to_string(resident) + " resident blocks its grid barrier needs "
+                "(set_decode_grid_share(rows.n) first)");
+  return g;
 }
 }  // namespace
 
 void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   check(args);
+  check_rows(args, "moe_route_gate_up");
   MoeArgs a = args;
   // the int8 form exists (4-bit experts)
   a.router_xf = fmt_q4(a.gate.m.fmt) && use_int8_x(a.gate.m.fmt, a.gate.m.cols);
@@ -412,34 +427,36 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
   const int H = a.gate.m.cols;
   auto run = [&](auto kern, size_t xbytes, bool stage2 = false) {
     const size_t smem = fused_smem(H, xbytes, stage2, &a.stage2_off);
-    launch(kern, dim3(fused_grid(kern, a, smem)), dim3(kThreads), smem, s, pdl, a);
+    launch(kern, dim3(fused_grid(kern, a, smem), a.rows.n), dim3(kThreads), smem, s, pdl, a);
   };
-  auto by_router = [&](auto fmt_tag, auto x_tag) {
+  // rows_tag: std::bool_constant<a.rows.n > 1> (the ROWS instantiations)
+  auto by_router = [&](auto fmt_tag, auto x_tag, auto rows_tag) {
     constexpr int F = decltype(fmt_tag)::value;
     using X = typename decltype(x_tag)::type;
+    constexpr bool R = decltype(rows_tag)::value;
     if (a.pre) {  // the router's format does not matter
       if (H <= GateUpPair<F>::chunks_one() * FmtInfo<F>::kElems)  // rows first
-        run(k_moe_route_gate_up<F, kQ8, X, true, true>, X::bytes(H), stage2_ok(a));
+        run(k_moe_route_gate_up<F, kQ8, X, R, true, true>, X::bytes(H), stage2_ok(a));
       else
-        run(k_moe_route_gate_up<F, kQ8, X, true>, X::bytes(H));
+        run(k_moe_route_gate_up<F, kQ8, X, R, true>, X::bytes(H));
       return;
     }
     switch (a.router.fmt) {
-      case kQ4: run(k_moe_route_gate_up<F, kQ4, X>, X::bytes(H)); break;
-      case kQ8: run(k_moe_route_gate_up<F, kQ8, X>, X::bytes(H)); break;
-      case kBF16: run(k_moe_route_gate_up<F, kBF16, X>, X::bytes(H)); break;
+      case kQ4: run(k_moe_route_gate_up<F, kQ4, X, R>, X::bytes(H)); break;
+      case kQ8: run(k_moe_route_gate_up<F, kQ8, X, R>, X::bytes(H)); break;
+      case kBF16: run(k_moe_route_gate_up<F, kBF16, X, R>, X::bytes(H)); break;
       case kQ4Z:  // a kQ4Z router only beside kQ4Z experts (both from one GPTQ / AWQ / compressed-tensors file)
-        if constexpr (F == kQ4Z) run(k_moe_route_gate_up<F, kQ4Z, X>, X::bytes(H));
+        if constexpr (F == kQ4Z) run(k_moe_route_gate_up<F, kQ4Z, X, R>, X::bytes(H));
         else throw Error("moe_route_gate_up: a kQ4Z router beside experts in another format needs moe_router + "
                          "moe_gate_up");
         break;
       case kQ4H:  // likewise a kQ4H router only beside kQ4H experts
-        if constexpr (F == kQ4H) run(k_moe_route_gate_up<F, kQ4H, X>, X::bytes(H));
+        if constexpr (F == kQ4H) run(k_moe_route_gate_up<F, kQ4H, X, R>, X::bytes(H));
         else throw Error("moe_route_gate_up: a kQ4H router beside experts in another format needs moe_router + "
                          "moe_gate_up");
         break;
       case kQ8H:  // and a kQ8H router beside kQ8H experts
-        if constexpr (F == kQ8H) run(k_moe_route_gate_up<F, kQ8H, X>, X::bytes(H));
+        if constexpr (F == kQ8H) run(k_moe_route_gate_up<F, kQ8H, X, R>, X::bytes(H));
         else throw Error("moe_route_gate_up: a kQ8H router beside experts in another format needs moe_router + "
                          "moe_gate_up");
         break;
@@ -447,26 +464,30 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
         throw Error("moe_route_gate_up: a router in 8-bit codes with f32 scales needs moe_router + moe_gate_up");
     }
   };
+  auto by_x = [&](auto fmt_tag, auto x_tag) {
+    if (a.rows.n > 1) by_router(fmt_tag, x_tag, std::true_type{});
+    else by_router(fmt_tag, x_tag, std::false_type{});
+  };
   using Q4 = std::integral_constant<int, kQ4>;
   switch (a.gate.m.fmt) {
     case kQ4:
-      if (use_int8_x(kQ4, H)) by_router(Q4{}, XTag<XQ>{});
-      else by_router(Q4{}, XTag<XF>{});
+      if (use_int8_x(kQ4, H)) by_x(Q4{}, XTag<XQ>{});
+      else by_x(Q4{}, XTag<XF>{});
       break;
     case kQ4Z:
-      if (use_int8_x(kQ4Z, H)) by_router(std::integral_constant<int, kQ4Z>{}, XTag<XQ>{});
-      else by_router(std::integral_constant<int, kQ4Z>{}, XTag<XF>{});
+      if (use_int8_x(kQ4Z, H)) by_x(std::integral_constant<int, kQ4Z>{}, XTag<XQ>{});
+      else by_x(std::integral_constant<int, kQ4Z>{}, XTag<XF>{});
       break;
     case kQ4H:
-      if (use_int8_x(kQ4H, H)) by_router(std::integral_constant<int, kQ4H>{}, XTag<XQ>{});
-      else by_router(std::integral_constant<int, kQ4H>{}, XTag<XF>{});
+      if (use_int8_x(kQ4H, H)) by_x(std::integral_constant<int, kQ4H>{}, XTag<XQ>{});
+      else by_x(std::integral_constant<int, kQ4H>{}, XTag<XF>{});
       break;
-    case kQ8: by_router(std::integral_constant<int, kQ8>{}, XTag<XF>{}); break;
-    case kQ8H: by_router(std::integral_constant<int, kQ8H>{}, XTag<XF>{}); break;
-    case kF8: by_router(std::integral_constant<int, kF8>{}, XTag<XF>{}); break;
-    case kI8: by_router(std::integral_constant<int, kI8>{}, XTag<XF>{}); break;
-    case kQ6: by_router(std::integral_constant<int, kQ6>{}, XTag<XF>{}); break;
-    case kBF16: by_router(std::integral_constant<int, kBF16>{}, XTag<XF>{}); break;
+    case kQ8: by_x(std::integral_constant<int, kQ8>{}, XTag<XF>{}); break;
+    case kQ8H: by_x(std::integral_constant<int, kQ8H>{}, XTag<XF>{}); break;
+    case kF8: by_x(std::integral_constant<int, kF8>{}, XTag<XF>{}); break;
+    case kI8: by_x(std::integral_constant<int, kI8>{}, XTag<XF>{}); break;
+    case kQ6: by_x(std::integral_constant<int, kQ6>{}, XTag<XF>{}); break;
+    case kBF16: by_x(std::integral_constant<int, kBF16>{}, XTag<XF>{}); break;
     default: throw Error("moe_route_gate_up: unknown weight format");
   }
 }

@@ -109,28 +109,31 @@ __device__ __forceinline__ float pre_total(const float4 (&q)[kMoePreMaxParts / 4
   }
   return s;
 }
-// element e's parts (all loads in flight at once)
+// element e's parts (all loads in flight at once; ROWS: of row blockIdx.y's pre)
 // (element-major: pre_parts / 4 16-byte loads; part-major: one float per part, the block's threads reading each part
 // as one contiguous row)
+template <bool ROWS>
 __device__ __forceinline__ void pre_load(const MoeArgs& a, int e, float4 (&q)[kMoePreMaxParts / 4]) {
   if (a.pre_ps > 1) {
     float v[kMoePreMaxParts];
 #pragma unroll
-    for (int i = 0; i < kMoePreMaxParts; ++i) v[i] = i < a.pre_parts ? __ldcg(a.pre + i * a.pre_ps + e) : 0.f;
+    for (int i = 0; i < kMoePreMaxParts; ++i)
+      v[i] = i < a.pre_parts ? __ldcg(row_ptr<ROWS>(a, a.pre) + i * a.pre_ps + e) : 0.f;
 #pragma unroll
     for (int i = 0; i < kMoePreMaxParts / 4; ++i)
       q[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
     return;
   }
   const int nv = (a.pre_parts + 3) / 4;
-  const float4* src = reinterpret_cast<const float4*>(a.pre + int64_t(e) * a.pre_es);
+  const float4* src = reinterpret_cast<const float4*>(row_ptr<ROWS>(a, a.pre) + int64_t(e) * a.pre_es);
 #pragma unroll
   for (int i = 0; i < kMoePreMaxParts / 4; ++i) q[i] = i < nv ? __ldcg(src + i) : make_float4(0.f, 0.f, 0.f, 0.f);
 }
 struct PreLogits {
   float4 t[kMoePreMaxParts / 4];
+  template <bool ROWS>
   __device__ __forceinline__ void load(const MoeArgs& a) {
-    if (int(threadIdx.x) < a.E) pre_load(a, threadIdx.x, t);
+    if (int(threadIdx.x) < a.E) pre_load<ROWS>(a, threadIdx.x, t);
   }
   // element t's sum into sl[t] (the caller syncs the block before the top-k reads it)
   __device__ __forceinline__ void sum(const MoeArgs& a, float* sl) const {

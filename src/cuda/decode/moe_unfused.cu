@@ -5,6 +5,10 @@
 //    and writes route_idx/route_w. (Measured: the same top-k redone in every gate_up block cost 9 us per layer.)
 //  k_moe_gate_up: reads the routing, normalises x (post-attention RMSNorm), then one warp per intermediate row
 //    computes gate and up of a selected expert (or the shared one) and writes silu(g)*u.
+// ROWS (MoeArgs::rows, n > 1): blockIdx.y is the row, its per-row pointers taken through row_ptr; everything else runs
+// as in a launch for that row alone (the router's block counter in the row's route_done).
+#include <type_traits>
+
 #include "cuda/common/device_util.cuh"
 #include "cuda/decode/moe_util.cuh"
 
@@ -100,7 +104,7 @@ __device__ void route_block(const float* sl, int E, int k, int* idx, float* w, f
   __syncthreads();
 }
 
-template <int FMT>
+template <int FMT, bool ROWS>
 __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) {
   extern __shared__ float4 smem4[];
   const int H = a.router.cols;
@@ -134,30 +138,31 @@ __global__ void __launch_bounds__(kRouterThreads) k_moe_router(const MoeArgs a) 
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
-  load_x(a.x, nw, a.eps, H, xs, xsum16, red);
+  load_x(row_ptr<ROWS>(a, a.x), nw, a.eps, H, xs, xsum16, red);
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
-  if (row < rows) router_row<FMT>(a, m, mrow, sh, row, raw, sb, XF(xs, xsum16), lane);
+  if (row < rows) router_row<FMT, ROWS>(a, m, mrow, sh, row, raw, sb, XF(xs, xsum16), lane);
   if (tr) trace_at(a.trace, 3);
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(a.route_done, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) s_last = atomicAdd(row_ptr<ROWS>(a, a.route_done), 1u) == gridDim.x - 1;
   __syncthreads();
   if (!s_last) return;  // uniform over the block
   __threadfence();
   if (a.trace && threadIdx.x == 0) trace_at(a.trace, 4);
-  for (int e = threadIdx.x; e < a.E; e += blockDim.x) s_logits[e] = __ldcg(a.logits + e);  // other blocks' rows
+  for (int e = threadIdx.x; e < a.E; e += blockDim.x)  // other blocks' rows
+    s_logits[e] = __ldcg(row_ptr<ROWS>(a, a.logits) + e);
   __syncthreads();
   route_block(s_logits, a.E, a.k, s_idx, s_w, s_wmin);
   if (threadIdx.x < a.k) {
-    a.route_idx[threadIdx.x] = s_idx[threadIdx.x];
-    a.route_w[threadIdx.x] = s_w[threadIdx.x];
+    row_ptr<ROWS>(a, a.route_idx)[threadIdx.x] = s_idx[threadIdx.x];
+    row_ptr<ROWS>(a, a.route_w)[threadIdx.x] = s_w[threadIdx.x];
   }
-  if (threadIdx.x == 0) *a.route_done = 0;
+  if (threadIdx.x == 0) *row_ptr<ROWS>(a, a.route_done) = 0;
   if (a.trace && threadIdx.x == 0) trace_at(a.trace, 5);
 }
 
-template <int FMT, class X>
+template <int FMT, class X, bool ROWS>
 __global__ void __launch_bounds__(kThreads, 2) k_moe_gate_up(const MoeArgs a) {
   extern __shared__ float4 smem4[];
   const int H = a.gate.m.cols, I = a.gate.m.rows, Is = a.sh_gate.rows;
@@ -175,17 +180,18 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_gate_up(const MoeArgs a) {
   const float* nw = stage_vec(a.norm_w, H, nws);
   pdl_wait();
   if (tr) trace_at(a.trace, 7);
-  if (threadIdx.x < a.k) s_idx[threadIdx.x] = a.route_idx[threadIdx.x];
-  load_x(a.x, nw, a.eps, H, xv, red);  // ends with __syncthreads (s_idx visible)
+  if (threadIdx.x < a.k) s_idx[threadIdx.x] = row_ptr<ROWS>(a, a.route_idx)[threadIdx.x];
+  load_x(row_ptr<ROWS>(a, a.x), nw, a.eps, H, xv, red);  // ends with __syncthreads (s_idx visible)
   pdl_trigger();
   if (tr) trace_at(a.trace, 8);
-  for (int row = warp; row < rows; row += nwarps) gate_up_row<FMT>(a, s_idx, row, xv, lane);
+  for (int row = warp; row < rows; row += nwarps) gate_up_row<FMT, ROWS>(a, s_idx, row, xv, lane);
   if (tr) trace_at(a.trace, 9);
 }
 
 }  // namespace
 
 void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl) {
+  check_rows(a, "moe_router");
   if (a.E > kMaxE || a.k > kMaxK || a.k < 1) throw Error("moe: unsupported expert count / top-k");
   if (a.router.fmt != a.shg_w.fmt || a.router.cols != a.shg_w.cols || a.router.rows != a.E || a.shg_w.rows != 1)
     throw Error("moe_router: router and shared gate must share format and cols");
@@ -193,53 +199,64 @@ void moe_router(const MoeArgs& a, cudaStream_t s, bool pdl) {
   const size_t smem = size_t(a.router.cols) * 8 + size_t(a.router.cols / 16) * 4;
   auto run = [&](auto kern) {
     allow_smem(kern, smem);
-    launch(kern, dim3(blocks), dim3(kRouterThreads), smem, s, pdl, a);
+    launch(kern, dim3(blocks, a.rows.n), dim3(kRouterThreads), smem, s, pdl, a);
   };
-  switch (a.router.fmt) {
-    case kQ4: run(k_moe_router<kQ4>); break;
-    case kQ4Z: run(k_moe_router<kQ4Z>); break;
-    case kQ4H: run(k_moe_router<kQ4H>); break;
-    case kQ8: run(k_moe_router<kQ8>); break;
-    case kQ8H: run(k_moe_router<kQ8H>); break;
-    case kF8: run(k_moe_router<kF8>); break;
-    case kI8: run(k_moe_router<kI8>); break;
-    case kQ6: run(k_moe_router<kQ6>); break;
-    case kBF16: run(k_moe_router<kBF16>); break;
-    default: throw Error("moe_router: unknown weight format");
-  }
+  auto by_fmt = [&](auto rows_tag) {  // std::bool_constant<a.rows.n > 1> (the ROWS instantiations)
+    constexpr bool R = decltype(rows_tag)::value;
+    switch (a.router.fmt) {
+      case kQ4: run(k_moe_router<kQ4, R>); break;
+      case kQ4Z: run(k_moe_router<kQ4Z, R>); break;
+      case kQ4H: run(k_moe_router<kQ4H, R>); break;
+      case kQ8: run(k_moe_router<kQ8, R>); break;
+      case kQ8H: run(k_moe_router<kQ8H, R>); break;
+      case kF8: run(k_moe_router<kF8, R>); break;
+      case kI8: run(k_moe_router<kI8, R>); break;
+      case kQ6: run(k_moe_router<kQ6, R>); break;
+      case kBF16: run(k_moe_router<kBF16, R>); break;
+      default: throw Error("moe_router: unknown weight format");
+    }
+  };
+  if (a.rows.n > 1) by_fmt(std::true_type{});
+  else by_fmt(std::false_type{});
 }
 
 void moe_gate_up(const MoeArgs& a, cudaStream_t s, bool pdl) {
   check(a);
+  check_rows(a, "moe_gate_up");
   const int rows = a.k * a.gate.m.rows + a.sh_gate.rows;
   const size_t smem = size_t(a.gate.m.cols) * 8 + size_t(a.gate.m.cols / 16) * 4;
   auto run = [&](auto kern) {
     allow_smem(kern, smem);
     // one wave (528 blocks were two waves of 264 at 2 blocks per SM: +3 us per layer)
     const int blocks = std::min((rows + 7) / 8, decode_grid(resident_grid(kern, kThreads, smem)));
-    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, a);
+    launch(kern, dim3(blocks, a.rows.n), dim3(kThreads), smem, s, pdl, a);
   };
-  switch (a.gate.m.fmt) {
-    case kQ4:
-      if (use_int8_x(kQ4, a.gate.m.cols)) run(k_moe_gate_up<kQ4, XQ>);
-      else run(k_moe_gate_up<kQ4, XF>);
-      break;
-    case kQ4Z:
-      if (use_int8_x(kQ4Z, a.gate.m.cols)) run(k_moe_gate_up<kQ4Z, XQ>);
-      else run(k_moe_gate_up<kQ4Z, XF>);
-      break;
-    case kQ4H:
-      if (use_int8_x(kQ4H, a.gate.m.cols)) run(k_moe_gate_up<kQ4H, XQ>);
-      else run(k_moe_gate_up<kQ4H, XF>);
-      break;
-    case kQ8: run(k_moe_gate_up<kQ8, XF>); break;
-    case kQ8H: run(k_moe_gate_up<kQ8H, XF>); break;
-    case kF8: run(k_moe_gate_up<kF8, XF>); break;
-    case kI8: run(k_moe_gate_up<kI8, XF>); break;
-    case kQ6: run(k_moe_gate_up<kQ6, XF>); break;
-    case kBF16: run(k_moe_gate_up<kBF16, XF>); break;
-    default: throw Error("moe_gate_up: unknown weight format");
-  }
+  auto by_fmt = [&](auto rows_tag) {  // std::bool_constant<a.rows.n > 1> (the ROWS instantiations)
+    constexpr bool R = decltype(rows_tag)::value;
+    switch (a.gate.m.fmt) {
+      case kQ4:
+        if (use_int8_x(kQ4, a.gate.m.cols)) run(k_moe_gate_up<kQ4, XQ, R>);
+        else run(k_moe_gate_up<kQ4, XF, R>);
+        break;
+      case kQ4Z:
+        if (use_int8_x(kQ4Z, a.gate.m.cols)) run(k_moe_gate_up<kQ4Z, XQ, R>);
+        else run(k_moe_gate_up<kQ4Z, XF, R>);
+        break;
+      case kQ4H:
+        if (use_int8_x(kQ4H, a.gate.m.cols)) run(k_moe_gate_up<kQ4H, XQ, R>);
+        else run(k_moe_gate_up<kQ4H, XF, R>);
+        break;
+      case kQ8: run(k_moe_gate_up<kQ8, XF, R>); break;
+      case kQ8H: run(k_moe_gate_up<kQ8H, XF, R>); break;
+      case kF8: run(k_moe_gate_up<kF8, XF, R>); break;
+      case kI8: run(k_moe_gate_up<kI8, XF, R>); break;
+      case kQ6: run(k_moe_gate_up<kQ6, XF, R>); break;
+      case kBF16: run(k_moe_gate_up<kBF16, XF, R>); break;
+      default: throw Error("moe_gate_up: unknown weight format");
+    }
+  };
+  if (a.rows.n > 1) by_fmt(std::true_type{});
+  else by_fmt(std::false_type{});
 }
 
 }  // namespace lily::cuda

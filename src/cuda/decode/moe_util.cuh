@@ -34,12 +34,24 @@ __device__ __forceinline__ DMat expert(const DStack& st, int e) {
   return m;
 }
 
+// One of MoeArgs' per-row pointers (x, logits, shg, route_done, act, route_idx, route_w, out, pre) as the kernels
+// use it: in a rows launch (ROWS: MoeArgs::rows, n > 1) row blockIdx.y's copy (row_at), so that row's blocks run as
+// those of a launch for that row alone (its flags and counters in its own route_done); the pointer itself otherwise.
+// Taken at each use rather than from a per-row copy of the arguments: the kernels select among MoeArgs' members at run
+// time (a router row's DMat), which would put such a copy in local memory; and the plain instantiations keep their
+// code as it was.
+template <bool ROWS, class T>
+__device__ __forceinline__ T* row_ptr(const MoeArgs& a, T* p) {
+  if constexpr (ROWS) return row_at(p, int(blockIdx.y), a.rows.stride);
+  else return p;
+}
+
 constexpr int kRouterThreads = 128;
 constexpr int kRouterChunks = 4;  // 16-byte chunks per lane held at once: a 2048-col 8-bit row
 
 // One router row (the first kRouterChunks chunks per lane already in raw/sb, loaded before the PDL wait) dotted with
 // x in f32 form; lane 0 writes the logit (or the shared-expert gate for row E).
-template <int FMT>
+template <int FMT, bool ROWS>
 __device__ __forceinline__ void router_row(const MoeArgs& a, const DMat& m, int mrow, bool sh, int row,
                                            const uint4 (&raw)[kRouterChunks], const uint32_t (&sb)[kRouterChunks],
                                            const XF& x, int lane) {
@@ -58,8 +70,8 @@ __device__ __forceinline__ void router_row(const MoeArgs& a, const DMat& m, int 
   }
   v = warp_sum(v);
   if (lane == 0) {
-    if (sh) a.shg[0] = v;
-    else a.logits[row] = v;
+    if (sh) row_ptr<ROWS>(a, a.shg)[0] = v;
+    else row_ptr<ROWS>(a, a.logits)[row] = v;
   }
 }
 
@@ -79,7 +91,7 @@ __device__ __forceinline__ void act_row_mats(const MoeArgs& a, const int* s_idx,
 }
 
 // Row `row` of the act layout [k*I routed (expert s_idx[row / I]) | Is shared]: act[row] = silu(gate . x) * (up . x).
-template <int FMT, class X>
+template <int FMT, bool ROWS, class X>
 __device__ __forceinline__ void gate_up_row(const MoeArgs& a, const int* s_idx, int row, const X& x, int lane) {
   DMat g, u;
   int r;
@@ -88,12 +100,25 @@ __device__ __forceinline__ void gate_up_row(const MoeArgs& a, const int* s_idx, 
   row_dot2_lane<FMT>(g, r, u, r, x, lane, gv, uv);
   gv = warp_sum(gv);
   uv = warp_sum(uv);
-  if (lane == 0) a.act[row] = silu_f(gv) * uv;
+  if (lane == 0) row_ptr<ROWS>(a, a.act)[row] = silu_f(gv) * uv;
 }
 
 // The routing as the flag's own word where it fits (else MoE down reads it through L2 after the flag).
 inline bool route_packed_ok(const MoeArgs& a) {
   return a.early_route && a.k >= 2 && a.k <= 8 && a.E <= 256;
+}
+
+// The checks every MoE launcher makes of MoeArgs::rows: 1..kMaxRows rows; with several, no traces (their stamps are
+// per launch, not per row) and a nonzero 16-byte multiple stride (the rows' pre and x keep their 16-byte loads).
+inline void check_rows(const MoeArgs& a, const char* who) {
+  if (a.rows.n < 1 || a.rows.n > kMaxRows)
+    throw Error(std::string(who) + ": rows.n must be 1.." + std::to_string(kMaxRows) + ", got " +
+                std::to_string(a.rows.n));
+  if (a.rows.n == 1) return;
+  if (a.trace || a.trace_x || a.trace_end || a.btrace)
+    throw Error(std::string(who) + ": a launch of several rows takes no trace / trace_x / trace_end / btrace");
+  if (a.rows.stride == 0 || a.rows.stride % 16)
+    throw Error(std::string(who) + ": the rows' stride must be a nonzero multiple of 16 bytes");
 }
 
 // The checks every MoE launcher makes of the weights' formats and sizes.

@@ -2,8 +2,11 @@
 // and folds a running argmax into one 64-bit atomicMax (ordered logit << 32 | ~id, so ties pick the lower id).
 // The last block to finish writes the id to out_ids[cursor], feeds it to the next step's input, advances the
 // step (cursor, pos) and resets the accumulators: the whole step can be replayed from a CUDA graph.
+// The rows of a speculative verify (Rows) go in one launch: each weight row is read once and dotted with every row's
+// x, each row keeping its own logits, argmax and step (its StepCtl), as a launch for that row alone would.
 #include <cfloat>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "cuda/common/device_util.cuh"
@@ -20,6 +23,28 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int id) {
   return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(id));
 }
 
+// The bytes of one row's x form in shared memory, 16-byte aligned so that the rows' forms sit side by side.
+template <class X>
+__host__ __device__ inline size_t x_step(int cols) {
+  return (X::bytes(cols) + 15) & ~size_t(15);
+}
+
+// The last block's end of one row's step (ctl: that row's): the argmax id to out_ids[cursor] and to the next step's
+// input, cursor and pos advanced; out_ids null: logits only (the step sampler, sample_step, picks the id and advances
+// the step). The row's argmax accumulator is reset for the next launch.
+__device__ __forceinline__ void finish_row(StepCtl* ctl, int32_t* in_ids, int32_t* out_ids) {
+  if (out_ids) {
+    const unsigned long long b = atomicAdd(&ctl->best, 0ull);
+    const int id = static_cast<int>(~static_cast<uint32_t>(b & 0xffffffffu));
+    const int cur = ctl->cursor;
+    out_ids[cur] = id;
+    if (cur + 1 >= ctl->n_given) in_ids[cur + 1] = id;
+    ctl->cursor = cur + 1;
+    ctl->pos = ctl->pos + 1;
+  }
+  ctl->best = 0;
+}
+
 // kRows: rows per set (~117 rows per warp at V = 248k): 2 with NB > 1; with NB = 1, 4.
 // X: activation form, as the GEMVs (XQ: int8 hi+lo x with dp4a for 4-bit and kQ6 weights where decode_int8_x() is on, XF:
 // f32); the f32 form made this 286 MB GEMV issue-bound.
@@ -28,15 +53,27 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int id) {
 // loads go out only after this set's dots). The NB loop with a chunk loop inside (so that it served NB = 1 and wider
 // rows too, in place of the separate NB = 1 loop) made this kernel ~30 us slower per step (rows done
 // 82.5 -> 112.7 us after the last layer, docs/performance-log.md), so the two loops stay.
-template <int FMT, int kRows, class X, int NB>
+// MR: the most rows (Rows, a speculative verify) per launch; 1: the plain kernel (rows ignored). MR > 1 (NB = 1):
+// rows.n <= MR rows, each with its x, logits and StepCtl at rows.stride and its x form in shared memory after the
+// previous row's (x_step); each weight row loaded is dotted with every row's x, and each row keeps its own argmax.
+// A lane's sum for one logit runs over chunks lane, lane + 32, ... in that order whatever kRows and NB are (RowSet
+// load/dot over [c0, c0 + 64), acc from 0), then warp_sum: each row's logits and id are those of a plain launch.
+template <int FMT, int kRows, class X, int NB, int MR>
 __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const float* x, const float* norm_w, float eps,
                                                       float* logits, int32_t* in_ids, int32_t* out_ids,
-                                                      StepCtl* ctl, unsigned long long* trace) {
+                                                      StepCtl* ctl, unsigned long long* trace, const Rows rows) {
+  static_assert(MR == 1 || NB == 1, "k_lm_head: the rows form keeps one row set per warp");
+  const int n = MR == 1 ? 1 : rows.n;  // the guards j < n below are warp-uniform; their loops unroll over MR
+  if (MR > 1) trace = nullptr;
+  auto at = [&](auto* p, int j) { return MR == 1 ? p : row_at(p, j, rows.stride); };  // row j's copy of p
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
-  X xv(nws + W.cols, W.cols);
+  X xv(nws + W.cols, W.cols);  // row 0's x form; row j's: xform(j), x_step bytes after row j - 1's
+  auto xform = [&](int j) {
+    return j == 0 ? xv : X(reinterpret_cast<char*>(nws + W.cols) + size_t(j) * x_step<X>(W.cols), W.cols);
+  };
   __shared__ float red[32];
-  __shared__ unsigned long long wbest[kThreads / 32];
+  __shared__ unsigned long long wbest[MR][kThreads / 32];
   __shared__ int s_last;
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const int warp = blockIdx.x * (kThreads / 32) + wib;
@@ -81,17 +118,26 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
   const float* nw = stage_vec(norm_w, W.cols, nws);
   pdl_wait();
   if (tr) trace_at(trace, 1);
-  load_x(x, nw, eps, W.cols, xv, red);
+  for (int j = 0; j < n; ++j) {  // each row's x normed and put in its form as a plain launch does
+    X xj = xform(j);
+    load_x(at(x, j), nw, eps, W.cols, xj, red);
+  }
   pdl_trigger();
-  float bv = -FLT_MAX;
-  int bi = 0;
-  auto take = [&](const float (&acc)[kRows], const int (&cr)[kRows]) {  // rows ascend per warp
+  int bi[MR];  // row j's best id and its logit
+  float bv[MR];
+#pragma unroll
+  for (int j = 0; j < MR; ++j) {
+    bv[j] = -FLT_MAX;
+    bi[j] = 0;
+  }
+  auto take = [&](const float (&acc)[kRows], const int (&cr)[kRows], int j) {  // rows ascend per warp
+    float* lg = at(logits, j);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       if (cr[i] < 0) continue;  // warp-uniform
       const float v = warp_sum(acc[i]);
-      if (lane == 0) logits[cr[i]] = v;
-      if (v > bv) { bv = v; bi = cr[i]; }  // strict > keeps the lowest id on ties
+      if (lane == 0) lg[cr[i]] = v;
+      if (v > bv[j]) { bv[j] = v; bi[j] = cr[i]; }  // strict > keeps the lowest id on ties
     }
   };
   if (NB > 1) {
@@ -113,17 +159,21 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
         row += kRows * nwarps;  // the next set's base
         rows_at(row + (NB - 1) * kRows * nwarps, rs[b]);
         if (rs[b][0] >= 0) S[b].load(mp, rs[b], nch, 0, lane);
-        take(acc, cr);
+        take(acc, cr, 0);
       }
     }
   }
   while (NB == 1 && rr[0] >= 0) {
-    float acc[kRows];
+    float acc[MR][kRows];  // [x row][weight row]
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) acc[i] = 0.f;
+    for (int j = 0; j < MR; ++j)
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) acc[j][i] = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 64) {
       if (c0 > 0) P.load(mp, rr, nch, c0, lane);
-      P.dot(rr, xv, nch, c0, lane, acc);
+#pragma unroll
+      for (int j = 0; j < MR; ++j)
+        if (j < n) P.dot(rr, xform(j), nch, c0, lane, acc[j]);
     }
     int cr[kRows];
 #pragma unroll
@@ -131,31 +181,28 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
     row += kRows * nwarps;
     set_rows();
     if (rr[0] >= 0) P.load(mp, rr, nch, 0, lane);
-    take(acc, cr);
+#pragma unroll
+    for (int j = 0; j < MR; ++j)
+      if (j < n) take(acc[j], cr, j);
   }
-  if (lane == 0) wbest[wib] = pack_best(bv, bi);
+#pragma unroll
+  for (int j = 0; j < MR; ++j)
+    if (j < n && lane == 0) wbest[j][wib] = pack_best(bv[j], bi[j]);
   __syncthreads();
   if (threadIdx.x == 0) {
     trace_max(trace, 2);  // the last block's rows done
-    unsigned long long b = 0;
-    for (int w = 0; w < kThreads / 32; ++w) b = max(b, wbest[w]);
-    atomicMax(&ctl->best, b);
+    for (int j = 0; j < n; ++j) {
+      unsigned long long b = 0;
+      for (int w = 0; w < kThreads / 32; ++w) b = max(b, wbest[j][w]);
+      atomicMax(&at(ctl, j)->best, b);
+    }
     __threadfence();
-    s_last = atomicAdd(&ctl->lm_done, 1u) == gridDim.x - 1;
+    s_last = atomicAdd(&ctl->lm_done, 1u) == gridDim.x - 1;  // the rows' blocks counted on row 0's
   }
   __syncthreads();
   if (s_last && threadIdx.x == 0) {
     __threadfence();
-    if (out_ids) {  // null: logits only, the step sampler (sample_step) picks the id and advances the step
-      const unsigned long long b = atomicAdd(&ctl->best, 0ull);
-      const int id = static_cast<int>(~static_cast<uint32_t>(b & 0xffffffffu));
-      const int cur = ctl->cursor;
-      out_ids[cur] = id;
-      if (cur + 1 >= ctl->n_given) in_ids[cur + 1] = id;
-      ctl->cursor = cur + 1;
-      ctl->pos = ctl->pos + 1;
-    }
-    ctl->best = 0;
+    for (int j = 0; j < n; ++j) finish_row(at(ctl, j), in_ids, out_ids);
     ctl->lm_done = 0;
     if (trace) {  // this step's first entry kept in slot 5
       trace[5] = atomicAdd(trace + 3, 0ull);
@@ -164,37 +211,60 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
   }
 }
 
+// A plain launch's kernel, k_lm_head<FMT, kRows, X, NB, 1>; its rows form (n > 1) keeps the format and the x form.
+template <int FMT, int kRows, class X, int NB>
+struct LmCfg {
+  static constexpr int kFmt = FMT, kR = kRows, kNB = NB;
+  using XT = X;
+};
+// The rows form's rows per set: with MR x rows the accumulators are MR * kRows registers, and each weight chunk
+// loaded already feeds n dots, so one set of 2 rows (NB = 1) keeps the loads busy enough.
+constexpr int kRowsMR = 2;
+
 }  // namespace
 
 void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, int32_t* in_ids,
-                    int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl, unsigned long long* trace) {
-  const size_t smem = size_t(W.cols) * 8 + size_t(W.cols / 16) * 4;  // norm_w + the larger x form (XF)
-  auto run = [&](auto kern) {
+                    int32_t* out_ids, StepCtl* ctl, cudaStream_t s, bool pdl, unsigned long long* trace,
+                    const Rows& rows) {
+  if (rows.n < 1 || rows.n > kMaxRows)
+    throw Error("lm_head_argmax: " + std::to_string(rows.n) + " rows (1 to " + std::to_string(kMaxRows) + ")");
+  if (rows.n > 1 && trace) throw Error("lm_head_argmax: no trace with rows (n > 1)");
+  auto run = [&](auto kern, size_t smem) {
     allow_smem(kern, smem);
     const int blocks = std::min((W.rows + 7) / 8, decode_grid(resident_grid(kern, kThreads, smem)));
-    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, W, x, norm_w, eps, logits, in_ids, out_ids, ctl, trace);
+    launch(kern, dim3(blocks), dim3(kThreads), smem, s, pdl, W, x, norm_w, eps, logits, in_ids, out_ids, ctl, trace,
+           rows);
+  };
+  auto go = [&](auto cfg) {  // cfg: LmCfg
+    using C = decltype(cfg);
+    using X = typename C::XT;
+    if (rows.n == 1) {  // norm_w + the larger x form (XF)
+      run(k_lm_head<C::kFmt, C::kR, X, C::kNB, 1>, size_t(W.cols) * 8 + size_t(W.cols / 16) * 4);
+    } else {  // norm_w + the rows' x forms
+      run(k_lm_head<C::kFmt, kRowsMR, X, 1, kMaxRows>, size_t(W.cols) * 4 + size_t(rows.n) * x_step<X>(W.cols));
+    }
   };
   // one chunk pair per lane and row (Q4): two sets of 2 rows per warp (sets of 4 rows spill: measured slower)
   const bool two_sets = W.cols <= 64 * FmtInfo<kQ4>::kElems;
   auto q4 = [&](auto fmt) {  // the 4-bit formats (fmt: std::integral_constant<int, kQ4, kQ4Z or kQ4H>)
     constexpr int F = decltype(fmt)::value;
-    if (!use_int8_x(F, W.cols)) run(k_lm_head<F, 4, XF, 1>);
-    else if (two_sets) run(k_lm_head<F, 2, XQ, 2>);
-    else run(k_lm_head<F, 4, XQ, 1>);
+    if (!use_int8_x(F, W.cols)) go(LmCfg<F, 4, XF, 1>{});
+    else if (two_sets) go(LmCfg<F, 2, XQ, 2>{});
+    else go(LmCfg<F, 4, XQ, 1>{});
   };
   switch (W.fmt) {
     case kQ4: q4(std::integral_constant<int, kQ4>{}); break;
     case kQ4Z: q4(std::integral_constant<int, kQ4Z>{}); break;
     case kQ4H: q4(std::integral_constant<int, kQ4H>{}); break;
-    case kQ8: run(k_lm_head<kQ8, 4, XF, 1>); break;
-    case kQ8H: run(k_lm_head<kQ8H, 4, XF, 1>); break;
-    case kF8: run(k_lm_head<kF8, 4, XF, 1>); break;
-    case kI8: run(k_lm_head<kI8, 4, XF, 1>); break;
+    case kQ8: go(LmCfg<kQ8, 4, XF, 1>{}); break;
+    case kQ8H: go(LmCfg<kQ8H, 4, XF, 1>{}); break;
+    case kF8: go(LmCfg<kF8, 4, XF, 1>{}); break;
+    case kI8: go(LmCfg<kI8, 4, XF, 1>{}); break;
     case kQ6:  // 16-column chunks: one set of 4 rows, on int8 x where it is on
-      if (use_int8_x(kQ6, W.cols)) run(k_lm_head<kQ6, 4, XQ, 1>);
-      else run(k_lm_head<kQ6, 4, XF, 1>);
+      if (use_int8_x(kQ6, W.cols)) go(LmCfg<kQ6, 4, XQ, 1>{});
+      else go(LmCfg<kQ6, 4, XF, 1>{});
       break;
-    case kBF16: run(k_lm_head<kBF16, 4, XF, 1>); break;
+    case kBF16: go(LmCfg<kBF16, 4, XF, 1>{}); break;
     default: throw Error("lm_head_argmax: unknown weight format");
   }
 }
