@@ -118,8 +118,8 @@ void set_decode_int8_x(bool on);
 bool decode_int8_x();
 bool use_int8_x(int fmt, int cols);  // the int8 path serves this matrix shape (4-bit or kQ6, cols <= 8192)
 
-// ---- grid share: the row-parallel kernels (GEMVs, MoE, lm_head) take 1/share of the resident grid (1: all; the
-// speculative verify's wavefront of n rows captures them with n, so that the rows' kernels run side by side) ----
+// ---- grid share: the row-parallel kernels (GEMVs, MoE, lm_head) take 1/share of the resident grid (1: all; a
+// verify of n rows launches its MoE kernels with n, so that the rows' blocks run side by side, Rows) ----
 void set_decode_grid_share(int share);
 int decode_grid(int resident);  // max(1, resident / share)
 
