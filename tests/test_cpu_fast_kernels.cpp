@@ -1,6 +1,7 @@
 // Fast CPU kernels against the reference kernels on random matrices (fresh inputs, poisoned outputs).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -311,6 +312,23 @@ TEST(CpuFastKernels, GdnScanMatchesReferenceSteps) {
                  Dk, Dv, o2.data());
   EXPECT_LE(testmetrics::rms_rel_err(o2, o1), 1e-5);
   EXPECT_LE(testmetrics::rms_rel_err(S2, S1), 1e-5);
+  // rewind points (a speculative verify's): the state after each of the first ns tokens, equal to the state a scan
+  // of that many tokens leaves, in both implementations
+  const int ns = n - 2;
+  const size_t ss = S0.size();
+  for (int fast_set = 0; fast_set < 2; ++fast_set) {
+    auto scan = fast_set ? &fast::gdn_scan : &ref::gdn_scan;
+    auto S3 = S0;
+    std::vector<float> snaps(size_t(ns) * ss, NAN), o3(o1.size());
+    scan(S3.data(), x.data(), x.data() + Hk * Dk, x.data() + 2 * Hk * Dk, xs, g.data(), beta.data(), n, Hk, Hv, Dk, Dv,
+         o3.data(), snaps.data(), ns);
+    for (int t = 0; t < ns; ++t) {
+      auto S4 = S0;
+      scan(S4.data(), x.data(), x.data() + Hk * Dk, x.data() + 2 * Hk * Dk, xs, g.data(), beta.data(), t + 1, Hk, Hv,
+           Dk, Dv, o3.data(), nullptr, 0);
+      EXPECT_TRUE(std::equal(S4.begin(), S4.end(), snaps.begin() + std::ptrdiff_t(t * ss))) << fast_set << " " << t;
+    }
+  }
 }
 
 TEST(CpuFastKernels, AttentionMatchesReferenceShortAndSplit) {

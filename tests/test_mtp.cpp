@@ -257,6 +257,13 @@ TEST_P(MtpVerify, AcceptRewindsToPlainState) {
   auto undo = be->verify(*st, run, 2, vlog.data(), nullptr);
   EXPECT_THROW(be->accept(*st, *undo, 3), Error);
   EXPECT_THROW(be->accept(*st, *undo, 0), Error);
+  // the rewind points belong to the last verify: an older record is refused, not applied with another's states
+  auto other = base->clone();
+  std::vector<float> vlog4(size_t(4) * size_t(V));
+  auto undo2 = be->verify(*other, run, 4, vlog4.data(), nullptr);
+  EXPECT_THROW(be->accept(*st, *undo, 1), Error);
+  be->accept(*other, *undo2, 2);
+  EXPECT_EQ(other->pos, base->pos + 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, MtpVerify, ::testing::Values("cpu-ref", "cpu"), backend_name);

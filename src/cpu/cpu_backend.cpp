@@ -90,7 +90,8 @@ void CpuBackend::forward_chunk(CpuState& st, const int32_t* ids, int n, int n_lo
   for (int t = 0; t < n; ++t) dequant_row(w_->embed, ids[t], x + static_cast<size_t>(t) * H);
   if (on_hidden) on_hidden(-1, x, n);
   for (int li = 0; li < c.n_layers; ++li) {
-    run_layer(w_->layers[li], st.layers[li], x, h, a, n, st.pos, st.max_ctx);
+    run_layer(w_->layers[li], st.layers[li], x, h, a, n, st.pos, st.max_ctx,
+              snap_rows_ > 0 ? &snaps_[size_t(li)] : nullptr);
     if (on_hidden) on_hidden(li, x, n);
   }
   st.pos += n;
@@ -104,7 +105,7 @@ void CpuBackend::forward_chunk(CpuState& st, const int32_t* ids, int n, int n_lo
 }
 
 void CpuBackend::run_layer(const LayerWeights& L, CpuLayerState& s, float* x, float* h, float* a, int n, int pos0,
-                           int max_ctx) {
+                           int max_ctx, GdnSnaps* snap) {
   const ModelConfig& c = w_->cfg;
   const int H = c.hidden;
   const size_t nH = static_cast<size_t>(n) * H;
@@ -115,7 +116,7 @@ void CpuBackend::run_layer(const LayerWeights& L, CpuLayerState& s, float* x, fl
   if (L.is_full)
     attn_layer(L, s, h, n, pos0, max_ctx, a);
   else
-    gdn_layer(L, s, h, n, a);
+    gdn_layer(L, s, h, n, pos0, snap, a);
   {
     PhaseTimer pt(prof_, Phase::kNorms);
     for (size_t i = 0; i < nH; ++i) x[i] += a[i];
@@ -167,7 +168,8 @@ void conv_state_advance(float* state, const float* x, int n, int C, int K) {
 
 }  // namespace
 
-void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, float* out) {
+void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, int pos0, GdnSnaps* snap,
+                           float* out) {
   const ModelConfig& c = w_->cfg;
   const int C = c.conv_dim(), Hk = c.lin_k_heads, Hv = c.lin_v_heads, Dk = c.lin_k_dim, Dv = c.lin_v_dim;
   const int VD = c.value_dim(), KD = c.key_dim();
@@ -207,8 +209,17 @@ void CpuBackend::gdn_layer(const LayerWeights& L, CpuLayerState& s, const float*
       }
     }
   });
+  // a verify's rewind points that fall in this chunk: the states after its tokens t0 .. t0 + n_snap - 1
+  const int t0 = pos0 - snap_pos0_, n_snap = snap ? std::clamp(snap_rows_ - t0, 0, n) : 0;
+  const size_t cs = s.conv.size(), ss = s.S.size();
+  for (int t = 0; t < n_snap; ++t) {
+    float* dst = snap->conv.data() + static_cast<size_t>(t0 + t) * cs;
+    std::copy(s.conv.begin(), s.conv.end(), dst);
+    conv_state_advance(dst, m, t + 1, C, K);
+  }
   conv_state_advance(s.conv.data(), m, n, C, K);
-  k_.gdn_scan(s.S.data(), conv_out, conv_out + KD, conv_out + 2 * KD, C, g, beta, n, Hk, Hv, Dk, Dv, o);
+  k_.gdn_scan(s.S.data(), conv_out, conv_out + KD, conv_out + 2 * KD, C, g, beta, n, Hk, Hv, Dk, Dv, o,
+              n_snap ? snap->S.data() + static_cast<size_t>(t0) * ss : nullptr, n_snap);
   pool.parallel_for((n + kTok - 1) / kTok, [&](int task, int) {
     for (int t = task * kTok; t < std::min(n, (task + 1) * kTok); ++t)
       ref::gated_rmsnorm(o + static_cast<size_t>(t) * VD, &z[static_cast<size_t>(t) * VD], L.lin.norm.data(), Hv,

@@ -28,8 +28,8 @@ class CpuBackend final : public Backend {
                    float* logits, float* hidden_out) override;
   int mtp_rows(const SeqState& st) const override;
   void mtp_truncate(SeqState& st, int rows) override;
-  // Keeps only the DeltaNet states (conv windows, recurrent S) and the KV lengths; accept() rewinds by copying them
-  // back and truncating the KV rows, then forwards the kept tokens again.
+  // The forward of the n tokens keeps each DeltaNet layer's state after each of the first n - 1 (GdnSnaps); accept(m)
+  // copies the one after m tokens back and truncates the KV rows (the last verify's record only).
   std::unique_ptr<VerifyUndo> verify(SeqState& st, const int32_t* ids, int n, float* logits, float* hidden) override;
   void accept(SeqState& st, VerifyUndo& undo, int m) override;
 
@@ -44,9 +44,16 @@ class CpuBackend final : public Backend {
  private:
   void forward_chunk(CpuState& st, const int32_t* ids, int n, int n_logits, float* out,
                      const ForwardOptions& opt);
-  // x [n, H] (residual stream) through one decoder layer; h, a: scratch [n, H].
-  void run_layer(const LayerWeights& L, CpuLayerState& s, float* x, float* h, float* a, int n, int pos0, int max_ctx);
-  void gdn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, float* out);
+  // A verify's rewind points in one DeltaNet layer: the state after each of its first snap_rows_ tokens.
+  struct GdnSnaps {
+    std::vector<float> S;     // [snap_rows_][Hv][Dv][Dk]
+    std::vector<float> conv;  // [snap_rows_][K-1][conv_dim]
+  };
+  // x [n, H] (residual stream) through one decoder layer; h, a: scratch [n, H]; snap: the layer's rewind points
+  // while a verify forwards (else null).
+  void run_layer(const LayerWeights& L, CpuLayerState& s, float* x, float* h, float* a, int n, int pos0, int max_ctx,
+                 GdnSnaps* snap = nullptr);
+  void gdn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, int pos0, GdnSnaps* snap, float* out);
   void attn_layer(const LayerWeights& L, CpuLayerState& s, const float* h, int n, int pos0, int max_ctx, float* out);
   void moe_layer(const MoeWeights& m, const float* h, int n, float* out);
 
@@ -59,6 +66,11 @@ class CpuBackend final : public Backend {
   std::vector<int> route_idx_, route_perm_, route_pos_, expert_off_, fill_;  // MoE routing of the current chunk
   std::vector<float> route_w_;
   std::vector<fast::MatJob> jobs_;  // batched expert products of the current chunk
+
+  std::vector<GdnSnaps> snaps_;  // [n_layers] (attention layers: empty); grow-only
+  int snap_rows_ = 0;            // rewind points the forward in progress keeps (0: none)
+  int snap_pos0_ = 0;            // the verify's first position
+  uint64_t snap_ticket_ = 0;     // verifies so far; an undo record holds its own (accept checks it)
 
   std::shared_ptr<ModelWeights> w_;
   const CpuKernels& k_;

@@ -13,7 +13,7 @@ struct CpuKernels {
   void (*matmul_batch)(const fast::MatJob* jobs, int count);
   // ref::gdn_scan / ref::attention_one contracts (see cpu/ref_ops.h)
   void (*gdn_scan)(float* S, const float* q, const float* k, const float* v, size_t xs, const float* g,
-                   const float* beta, int n, int Hk, int Hv, int Dk, int Dv, float* o);
+                   const float* beta, int n, int Hk, int Hv, int Dk, int Dv, float* o, float* snaps, int n_snaps);
   void (*attention_one)(const float* q, const float* kcache, const float* vcache, int T, int nq, int nkv, int hd,
                         float* out);
 };

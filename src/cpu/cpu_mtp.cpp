@@ -1,5 +1,5 @@
 // The CPU backend's speculative-decoding pieces: the multi-token-prediction (MTP) block's forward with its own KV
-// cache, and verify / accept (a snapshot of the DeltaNet states, KV truncation, recompute of the kept tokens).
+// cache, and verify / accept (the DeltaNet states after each verified token kept as rewind points, KV truncation).
 #include <algorithm>
 #include <cstring>
 
@@ -79,9 +79,8 @@ void CpuBackend::mtp_forward(SeqState& s, const int32_t* ids, const float* hidde
 
 namespace {
 struct CpuUndo final : VerifyUndo {
-  int pos = 0;
-  std::vector<std::vector<float>> conv, S;  // [n_layers] (empty for attention layers)
-  std::vector<int32_t> ids;
+  int pos = 0, n = 0;
+  uint64_t ticket = 0;  // CpuBackend::snap_ticket_ of this verify (its rewind points)
 };
 }  // namespace
 
@@ -90,14 +89,22 @@ std::unique_ptr<VerifyUndo> CpuBackend::verify(SeqState& s, const int32_t* ids, 
   if (n < 1) throw Error("verify: expected at least one token, got " + std::to_string(n));
   auto u = std::make_unique<CpuUndo>();
   u->pos = st.pos;
-  u->ids.assign(ids, ids + n);
-  u->conv.resize(st.layers.size());
-  u->S.resize(st.layers.size());
-  if (n > 1)  // with one token there is nothing to rewind to
-    for (size_t i = 0; i < st.layers.size(); ++i) {
-      u->conv[i] = st.layers[i].conv;
-      u->S[i] = st.layers[i].S;
-    }
+  u->n = n;
+  u->ticket = ++snap_ticket_;
+  // room for the rewind points: the state after each token but the last (with one token: none, nothing to rewind)
+  snaps_.resize(st.layers.size());
+  for (size_t i = 0; i < st.layers.size(); ++i) {
+    const size_t rows = static_cast<size_t>(n - 1);
+    GdnSnaps& sn = snaps_[i];
+    if (sn.S.size() < rows * st.layers[i].S.size()) sn.S.resize(rows * st.layers[i].S.size());
+    if (sn.conv.size() < rows * st.layers[i].conv.size()) sn.conv.resize(rows * st.layers[i].conv.size());
+  }
+  struct Keep {  // the rewind points are kept by this forward only, however it ends
+    CpuBackend& b;
+    ~Keep() { b.snap_rows_ = 0; }
+  } keep{*this};
+  snap_rows_ = n - 1;
+  snap_pos0_ = st.pos;
   const int H = w_->cfg.hidden;
   ForwardOptions fo;
   if (hidden)
@@ -112,22 +119,24 @@ void CpuBackend::accept(SeqState& s, VerifyUndo& undo, int m) {
   CpuState& st = cpu_state(s);
   auto* u = dynamic_cast<CpuUndo*>(&undo);
   if (!u) throw Error("accept: the undo record was made by another backend");
-  const int n = static_cast<int>(u->ids.size());
-  if (m < 1 || m > n) throw Error("accept: " + std::to_string(m) + " tokens kept of " + std::to_string(n));
-  if (m == n) return;
+  if (m < 1 || m > u->n) throw Error("accept: " + std::to_string(m) + " tokens kept of " + std::to_string(u->n));
+  if (st.pos != u->pos + u->n) throw Error("accept: the state moved since its verify");
+  if (m == u->n) return;
+  if (u->ticket != snap_ticket_) throw Error("accept: another verify ran since this one (its rewind points are gone)");
   const size_t KV = static_cast<size_t>(w_->cfg.kv_dim());
   for (size_t i = 0; i < st.layers.size(); ++i) {
     CpuLayerState& l = st.layers[i];
-    if (w_->cfg.is_full[i]) {
-      l.k.resize(static_cast<size_t>(u->pos) * KV);
-      l.v.resize(static_cast<size_t>(u->pos) * KV);
-    } else {
-      l.conv = std::move(u->conv[i]);
-      l.S = std::move(u->S[i]);
+    if (w_->cfg.is_full[i]) {  // the rows of the kept tokens are final
+      l.k.resize(static_cast<size_t>(u->pos + m) * KV);
+      l.v.resize(static_cast<size_t>(u->pos + m) * KV);
+    } else {  // the states after m tokens
+      const GdnSnaps& sn = snaps_[i];
+      const size_t at = static_cast<size_t>(m - 1);
+      std::copy_n(sn.S.begin() + static_cast<std::ptrdiff_t>(at * l.S.size()), l.S.size(), l.S.begin());
+      std::copy_n(sn.conv.begin() + static_cast<std::ptrdiff_t>(at * l.conv.size()), l.conv.size(), l.conv.begin());
     }
   }
-  st.pos = u->pos;
-  forward(st, u->ids.data(), m, 0, nullptr, ForwardOptions{});
+  st.pos = u->pos + m;
 }
 
 }  // namespace lily

@@ -96,10 +96,13 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, const fl
 }
 
 void gdn_scan(float* S, const float* q, const float* k, const float* v, size_t xs, const float* g, const float* beta,
-              int n, int Hk, int Hv, int Dk, int Dv, float* o) {
-  for (int t = 0; t < n; ++t)
+              int n, int Hk, int Hv, int Dk, int Dv, float* o, float* snaps, int n_snaps) {
+  const size_t ss = static_cast<size_t>(Hv) * Dv * Dk;
+  for (int t = 0; t < n; ++t) {
     gdn_step(S, q + t * xs, k + t * xs, v + t * xs, g + static_cast<size_t>(t) * Hv, beta + static_cast<size_t>(t) * Hv,
              Hk, Hv, Dk, Dv, o + static_cast<size_t>(t) * Hv * Dv);
+    if (snaps && t < n_snaps) std::copy(S, S + ss, snaps + static_cast<size_t>(t) * ss);
+  }
 }
 
 void gated_rmsnorm(const float* o, const float* z, const float* w, int Hv, int Dv, float eps, float* y) {

@@ -35,9 +35,10 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, const fl
               int Hk, int Hv, int Dk, int Dv, float* o);
 
 // n consecutive gdn_step calls (a prefill chunk): token t reads q + t·xs, k + t·xs, v + t·xs (rows of one
-// [n][xs] buffer), g + t·Hv, beta + t·Hv and writes o + t·Hv·Dv.
+// [n][xs] buffer), g + t·Hv, beta + t·Hv and writes o + t·Hv·Dv. snaps (optional): the state after each of the
+// first n_snaps tokens (n_snaps <= n), token t's at snaps + t·Hv·Dv·Dk (a speculative verify's rewind points).
 void gdn_scan(float* S, const float* q, const float* k, const float* v, size_t xs, const float* g, const float* beta,
-              int n, int Hk, int Hv, int Dk, int Dv, float* o);
+              int n, int Hk, int Hv, int Dk, int Dv, float* o, float* snaps = nullptr, int n_snaps = 0);
 
 // Gated RMSNorm per head: y = rmsnorm(o; w) * silu(z); o, z, y [Hv][Dv], w [Dv]
 void gated_rmsnorm(const float* o, const float* z, const float* w, int Hv, int Dv, float eps, float* y);

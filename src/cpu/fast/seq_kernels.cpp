@@ -106,18 +106,20 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, const fl
 }
 
 void gdn_scan(float* S, const float* q, const float* k, const float* v, size_t xs, const float* g, const float* beta,
-              int n, int Hk, int Hv, int Dk, int Dv, float* o) {
+              int n, int Hk, int Hv, int Dk, int Dv, float* o, float* snaps, int n_snaps) {
   if (Dk != 128 || !simd()) {
-    ref::gdn_scan(S, q, k, v, xs, g, beta, n, Hk, Hv, Dk, Dv, o);
+    ref::gdn_scan(S, q, k, v, xs, g, beta, n, Hk, Hv, Dk, Dv, o, snaps, n_snaps);
     return;
   }
   const int rep = Hv / Hk;
+  const size_t hs = static_cast<size_t>(Dv) * Dk, ss = static_cast<size_t>(Hv) * hs;
   ThreadPool::global().parallel_for(Hv, [&](int j, int) {
-    float* Sj = S + static_cast<size_t>(j) * Dv * Dk;
+    float* Sj = S + static_cast<size_t>(j) * hs;
     for (int t = 0; t < n; ++t) {
       const size_t x0 = t * xs, gt = static_cast<size_t>(t) * Hv + j;
       gdn_head(Sj, q + x0 + (j / rep) * Dk, k + x0 + (j / rep) * Dk, v + x0 + j * Dv, std::exp(g[gt]), beta[gt], Dv,
                    o + static_cast<size_t>(t) * Hv * Dv + j * Dv);
+      if (snaps && t < n_snaps) std::copy(Sj, Sj + hs, snaps + static_cast<size_t>(t) * ss + static_cast<size_t>(j) * hs);
     }
   });
 }
