@@ -262,6 +262,8 @@ TEST_P(MtpVerify, AcceptRewindsToPlainState) {
   std::vector<float> vlog4(size_t(4) * size_t(V));
   auto undo2 = be->verify(*other, run, 4, vlog4.data(), nullptr);
   EXPECT_THROW(be->accept(*st, *undo, 1), Error);
+  auto twin = other->clone();  // same position, not the verified state
+  EXPECT_THROW(be->accept(*twin, *undo2, 2), Error);
   be->accept(*other, *undo2, 2);
   EXPECT_EQ(other->pos, base->pos + 2);
 }

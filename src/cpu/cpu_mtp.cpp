@@ -79,6 +79,7 @@ void CpuBackend::mtp_forward(SeqState& s, const int32_t* ids, const float* hidde
 
 namespace {
 struct CpuUndo final : VerifyUndo {
+  const CpuState* st = nullptr;  // the verified state
   int pos = 0, n = 0;
   uint64_t ticket = 0;  // CpuBackend::snap_ticket_ of this verify (its rewind points)
 };
@@ -88,6 +89,7 @@ std::unique_ptr<VerifyUndo> CpuBackend::verify(SeqState& s, const int32_t* ids, 
   CpuState& st = cpu_state(s);
   if (n < 1) throw Error("verify: expected at least one token, got " + std::to_string(n));
   auto u = std::make_unique<CpuUndo>();
+  u->st = &st;
   u->pos = st.pos;
   u->n = n;
   u->ticket = ++snap_ticket_;
@@ -119,6 +121,7 @@ void CpuBackend::accept(SeqState& s, VerifyUndo& undo, int m) {
   CpuState& st = cpu_state(s);
   auto* u = dynamic_cast<CpuUndo*>(&undo);
   if (!u) throw Error("accept: the undo record was made by another backend");
+  if (u->st != &st) throw Error("accept: the undo record belongs to another state");
   if (m < 1 || m > u->n) throw Error("accept: " + std::to_string(m) + " tokens kept of " + std::to_string(u->n));
   if (st.pos != u->pos + u->n) throw Error("accept: the state moved since its verify");
   if (m == u->n) return;
