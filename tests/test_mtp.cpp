@@ -356,7 +356,20 @@ TEST(MtpArgs, DefaultOnWithWeightsAndClearErrors) {
   auto wm = load_model(kTiny + "model-bf16");
   load_mtp(*wm);
   auto on_be = make_backend("cpu-ref", wm);
-  EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, *on_be, "test"), 3);
+  EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, *on_be, "test"), on_be->mtp_default_drafts());
+  EXPECT_EQ(on_be->mtp_default_drafts(), 1) << "the CPU's default: one draft";
+  EXPECT_EQ(mtp_for_backend(MtpChoice{3, true}, *on_be, "test"), 3) << "an explicit K stays";
+  struct OnByDefault : Backend {  // the backend's own default count when --mtp is not given
+    ModelConfig c;
+    std::string name() const override { return "on-by-default"; }
+    const ModelConfig& config() const override { return c; }
+    std::unique_ptr<SeqState> new_state(int) override { return nullptr; }
+    void forward(SeqState&, const int32_t*, int, int, float*, const ForwardOptions&) override {}
+    bool mtp_available() const override { return true; }
+    int mtp_default_drafts() const override { return 4; }
+  } on4;
+  EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, on4, "test"), 4);
+  EXPECT_EQ(mtp_for_backend(MtpChoice{2, true}, on4, "test"), 2);
 }
 
 TEST(MtpArgs, MetricsCountDrafts) {

@@ -27,8 +27,8 @@ const FlagHelp kCtx{"ctx", "N", "context length in tokens (default min(32768, th
 
 const FlagHelp kMtp{"mtp", "K|off",
                     "speculative decoding with the checkpoint's multi-token-prediction block, K drafts per step (default "
-                    "3 when the model has mtp.* weights and the backend runs them; off: plain decoding, the block not "
-                    "loaded)"};
+                    "on when the model has mtp.* weights and the backend runs them, with the backend's count: 1 on "
+                    "the CPU; off: plain decoding, the block not loaded)"};
 const FlagHelp kMtpFrom{"mtp-from", "DIR",
                         "read the mtp.* weights from another checkpoint of the model (only its shards holding them)"};
 

@@ -43,7 +43,8 @@ int mtp_for_backend(const MtpChoice& c, const Backend& be, const char* cmd) {
     std::fprintf(stderr, "lily %s: speculative decoding off by default: %s\n", cmd, be.mtp_default_off_reason().c_str());
     return 0;
   }
-  if (c.k == 0 || be.mtp_available()) return c.k;
+  if (c.k == 0) return 0;
+  if (be.mtp_available()) return c.asked ? c.k : be.mtp_default_drafts();
   if (c.asked) throw Error("--mtp " + std::to_string(c.k) + ": " + be.mtp_unavailable_reason());
   std::fprintf(stderr, "lily %s: speculative decoding off: %s\n", cmd, be.mtp_unavailable_reason().c_str());
   return 0;

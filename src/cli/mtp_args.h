@@ -23,8 +23,8 @@ std::vector<std::string> mtp_flags();  // {"mtp", "mtp-from"}
 // --mtp off with --mtp-from.
 MtpChoice load_mtp_for(const Args& a, ModelWeights& w);
 // The draft count to run on `be`: an explicit --mtp K on a backend without MTP throws with the reason; the default
-// turns itself off there, and where the backend says it should be off by default (Backend::mtp_default_off_reason),
-// with a note on stderr ("lily CMD: ...").
+// is the backend's (Backend::mtp_default_drafts) and turns itself off there, and where the backend says it should be
+// off by default (Backend::mtp_default_off_reason), with a note on stderr ("lily CMD: ...").
 int mtp_for_backend(const MtpChoice& c, const Backend& be, const char* cmd);
 
 }  // namespace lily

@@ -23,6 +23,9 @@ class CpuBackend final : public Backend {
                const ForwardOptions& opt) override;
 
   bool mtp_available() const override { return w_->mtp != nullptr; }
+  // One draft: a verify of k + 1 positions reads about k + 1 times the experts' bytes (few are shared on random
+  // routing), so on a bandwidth-bound CPU k = 1 pays best (docs/performance-log.md).
+  int mtp_default_drafts() const override { return 1; }
   std::string mtp_unavailable_reason() const override;
   void mtp_forward(SeqState& st, const int32_t* ids, const float* hidden, int n, int pos0, int n_logits,
                    float* logits, float* hidden_out) override;

@@ -104,6 +104,8 @@ class Backend {
   // Empty when speculative decoding should be on by default where available; else why it is off unless asked for
   // (`--mtp K`), e.g. a verify that cannot be faster than plain decoding.
   virtual std::string mtp_default_off_reason() const { return ""; }
+  // The draft tokens per step when `--mtp` is not given: the count whose verify pays best on this backend.
+  virtual int mtp_default_drafts() const { return 3; }
   // Runs the MTP block on n rows: row i pairs hidden[i] ([H], the main model's final-normed hidden state at position
   // pos0+i, or a chained MTP output) with ids[i] (the token that follows that position), at rotary position pos0+i.
   // Appends n rows to the state's MTP KV cache (the rows attend to every row before them in that cache). Writes the
