@@ -341,16 +341,22 @@ TEST(MtpArgs, DefaultOnWithWeightsAndClearErrors) {
   auto be = make_backend("cpu-ref", load_model(kTiny + "model-bf16"));
   EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, *be, "test"), 0);
   EXPECT_THROW(mtp_for_backend(MtpChoice{3, true}, *be, "test"), Error);
-  // a backend with the weights that keeps it off unless asked (Backend::mtp_default_off_reason)
-  struct OffByDefault : Backend {
+  // backends with the weights: one that keeps it off unless asked (Backend::mtp_default_off_reason), one with its
+  // own default count (Backend::mtp_default_drafts)
+  struct MtpOnly : Backend {
     ModelConfig c;
-    std::string name() const override { return "off-by-default"; }
+    std::string off;
+    int drafts = 3;
+    std::string name() const override { return "mtp-only"; }
     const ModelConfig& config() const override { return c; }
     std::unique_ptr<SeqState> new_state(int) override { return nullptr; }
     void forward(SeqState&, const int32_t*, int, int, float*, const ForwardOptions&) override {}
     bool mtp_available() const override { return true; }
-    std::string mtp_default_off_reason() const override { return "not faster here"; }
-  } off_be;
+    std::string mtp_default_off_reason() const override { return off; }
+    int mtp_default_drafts() const override { return drafts; }
+  } off_be, on4;
+  off_be.off = "not faster here";
+  on4.drafts = 4;
   EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, off_be, "test"), 0);
   EXPECT_EQ(mtp_for_backend(MtpChoice{2, true}, off_be, "test"), 2);
   auto wm = load_model(kTiny + "model-bf16");
@@ -359,15 +365,6 @@ TEST(MtpArgs, DefaultOnWithWeightsAndClearErrors) {
   EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, *on_be, "test"), on_be->mtp_default_drafts());
   EXPECT_EQ(on_be->mtp_default_drafts(), 1) << "the CPU's default: one draft";
   EXPECT_EQ(mtp_for_backend(MtpChoice{3, true}, *on_be, "test"), 3) << "an explicit K stays";
-  struct OnByDefault : Backend {  // the backend's own default count when --mtp is not given
-    ModelConfig c;
-    std::string name() const override { return "on-by-default"; }
-    const ModelConfig& config() const override { return c; }
-    std::unique_ptr<SeqState> new_state(int) override { return nullptr; }
-    void forward(SeqState&, const int32_t*, int, int, float*, const ForwardOptions&) override {}
-    bool mtp_available() const override { return true; }
-    int mtp_default_drafts() const override { return 4; }
-  } on4;
   EXPECT_EQ(mtp_for_backend(MtpChoice{3, false}, on4, "test"), 4);
   EXPECT_EQ(mtp_for_backend(MtpChoice{2, true}, on4, "test"), 2);
 }
