@@ -1,5 +1,5 @@
 // --mtp K|off and --mtp-from DIR (lily serve, chat, bench): speculative decoding with the checkpoint's
-// multi-token-prediction block. On by default (kDefaultMtpDrafts drafts) when the model has mtp.* tensors (or
+// multi-token-prediction block. On by default (the backend's draft count) when the model has mtp.* tensors (or
 // --mtp-from names a checkpoint that has them) and the backend runs the MTP block; the weights are loaded only then.
 #pragma once
 #include <string>
@@ -11,7 +11,7 @@
 
 namespace lily {
 
-constexpr int kDefaultMtpDrafts = 3;
+constexpr int kDefaultMtpDrafts = 3;  // MtpChoice::k when --mtp is not given (mtp_for_backend then takes the backend's)
 
 struct MtpChoice {
   int k = 0;              // draft tokens per step (0: off)
