@@ -39,7 +39,7 @@ struct TestMat {
   }
 };
 
-void make_mat(TestMat& t, int rows, int cols, int fmt, std::mt19937& rng) {
+void make_mat(TestMat& t, int rows, int cols, int fmt, std::mt19937& rng, int group = 64) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   t.q.rows = rows;
   t.q.cols = cols;
@@ -57,7 +57,7 @@ void make_mat(TestMat& t, int rows, int cols, int fmt, std::mt19937& rng) {
     ASSERT_EQ(cudaMalloc(&dw, t.w16.size() * 2), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(dw, t.w16.data(), t.w16.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
   } else {
-    const int bits = fmt, group = 64;
+    const int bits = fmt;
     t.wq.resize(size_t(rows) * cols * bits / 32);
     for (auto& v : t.wq) v = uint32_t(rng());
     const size_t ng = size_t(rows) * cols / group;
@@ -76,7 +76,7 @@ void make_mat(TestMat& t, int rows, int cols, int fmt, std::mt19937& rng) {
     t.q.biases = t.b.data();
     t.q.bits = bits;
     t.q.group = group;
-    t.d.group = group;
+    cuda::dmat_set_group(t.d, group);
     t.d.row_bytes = cols * bits / 8;
     t.d.sb_row = cols / group;
     void* dsb = nullptr;
@@ -164,6 +164,54 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaGemv,
                          ::testing::Combine(::testing::Values(int(cuda::kQ4), int(cuda::kQ8), int(cuda::kBF16)),
                                             ::testing::Values(128, 2048, 4096), ::testing::Bool(),
                                             ::testing::Bool(), ::testing::Bool()));
+
+// Group sizes whose sb index is a shift (group / chunk elements a power of two) and ones that divide (96: 3 or 6
+// chunks; the whole 768-column row: 24 or 48), 4-bit (32-element chunks) and 8-bit (16), f32 and int8 x.
+TEST(CudaGemv, GroupSizesShiftOrDivide) {
+  struct Case {
+    int fmt, group, gshift;
+  };
+  const Case cases[] = {{cuda::kQ4, 32, 0},  {cuda::kQ4, 128, 2}, {cuda::kQ4, 256, 3}, {cuda::kQ4, 96, -1},
+                        {cuda::kQ4, 768, -1}, {cuda::kQ8, 32, 1},  {cuda::kQ8, 128, 3}, {cuda::kQ8, 96, -1},
+                        {cuda::kQ8, 768, -1}};
+  for (const Case& c : cases) {
+    cuda::DMat d;
+    d.fmt = c.fmt;
+    cuda::dmat_set_group(d, c.group);
+    EXPECT_EQ(d.gshift, c.gshift) << "fmt " << c.fmt << " group " << c.group;
+  }
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  struct Restore {
+    bool v = cuda::decode_int8_x();
+    ~Restore() { cuda::set_decode_int8_x(v); }
+  } restore;
+  const int rows = 333, cols = 768;
+  for (const Case& c : cases)
+    for (const bool int8x : {false, true}) {
+      if (int8x && c.fmt != cuda::kQ4) continue;
+      cuda::set_decode_int8_x(int8x);
+      std::mt19937 rng(77 + c.group + c.fmt);
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      TestMat m;
+      make_mat(m, rows, cols, c.fmt, rng, c.group);
+      ASSERT_EQ(m.d.gshift, c.gshift);
+      std::vector<float> x(cols), want(rows), got(rows);
+      for (auto& v : x) v = u(rng) * 3.f;
+      ref::matvec(m.q, x.data(), want.data());
+      float *dx, *dy;
+      CK(cudaMalloc(reinterpret_cast<void**>(&dx), cols * 4));
+      CK(cudaMalloc(reinterpret_cast<void**>(&dy), rows * 4));
+      CK(cudaMemcpy(dx, x.data(), cols * 4, cudaMemcpyHostToDevice));
+      cuda::GemvSeg seg{m.d, dy, 0};
+      cuda::gemv(&seg, 1, dx, nullptr, 1e-6f, nullptr, false);
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(got.data(), dy, rows * 4, cudaMemcpyDeviceToHost));
+      cudaFree(dx);
+      cudaFree(dy);
+      EXPECT_LT(testmetrics::rms_rel_err(got, want), int8x ? 5e-5 : 1e-5)
+          << "fmt " << c.fmt << " group " << c.group << " int8 x " << int8x;
+    }
+}
 
 // The GEMV's per-head scale prologue (HeadNorm: the DeltaNet gated norm's RMS factor, finished by out_proj): x read
 // as heads of 128, head h times rsqrt(sum of its 4 partial sums / 128 + eps), against the reference matvec of the

@@ -74,7 +74,7 @@ void make(Mat& m, Dev& dev, int rows, int cols, int fmt, int E, std::mt19937& rn
     m.b[i] = f32_to_bf16(u(rng) * 0.1f);
     sb[i] = uint32_t(m.s[i]) | (uint32_t(m.b[i]) << 16);
   }
-  m.d.group = group;
+  cuda::dmat_set_group(m.d, group);
   m.d.row_bytes = cols * bits / 8;
   m.d.sb_row = cols / group;
   m.d.w = reinterpret_cast<const uint8_t*>(dev.up(m.wq));

@@ -53,7 +53,7 @@ DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, int refine
       m.fmt = exact && q4z_matrix(q) ? kQ4Z : (refine & kRefineHalf) && h16_matrix(q) ? kQ4H : kQ4;
     else  // kI8: int8 codes q - z with the f32 scale, exact; kQ8H: fp16 pairs
       m.fmt = exact && i8z_matrix(q) ? kI8 : (refine & kRefineHalf) && h16_matrix(q) ? kQ8H : kQ8;
-    m.group = q.group;
+    dmat_set_group(m, q.group);
     m.row_bytes = q.cols * (fmt_q4(m.fmt) ? 4 : 8) / 8;
     m.sb_row = int(q.cols / q.group);
   } else if (q.kind == QMatrix::Kind::Fp8Block) {
@@ -61,13 +61,13 @@ DMat describe_matrix(const QMatrix& q, const char* what, bool widen8, int refine
       throw Error(std::string("cuda: ") + what + ": " + q.format_name() + ": expected e4m3 codes with block scales "
                   "of a multiple of 16 columns");
     m.fmt = kF8;  // the codes as stored, the block's scale repeated per row (f32)
-    m.group = q.group;
+    dmat_set_group(m, q.group);
     m.row_bytes = q.cols;
     m.sb_row = int((q.cols + q.group - 1) / q.group);
   } else if (q.kind == QMatrix::Kind::Ggml && q.gtype == uint32_t(GgmlType::Q6_K)) {
     if (q.cols % 256) throw Error(std::string("cuda: ") + what + ": Q6_K rows must be whole 256-element blocks");
     m.fmt = kQ6;  // 6-bit codes and the f32 scale d * sc of each 16 columns in one 16-byte chunk (exact)
-    m.group = 16;
+    dmat_set_group(m, 16);
     m.row_bytes = q.cols;
   } else if (q.kind == QMatrix::Kind::Dense || q.kind == QMatrix::Kind::Ggml) {
     m.fmt = kBF16;  // other GGUF blocks (none after loading: the loader repacks them) rounded to bf16 on upload

@@ -683,12 +683,17 @@ __device__ __forceinline__ float XQ::dot(uint4 raw, uint32_t sb, int xc) const {
   return chunk_dot_q4i8<FMT>(raw, sb, *this, xc);
 }
 
+// The index of chunk c's sb word within its row (dmat_set_group: a shift for the power-of-two group sizes).
+template <int FMT>
+__device__ __forceinline__ int chunk_group(const DMat& m, int c) {
+  return m.gshift >= 0 ? c >> m.gshift : (c * FmtInfo<FMT>::kElems) / m.group;
+}
 // Loads of chunk c of row `row` of m: the 16 bytes and the (scale, bias) word of its group (0 without sb words).
 template <int FMT>
 __device__ __forceinline__ void chunk_load(const DMat& m, int64_t row, int c, uint4& raw, uint32_t& sb) {
   raw = ldg_weight(m.w + row * m.row_bytes + int64_t(c) * 16);
   if constexpr (fmt_sb(FMT)) {
-    sb = ldg_weight_u32(m.sb + row * m.sb_row + (c * FmtInfo<FMT>::kElems) / m.group);
+    sb = ldg_weight_u32(m.sb + row * m.sb_row + chunk_group<FMT>(m, c));
   } else {
     sb = 0;
   }

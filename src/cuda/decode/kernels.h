@@ -40,13 +40,24 @@ struct DMat {
   int fmt = kBF16;
   int rows = 0, cols = 0, group = 0;
   int64_t row_bytes = 0;
-  int sb_row = 0;  // u32 words of sb per row (cols/group; 0 for kBF16)
+  int sb_row = 0;   // u32 words of sb per row (cols/group; 0 for kBF16)
+  int gshift = -1;  // chunk c's sb word is c >> gshift where group / (the format's chunk elements) is a power of two
+                    // (dmat_set_group); -1: (c * chunk elements) / group
 };
 
 // The 4-bit formats (one nibble per weight, same packing; they differ in the sb word only).
 constexpr bool fmt_q4(int fmt) { return fmt == kQ4 || fmt == kQ4Z || fmt == kQ4H; }
 // Elements per 16-byte chunk of a row (the unit the decode kernels load).
 constexpr int fmt_chunk_elems(int fmt) { return fmt_q4(fmt) ? 32 : fmt == kBF16 ? 8 : 16; }
+// Sets m.group and m.gshift (m.fmt set): a shift in place of the integer division the kernels' sb index would
+// otherwise pay per chunk.
+inline void dmat_set_group(DMat& m, int group) {
+  const int e = fmt_chunk_elems(m.fmt), per = group > 0 && group % e == 0 ? group / e : 0;
+  m.group = group;
+  m.gshift = -1;
+  if (per > 0 && (per & (per - 1)) == 0)
+    for (m.gshift = 0; (1 << m.gshift) < per;) ++m.gshift;
+}
 // The 8-bit affine formats (bf16 or fp16 pairs).
 constexpr bool fmt_q8(int fmt) { return fmt == kQ8 || fmt == kQ8H; }
 // Whether the format has sb words (kBF16 has no scales; kQ6 keeps its scale inside the chunk).

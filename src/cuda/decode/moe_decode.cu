@@ -129,7 +129,7 @@ struct StagedRow {
         for (int j = 0; j < 2; ++j) {
           cp_async16(&b.w[v][j][lane], m[j].w + int64_t(r) * m[j].row_bytes + int64_t(c) * 16);
           if constexpr (fmt_sb(FMT))
-            cp_async4(&b.sb[v][j][lane], m[j].sb + int64_t(r) * m[j].sb_row + (c * FmtInfo<FMT>::kElems) / m[j].group);
+            cp_async4(&b.sb[v][j][lane], m[j].sb + int64_t(r) * m[j].sb_row + chunk_group<FMT>(m[j], c));
         }
     }
   }
