@@ -1,4 +1,4 @@
-// Random affine (MLX-style, g64) weight stacks for the CUDA kernel tests: host QMatrix views and one device DStack.
+// Random affine (MLX-style) weight stacks for the CUDA kernel tests: host QMatrix views and one device DStack.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -11,7 +11,8 @@
 
 namespace lily::testcuda {
 
-// n matrices [rows, cols] of affine `bits`/g64 stored back to back (host QMatrix views + one device stack).
+// n matrices [rows, cols] of affine `bits` / `group` (default 64) stored back to back (host QMatrix views + one device
+// stack).
 struct AffStack {
   std::vector<uint32_t> w;
   std::vector<uint16_t> s, b;
@@ -19,9 +20,10 @@ struct AffStack {
   cuda::DStack d;
 };
 
-inline void make_stack(AffStack& st, int n, int rows, int cols, int bits, std::mt19937& rng, Dev& dev) {
+inline void make_stack(AffStack& st, int n, int rows, int cols, int bits, std::mt19937& rng, Dev& dev,
+                       int group = 64) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  const size_t nw = size_t(rows) * cols * bits / 32, ng = size_t(rows) * cols / 64;
+  const size_t nw = size_t(rows) * cols * bits / 32, ng = size_t(rows) * cols / group;
   st.w.resize(nw * n);
   for (auto& v : st.w) v = uint32_t(rng());
   st.s.resize(ng * n);
@@ -41,7 +43,7 @@ inline void make_stack(AffStack& st, int n, int rows, int cols, int bits, std::m
     m.scales = st.s.data() + ng * e;
     m.biases = st.b.data() + ng * e;
     m.bits = bits;
-    m.group = 64;
+    m.group = group;
     m.rows = rows;
     m.cols = cols;
     st.q.push_back(m);
@@ -52,9 +54,9 @@ inline void make_stack(AffStack& st, int n, int rows, int cols, int bits, std::m
   d.fmt = bits;
   d.rows = rows;
   d.cols = cols;
-  d.group = 64;
+  cuda::dmat_set_group(d, group);
   d.row_bytes = int64_t(cols) * bits / 8;
-  d.sb_row = cols / 64;
+  d.sb_row = cols / group;
   st.d.w_stride = int64_t(nw) * 4;
   st.d.sb_stride = int64_t(ng);
 }

@@ -52,18 +52,19 @@ TEST_P(CudaMoeDecode, MatchesReference) {
   } restore;
   cuda::set_decode_int8_x(int8x);
   const int H = 512, E = std::get<2>(GetParam()), K = 8, I = std::get<3>(GetParam()), Is = I == 512 ? 512 : 192;
+  const int g = I % 64 ? 32 : 64;  // groups dividing every expert size
   std::mt19937 rng(77);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   Dev dev;
   AffStack router, shgw, gate, up, dn, sg, su, sd;
-  make_stack(router, 1, E, H, 8, rng, dev);
-  make_stack(shgw, 1, 1, H, 8, rng, dev);
-  make_stack(gate, E, I, H, 4, rng, dev);
-  make_stack(up, E, I, H, 4, rng, dev);
-  make_stack(dn, E, H, I, 4, rng, dev);
-  make_stack(sg, 1, Is, H, 4, rng, dev);
-  make_stack(su, 1, Is, H, 4, rng, dev);
-  make_stack(sd, 1, H, Is, 4, rng, dev);
+  make_stack(router, 1, E, H, 8, rng, dev, g);
+  make_stack(shgw, 1, 1, H, 8, rng, dev, g);
+  make_stack(gate, E, I, H, 4, rng, dev, g);
+  make_stack(up, E, I, H, 4, rng, dev, g);
+  make_stack(dn, E, H, I, 4, rng, dev, g);
+  make_stack(sg, 1, Is, H, 4, rng, dev, g);
+  make_stack(su, 1, Is, H, 4, rng, dev, g);
+  make_stack(sd, 1, H, Is, 4, rng, dev, g);
   std::vector<float> x(H), nw(H);
   for (auto& v : x) v = 2.f * u(rng);
   for (auto& v : nw) v = 1.f + 0.3f * u(rng);
@@ -226,6 +227,11 @@ INSTANTIATE_TEST_SUITE_P(ActivationsLaunchesExperts, CudaMoeDecode,
 INSTANTIATE_TEST_SUITE_P(ModelExpertSizes, CudaMoeDecode,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(true), ::testing::Values(256),
                                             ::testing::Values(512)));
+// An expert size that is not a power of two (96 rows, 3 chunks per down row): the kernels' divisions in place of
+// their shifts.
+INSTANTIATE_TEST_SUITE_P(OddExpertSize, CudaMoeDecode,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Values(64),
+                                            ::testing::Values(96)));
 
 class CudaAttnDecode : public ::testing::TestWithParam<int> {};
 
