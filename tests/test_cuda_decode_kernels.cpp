@@ -227,8 +227,7 @@ INSTANTIATE_TEST_SUITE_P(ActivationsLaunchesExperts, CudaMoeDecode,
 INSTANTIATE_TEST_SUITE_P(ModelExpertSizes, CudaMoeDecode,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(true), ::testing::Values(256),
                                             ::testing::Values(512)));
-// An expert size that is not a power of two (96 rows, 3 chunks per down row): the kernels' divisions in place of
-// their shifts.
+// An expert size that is not a power of two (96 rows, 3 chunks per down row, groups of 32).
 INSTANTIATE_TEST_SUITE_P(OddExpertSize, CudaMoeDecode,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Values(64),
                                             ::testing::Values(96)));
