@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -192,6 +194,25 @@ TEST_P(CudaTiny, StateCloneContinuesIdentically) {
   be->forward(*copy, ids.data() + 100, 20, 1, b.data(), {});
   EXPECT_EQ(a, b);
   EXPECT_EQ(copy->pos, 120);
+}
+
+// A new, cloned or assigned state is complete when the call returns: its zeroing and copies run on the legacy
+// stream, which the backend's non-blocking stream does not wait for, so a forward enqueued next could read a state
+// still being written (and a timed step would pay for the copy).
+TEST_P(CudaTiny, StateCopiesAreDoneOnReturn) {
+  auto ids = get<int32_t>("long_ids");
+  auto st = be->new_state(4096);
+  EXPECT_EQ(cudaStreamQuery(nullptr), cudaSuccess);
+  be->forward(*st, ids.data(), 100, 0, nullptr, {});
+  auto copy = st->clone();
+  EXPECT_EQ(cudaStreamQuery(nullptr), cudaSuccess);
+  auto other = be->new_state(4096);
+  other->assign(*st);
+  EXPECT_EQ(cudaStreamQuery(nullptr), cudaSuccess);
+  std::vector<float> a(V), b(V);
+  be->forward(*copy, ids.data() + 100, 1, 1, a.data(), {});
+  be->forward(*other, ids.data() + 100, 1, 1, b.data(), {});
+  EXPECT_EQ(a, b);
 }
 
 TEST_P(CudaTiny, ContextOverflowAndBadIdsAreErrors) {

@@ -1,4 +1,8 @@
 // CudaState (cuda_state.h): allocation, clone, assign.
+// The zeroing and copies below run on the legacy default stream, which the backend's non-blocking stream does not
+// wait for (and a device-to-device cudaMemcpy / cudaMemset returns before it is done): each function ends with a
+// device synchronisation, so that a forward enqueued next never reads a state still being written, and a timed
+// forward does not pay for the copy.
 #include "cuda/cuda_state.h"
 
 #include <algorithm>
@@ -26,6 +30,7 @@ CudaState::CudaState(CudaBackend* be, const ModelConfig& c, int max_ctx, bool wi
     mtp_kv_bytes = size_t(2) * c.n_kv_heads * size_t(max_ctx) * c.head_dim * 2;
     mtp_kv = static_cast<uint16_t*>(be->dev_alloc(std::max<size_t>(mtp_kv_bytes, 16)));
   }
+  LILY_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 CudaState::~CudaState() {
@@ -52,6 +57,7 @@ std::unique_ptr<SeqState> CudaState::clone() const {
   // the KV caches are [slab][ctx][hd]: copy every (layer, K/V, head) slab's prefix
   copy_kv_rows(c->kv, kv, n_kv_slabs, pos);
   if (mtp_kv) copy_kv_rows(c->mtp_kv, mtp_kv, size_t(2) * be_->config().n_kv_heads, mtp_rows);
+  LILY_CUDA_CHECK(cudaDeviceSynchronize());
   return c;
 }
 
@@ -67,6 +73,7 @@ void CudaState::assign(const SeqState& other) {
   LILY_CUDA_CHECK(cudaMemcpy(conv, o->conv, conv_bytes, cudaMemcpyDeviceToDevice));
   copy_kv_rows(kv, o->kv, n_kv_slabs, o->pos);
   if (mtp_kv) copy_kv_rows(mtp_kv, o->mtp_kv, size_t(2) * be_->config().n_kv_heads, o->mtp_rows);
+  LILY_CUDA_CHECK(cudaDeviceSynchronize());
   pos = o->pos;
   mtp_rows = o->mtp_rows;
 }
