@@ -5,7 +5,9 @@
 // e4m3, int8 and 6-bit codes are exact in f32, the product is rounded once to the operand type). Included by .cu files only (device code, internal linkage).
 #pragma once
 #include <cstdint>
+#include <string>
 
+#include "core/error.h"
 #include "cuda/prefill/prefill.h"
 #include "cuda/prefill/prefill_util.cuh"
 
@@ -15,18 +17,28 @@ namespace {
 constexpr int kBN = 128, kBK = 64, kSK = kBK + 8;  // smem row stride in bf16 (144 bytes: ldmatrix conflict-free)
 constexpr int kThreads = 256;
 
+// Grid of the GEMM kernels: blockIdx.x is the column tile (128 W rows; 64 output columns of kGemmSiluMul), blockIdx.y
+// the row tile, so that the column tiles of one row tile are launched side by side and share its A rows in L2
+// (row tiles fastest measured 4-6% slower over the whole prefill: docs/performance-log.md).
+__device__ __forceinline__ int col_tile() { return int(blockIdx.x); }
+__device__ __forceinline__ int row_tile() { return int(blockIdx.y); }
+inline dim3 gemm_grid(int row_tiles, int col_tiles) {
+  if (row_tiles > 65535) throw Error("prefill_gemm: " + std::to_string(row_tiles) + " row tiles exceed the grid");
+  return dim3(unsigned(col_tiles), unsigned(row_tiles));
+}
+
 // The rows this block multiplies: grouped mode reads (expert, first row, end row) from the device tile map
-// (false: past the tiles the routing produced), dense mode takes rows [blockIdx.x * tile_m, +tile_m) of [0, M).
+// (false: past the tiles the routing produced), dense mode takes rows [row_tile() * tile_m, +tile_m) of [0, M).
 __device__ __forceinline__ bool block_rows(const GemmArgs& g, int tile_m, int64_t& e, int& r0, int& r1) {
   e = 0;
   if (g.tiles) {
-    if (int(blockIdx.x) >= *g.n_tiles) return false;
-    const int* t = g.tiles + 3 * blockIdx.x;
+    if (row_tile() >= *g.n_tiles) return false;
+    const int* t = g.tiles + 3 * row_tile();
     e = t[0];
     r0 = t[1];
     r1 = t[2];
   } else {
-    r0 = blockIdx.x * tile_m;
+    r0 = row_tile() * tile_m;
     r1 = min(g.M, r0 + tile_m);
   }
   return true;
@@ -201,9 +213,9 @@ __device__ __forceinline__ void bind_w_row(BTile<FMT, PREC>& bt, const GemmArgs&
   int row;
   if constexpr (MODE == kGemmSiluMul) {
     if (r & 16) m = &g.W1;
-    row = blockIdx.y * 64 + (r >> 5) * 16 + (r & 15);
+    row = col_tile() * 64 + (r >> 5) * 16 + (r & 15);
   } else {
-    row = blockIdx.y * kBN + r;
+    row = col_tile() * kBN + r;
   }
   if (row < m->rows) {
     bt.w = mat_w(*m, e, g.w_stride) + int64_t(row) * m->row_bytes;
