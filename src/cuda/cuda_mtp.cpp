@@ -80,7 +80,7 @@ std::string CudaBackend::mtp_unavailable_reason() const {
 
 std::string CudaBackend::mtp_default_off_reason() const {
   return "cuda: speculative decoding is exact here but measured slower than plain decoding (a verify of k+1 rows costs "
-         "0.73-0.9x as much as k+1 plain steps); --mtp K turns it on";
+         "0.73-0.91x as much as k+1 plain steps); --mtp K turns it on";
 }
 
 int CudaBackend::mtp_rows(const SeqState& s) const {

@@ -62,6 +62,7 @@ struct GemmArgs {
   uint16_t* Cb = nullptr;        // bf16 out (kGemmSiluMul; null: f32 to C)
   int ldc = 0;
   int kernel = 0;                // tensor-core kernel, a GemmKernel (0: kGemmKernelAuto)
+  bool rows_first = false;       // grid order: row tiles on blockIdx.x (else column tiles; prefill_gemm_tiles.cuh)
 };
 // The tensor-core GEMM kernels: kGemmKernelV2 = k_gemm_v2 (prefill_gemm.cu, mma.sync: one barrier per k-tile,
 // quantised W two k-tiles ahead), kGemmKernelWG = k_gemm_wg (prefill_gemm_wg.cu, Hopper wgmma, sm_90a builds only;

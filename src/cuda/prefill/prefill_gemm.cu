@@ -55,7 +55,7 @@ __device__ __forceinline__ void store_tile(const GemmArgs& g, const float (&acc)
         for (int ni = 0; ni < 2; ++ni) {
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
-            const int c = col_tile() * 64 + wn * 16 + ni * 8 + 2 * cq + q;
+            const int c = col_tile(g) * 64 + wn * 16 + ni * 8 + 2 * cq + q;
             if (c < g.W0.rows) put_out<MODE>(g, r, c, acc[mi][ni][2 * hh + q] * rs, acc[mi][ni + 2][2 * hh + q] * rs);
           }
         }
@@ -64,7 +64,7 @@ __device__ __forceinline__ void store_tile(const GemmArgs& g, const float (&acc)
         for (int ni = 0; ni < 4; ++ni) {
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
-            const int c = col_tile() * kBN + wn * 32 + ni * 8 + 2 * cq + q;
+            const int c = col_tile(g) * kBN + wn * 32 + ni * 8 + 2 * cq + q;
             if (c < g.W0.rows) put_out<MODE>(g, r, c, acc[mi][ni][2 * hh + q] * rs, 0.f);
           }
         }
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(128) k_gemm_simple(const GemmArgs g) {
   int64_t e;
   int r0, r1;
   if (!block_rows(g, kGemmTileM, e, r0, r1)) return;
-  const int c = col_tile() * 128 + threadIdx.x;
+  const int c = col_tile(g) * 128 + threadIdx.x;
   if (c >= g.W0.rows) return;
   const int K = g.W0.cols;
   const uint8_t* w0 = g.W0.w + e * g.w_stride;
@@ -308,7 +308,8 @@ void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
                        (reinterpret_cast<uintptr_t>(g.A) & 15) == 0 &&
                        (reinterpret_cast<uintptr_t>(g.A_lo) & 15) == 0;
   if (!fast_ok) {
-    const dim3 grid = gemm_grid(grouped ? g.max_tiles : (g.M + kGemmTileM - 1) / kGemmTileM, (w.rows + 127) / 128);
+    const int row_tiles = grouped ? g.max_tiles : (g.M + kGemmTileM - 1) / kGemmTileM;
+    const dim3 grid = gemm_grid(g, row_tiles, (w.rows + 127) / 128);
     if (mode == kGemmStore) k_gemm_simple<kGemmStore><<<grid, 128, 0, s>>>(g);
     else if (mode == kGemmAdd) k_gemm_simple<kGemmAdd><<<grid, 128, 0, s>>>(g);
     else k_gemm_simple<kGemmSiluMul><<<grid, 128, 0, s>>>(g);
@@ -321,15 +322,15 @@ void prefill_gemm(const GemmArgs& g, int mode, cudaStream_t s, bool simple) {
     if (grouped && g.tile_m != kGemmTileMBig && g.tile_m != kGemmTileM)
       throw Error("prefill_gemm: grouped tile rows must be 64 or 128");
     const int bm = grouped ? g.tile_m : g.M > 64 ? 128 : 64;
-    prefill_gemm_wg(g, mode, bm, gemm_grid(grouped ? g.max_tiles : (g.M + bm - 1) / bm, ny), s);
+    prefill_gemm_wg(g, mode, bm, gemm_grid(g, grouped ? g.max_tiles : (g.M + bm - 1) / bm, ny), s);
   } else if (grouped) {
-    if (g.tile_m == kGemmTileMBig) run_mode<kGemmTileMBig>(g, mode, gemm_grid(g.max_tiles, ny), s);
-    else if (g.tile_m == kGemmTileM) run_mode<kGemmTileM>(g, mode, gemm_grid(g.max_tiles, ny), s);
+    if (g.tile_m == kGemmTileMBig) run_mode<kGemmTileMBig>(g, mode, gemm_grid(g, g.max_tiles, ny), s);
+    else if (g.tile_m == kGemmTileM) run_mode<kGemmTileM>(g, mode, gemm_grid(g, g.max_tiles, ny), s);
     else throw Error("prefill_gemm: grouped tile rows must be 64 or 128");
   } else if (g.M > 64) {
-    run_mode<128>(g, mode, gemm_grid((g.M + 127) / 128, ny), s);
+    run_mode<128>(g, mode, gemm_grid(g, (g.M + 127) / 128, ny), s);
   } else {
-    run_mode<64>(g, mode, gemm_grid((g.M + 63) / 64, ny), s);
+    run_mode<64>(g, mode, gemm_grid(g, (g.M + 63) / 64, ny), s);
   }
 }
 

@@ -17,28 +17,31 @@ namespace {
 constexpr int kBN = 128, kBK = 64, kSK = kBK + 8;  // smem row stride in bf16 (144 bytes: ldmatrix conflict-free)
 constexpr int kThreads = 256;
 
-// Grid of the GEMM kernels: blockIdx.x is the column tile (128 W rows; 64 output columns of kGemmSiluMul), blockIdx.y
-// the row tile, so that the column tiles of one row tile are launched side by side and share its A rows in L2
-// (row tiles fastest measured 4-6% slower over the whole prefill: docs/performance-log.md).
-__device__ __forceinline__ int col_tile() { return int(blockIdx.x); }
-__device__ __forceinline__ int row_tile() { return int(blockIdx.y); }
-inline dim3 gemm_grid(int row_tiles, int col_tiles) {
-  if (row_tiles > 65535) throw Error("prefill_gemm: " + std::to_string(row_tiles) + " row tiles exceed the grid");
-  return dim3(unsigned(col_tiles), unsigned(row_tiles));
+// Grid of the GEMM kernels: by default blockIdx.x is the column tile (128 W rows; 64 output columns of
+// kGemmSiluMul) and blockIdx.y the row tile, so that the column tiles of one row tile run side by side and share its
+// A rows in L2; GemmArgs::rows_first swaps them (row tiles side by side sharing a W tile), the faster order for
+// short prompts (docs/performance-log.md).
+__device__ __forceinline__ int col_tile(const GemmArgs& g) { return int(g.rows_first ? blockIdx.y : blockIdx.x); }
+__device__ __forceinline__ int row_tile(const GemmArgs& g) { return int(g.rows_first ? blockIdx.x : blockIdx.y); }
+inline dim3 gemm_grid(const GemmArgs& g, int row_tiles, int col_tiles) {
+  const unsigned r = unsigned(row_tiles), c = unsigned(col_tiles);
+  const unsigned y = g.rows_first ? c : r;
+  if (y > 65535u) throw Error("prefill_gemm: " + std::to_string(y) + " tiles exceed the grid");
+  return g.rows_first ? dim3(r, c) : dim3(c, r);
 }
 
 // The rows this block multiplies: grouped mode reads (expert, first row, end row) from the device tile map
-// (false: past the tiles the routing produced), dense mode takes rows [row_tile() * tile_m, +tile_m) of [0, M).
+// (false: past the tiles the routing produced), dense mode takes rows [row_tile(g) * tile_m, +tile_m) of [0, M).
 __device__ __forceinline__ bool block_rows(const GemmArgs& g, int tile_m, int64_t& e, int& r0, int& r1) {
   e = 0;
   if (g.tiles) {
-    if (row_tile() >= *g.n_tiles) return false;
-    const int* t = g.tiles + 3 * row_tile();
+    if (row_tile(g) >= *g.n_tiles) return false;
+    const int* t = g.tiles + 3 * row_tile(g);
     e = t[0];
     r0 = t[1];
     r1 = t[2];
   } else {
-    r0 = row_tile() * tile_m;
+    r0 = row_tile(g) * tile_m;
     r1 = min(g.M, r0 + tile_m);
   }
   return true;
@@ -213,9 +216,9 @@ __device__ __forceinline__ void bind_w_row(BTile<FMT, PREC>& bt, const GemmArgs&
   int row;
   if constexpr (MODE == kGemmSiluMul) {
     if (r & 16) m = &g.W1;
-    row = col_tile() * 64 + (r >> 5) * 16 + (r & 15);
+    row = col_tile(g) * 64 + (r >> 5) * 16 + (r & 15);
   } else {
-    row = col_tile() * kBN + r;
+    row = col_tile(g) * kBN + r;
   }
   if (row < m->rows) {
     bt.w = mat_w(*m, e, g.w_stride) + int64_t(row) * m->row_bytes;

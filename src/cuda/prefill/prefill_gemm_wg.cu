@@ -76,14 +76,14 @@ __device__ __forceinline__ void wg_store(const GemmArgs& g, const float (&d)[N /
       const int n = cn0 + 8 * j + 2 * (lane & 3);  // tile column of d[4j + 2hh]
       if constexpr (MODE == kGemmSiluMul) {
         if ((j & 2) == 0) {  // gate block; its up block is j + 2
-          const int c = col_tile() * 64 + (n >> 5) * 16 + (n & 15);
+          const int c = col_tile(g) * 64 + (n >> 5) * 16 + (n & 15);
 #pragma unroll
           for (int q = 0; q < 2; ++q)
             if (c + q < g.W0.rows)
               put_out<MODE>(g, r, c + q, d[4 * j + 2 * hh + q] * rs, d[4 * (j + 2) + 2 * hh + q] * rs);
         }
       } else {
-        const int c = col_tile() * kBN + n;
+        const int c = col_tile(g) * kBN + n;
 #pragma unroll
         for (int q = 0; q < 2; ++q)
           if (c + q < g.W0.rows) put_out<MODE>(g, r, c + q, d[4 * j + 2 * hh + q] * rs, 0.f);

@@ -49,6 +49,7 @@ void PrefillRunner::run_mtp(const PrefillState& st, const int32_t* ids, const fl
   const ModelConfig& c = *m_.cfg;
   const int H = c.hidden;
   const float eps = c.rms_eps;
+  rows_first_ = n < kColsFirstRows;
   LILY_CUDA_CHECK(cudaMemcpyAsync(ids_, ids, size_t(n) * 4, cudaMemcpyHostToDevice, s));
   LILY_CUDA_CHECK(cudaMemcpyAsync(hid_, hidden, size_t(n) * H * 4, cudaMemcpyHostToDevice, s));
   prefill_embed(m_.embed, ids_, n, x_, s);

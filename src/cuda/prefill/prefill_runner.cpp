@@ -92,6 +92,7 @@ void PrefillRunner::set_a(GemmArgs& g, const ActRows& A, int role) const {
   g.A_lo = A.lo;
   g.a_scale = A.scale;
   g.prec = prec_;
+  g.rows_first = rows_first_;
   if (prec_ == kPrecSplit && !(split_roles_ >> role & 1u)) {
     g.prec = kPrecFP16;
     g.A_lo = nullptr;
@@ -293,6 +294,7 @@ void PrefillRunner::run(const PrefillState& st, const int32_t* ids, int n, int p
   const ModelConfig& c = *m_.cfg;
   const int H = c.hidden;
   const float eps = c.rms_eps;
+  rows_first_ = n < kColsFirstRows;
   LILY_CUDA_CHECK(cudaMemcpyAsync(ids_, ids, size_t(n) * 4, cudaMemcpyHostToDevice, s));
   timer_.mark("embed", s);
   prefill_embed(m_.embed, ids_, n, x_, s);

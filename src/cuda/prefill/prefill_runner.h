@@ -40,6 +40,9 @@ struct PrefillMtp {
 class PrefillRunner {
  public:
   static constexpr int kLogitRows = 64;  // lm_head rows per pass
+  // chunks of at least this many tokens launch their GEMMs' column tiles first (GemmArgs::rows_first = false):
+  // faster from 2K tokens, slower at 256-512 (docs/performance-log.md)
+  static constexpr int kColsFirstRows = 2048;
   // simple: the reference (non-tensor-core) GEMM and attention kernels. prec: operand precision of the GEMMs
   // (PrefillPrec; see prefill.h); in the fp16 modes the flash attention is precise (AttnChunkArgs::precise: P in two
   // fp16 parts) where the q/k norm weights keep fp16 Q K^T below saturation. profile: GPU time per phase, printed when the runner is destroyed.
@@ -96,6 +99,7 @@ class PrefillRunner {
   bool simple_ = false;
   int prec_ = kPrecFP16;         // the operand rows' precision (kPrecSplit for kPrecMixed)
   int mode_ = kPrecFP16;         // the PrefillPrec asked for
+  bool rows_first_ = false;     // this chunk's GEMM grid order (GemmArgs::rows_first): chunk < kColsFirstRows
   unsigned split_roles_ = ~0u;  // operand rows in split: the roles whose GEMMs use both parts (the others: hi only)
   std::vector<char> attn_precise_;  // per layer: fp16 Q K^T is safe (RMSNorm bound of q/k below fp16 range)
   int32_t* ids_ = nullptr;
