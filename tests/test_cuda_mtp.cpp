@@ -1,4 +1,5 @@
-// The CUDA backend's speculative-decoding pieces on the tiny fixture with its MTP block: verify + accept(m) leave the
+// The CUDA backend's speculative-decoding pieces on the tiny fixture with its MTP block (the bf16 model, and the
+// rows on the 4-bit model too): verify + accept(m) leave the
 // device state (KV rows, DeltaNet recurrent and conv states, position) equal to the state of forwarding only the m
 // kept tokens, bit for bit (the verify runs plain decoding's numerics, the decode kernels given all rows at once or one step after another:
 // against plain decode steps); clone / assign carry the MTP cache; the greedy output of a speculative decode does not depend on k
@@ -29,7 +30,10 @@ namespace {
 
 const std::string kTiny = std::string(LILY_TEST_DIR) + "/fixtures/tiny/";
 
-test::TinyMtp& fx() { return test::tiny_mtp(); }
+// the parameter: "rows" / "decode_steps" on the bf16 model, or "rows_mlx4" (the rows on the 4-bit layout, whose
+// GEMVs and lm_head take the int8-x path)
+bool mlx4(const std::string& param) { return param == "rows_mlx4"; }
+test::TinyMtp& fx_of(const std::string& param) { return test::tiny_mtp(mlx4(param) ? "model-mlx-4bit" : "model-bf16"); }
 
 // The device state on the host: KV rows [0, pos) of every slab, S, conv, MTP KV rows [0, mtp_rows).
 struct HostState {
@@ -93,6 +97,7 @@ class CudaMtp : public ::testing::TestWithParam<const char*> {
     be->forward(*st, fx().prompt.data(), int(fx().prompt.size()), 1, logits.data(), ForwardOptions{});
     return st;
   }
+  test::TinyMtp& fx() { return fx_of(GetParam()); }
   std::unique_ptr<Backend> be;
   int V = 0;
 };
@@ -224,7 +229,7 @@ TEST_P(CudaMtp, GreedyOutputIndependentOfDrafts) {
   EXPECT_EQ(a, e);
 }
 
-INSTANTIATE_TEST_SUITE_P(Verify, CudaMtp, ::testing::Values("rows", "decode_steps"),
+INSTANTIATE_TEST_SUITE_P(Verify, CudaMtp, ::testing::Values("rows", "decode_steps", "rows_mlx4"),
                          [](const auto& i) { return std::string(i.param); });
 
 TEST(CudaMtpLoad, WithoutWeightsSaysWhy) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "cuda/common/cuda_check.h"
@@ -297,6 +298,7 @@ struct XqCodes {
   __device__ __forceinline__ float scale() const { return dx * (1.f / 254.f); }
 };
 
+struct XqChunk;  // one chunk's operands (below)
 struct XQ {
   int4* xh;
   int4* xl;
@@ -344,6 +346,7 @@ struct XQ {
   }
   template <int FMT>
   __device__ __forceinline__ float dot(uint4 raw, uint32_t sb, int xc) const;
+  __device__ __forceinline__ XqChunk chunk(int xc) const;  // chunk xc's operands (below)
   // elements e0 .. e0+7 (e0 % 8 == 0) as f32, d * (254 hi + lo): half h8 of piece p of chunk c holds them in two
   // words, the even elements in word 2 h8, the odd ones in word 2 h8 + 1 (nibble order above)
   __device__ __forceinline__ void val8(int e0, float (&o)[8]) const {
@@ -647,31 +650,56 @@ __device__ __forceinline__ float chunk_dot<kBF16>(uint4 raw, uint32_t, const flo
   return a;
 }
 
-// 4-bit chunk against XQ: 16 dp4a (two exact int32 sums, 254*hi + lo < 2^24 so the float conversion is exact)
-// (kQ4, kQ4Z or kQ4H: s * Sum(q x) + b * Sum(x) with the group's scale and bias)
+// One 4-bit chunk's codes as the dp4a operands w[k] (the nibble planes: w[2i] = low nibbles of word i, w[2i + 1] =
+// high) with its group's scale and bias (kQ4, kQ4Z or kQ4H: they differ in the sb word only). Unpacked once, it is
+// dotted with several rows' x (a verify's rows) by dot() below.
+struct Q4Codes {
+  int w[8];
+  float s, b;
+  template <int FMT>
+  __device__ __forceinline__ static Q4Codes of(uint4 raw, uint32_t sb) {
+    constexpr uint32_t m = 0x0f0f0f0fu;
+    Q4Codes c;
+    c.w[0] = int(raw.x & m), c.w[1] = int((raw.x >> 4) & m), c.w[2] = int(raw.y & m), c.w[3] = int((raw.y >> 4) & m);
+    c.w[4] = int(raw.z & m), c.w[5] = int((raw.z >> 4) & m), c.w[6] = int(raw.w & m), c.w[7] = int((raw.w >> 4) & m);
+    c.s = sb_scale<FMT>(sb);
+    c.b = sb_bias<FMT>(sb);
+    return c;
+  }
+};
+// One chunk of an XQ x (loaded once, dotted with several weight rows): hi / lo codes, scale d and Sum(x).
+struct XqChunk {
+  int4 h0, h1, l0, l1;
+  float d, xs;
+};
+// The chunk's dot: 16 dp4a (two exact int32 sums, 254*hi + lo < 2^24 so the float conversion is exact), then
+// s * Sum(q x) + b * Sum(x).
+__device__ __forceinline__ float q4i8_dot(const Q4Codes& c, const XqChunk& x) {
+  int sh = __dp4a(c.w[0], x.h0.x, 0), sl = __dp4a(c.w[0], x.l0.x, 0);
+  sh = __dp4a(c.w[1], x.h0.y, sh);
+  sl = __dp4a(c.w[1], x.l0.y, sl);
+  sh = __dp4a(c.w[2], x.h0.z, sh);
+  sl = __dp4a(c.w[2], x.l0.z, sl);
+  sh = __dp4a(c.w[3], x.h0.w, sh);
+  sl = __dp4a(c.w[3], x.l0.w, sl);
+  sh = __dp4a(c.w[4], x.h1.x, sh);
+  sl = __dp4a(c.w[4], x.l1.x, sl);
+  sh = __dp4a(c.w[5], x.h1.y, sh);
+  sl = __dp4a(c.w[5], x.l1.y, sl);
+  sh = __dp4a(c.w[6], x.h1.z, sh);
+  sl = __dp4a(c.w[6], x.l1.z, sl);
+  sh = __dp4a(c.w[7], x.h1.w, sh);
+  sl = __dp4a(c.w[7], x.l1.w, sl);
+  const float sxq = float(sh * 254 + sl) * x.d;  // Sum(q x) over the chunk
+  return fmaf(c.s, sxq, c.b * x.xs);
+}
+__device__ __forceinline__ XqChunk XQ::chunk(int xc) const {
+  return XqChunk{xh[xc], xh[nch + xc], xl[xc], xl[nch + xc], d[xc], xs32[xc]};
+}
+// 4-bit chunk against XQ (kQ4, kQ4Z or kQ4H: s * Sum(q x) + b * Sum(x) with the group's scale and bias)
 template <int FMT>
 __device__ __forceinline__ float chunk_dot_q4i8(uint4 raw, uint32_t sb, const XQ& q, int xc) {
-  const int4 h0 = q.xh[xc], h1 = q.xh[q.nch + xc], l0 = q.xl[xc], l1 = q.xl[q.nch + xc];
-  constexpr uint32_t m = 0x0f0f0f0fu;
-  const int w0 = int(raw.x & m), w1 = int((raw.x >> 4) & m), w2 = int(raw.y & m), w3 = int((raw.y >> 4) & m);
-  const int w4 = int(raw.z & m), w5 = int((raw.z >> 4) & m), w6 = int(raw.w & m), w7 = int((raw.w >> 4) & m);
-  int sh = __dp4a(w0, h0.x, 0), sl = __dp4a(w0, l0.x, 0);
-  sh = __dp4a(w1, h0.y, sh);
-  sl = __dp4a(w1, l0.y, sl);
-  sh = __dp4a(w2, h0.z, sh);
-  sl = __dp4a(w2, l0.z, sl);
-  sh = __dp4a(w3, h0.w, sh);
-  sl = __dp4a(w3, l0.w, sl);
-  sh = __dp4a(w4, h1.x, sh);
-  sl = __dp4a(w4, l1.x, sl);
-  sh = __dp4a(w5, h1.y, sh);
-  sl = __dp4a(w5, l1.y, sl);
-  sh = __dp4a(w6, h1.z, sh);
-  sl = __dp4a(w6, l1.z, sl);
-  sh = __dp4a(w7, h1.w, sh);
-  sl = __dp4a(w7, l1.w, sl);
-  const float sxq = float(sh * 254 + sl) * q.d[xc];  // Sum(q x) over the chunk
-  return fmaf(sb_scale<FMT>(sb), sxq, sb_bias<FMT>(sb) * q.xs32[xc]);
+  return q4i8_dot(Q4Codes::of<FMT>(raw, sb), q.chunk(xc));
 }
 template <int FMT>
 __device__ __forceinline__ float XF::dot(uint4 raw, uint32_t sb, int xc) const {
@@ -781,6 +809,35 @@ struct RowSet {
 #pragma unroll
         for (int i = 0; i < R; ++i)
           if (rr[i] >= 0) acc[i] += x.template dot<FMT>(raw[i][u], sb[i][u], c);
+    }
+  }
+  // dot() for each of the first n of MR rows' x (a verify's rows): acc[j] as dot(rr, x[j], ...) gives it, the same
+  // sums in the same order. 4-bit weights with XQ: each chunk's codes unpacked once for the rows and each row's x
+  // chunk read from shared memory once for the R weight rows.
+  template <int MR, class X>
+  __device__ __forceinline__ void dot_rows(const int (&rr)[R], const X (&x)[MR], int n, int nch, int c0, int lane,
+                                           float (&acc)[MR][R]) const {
+    if constexpr (std::is_same_v<X, XQ> && fmt_q4(FMT)) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int c = c0 + lane + 32 * u;
+        if (c >= nch) continue;
+        Q4Codes w[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) w[i] = Q4Codes::of<FMT>(raw[i][u], sb[i][u]);
+#pragma unroll
+        for (int j = 0; j < MR; ++j) {
+          if (j >= n) break;  // warp-uniform
+          const XqChunk xc = x[j].chunk(c);
+#pragma unroll
+          for (int i = 0; i < R; ++i)
+            if (rr[i] >= 0) acc[j][i] += q4i8_dot(w[i], xc);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < MR; ++j)
+        if (j < n) dot(rr, x[j], nch, c0, lane, acc[j]);
     }
   }
 };

@@ -203,9 +203,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
       for (int i = 0; i < R; ++i) acc[j][i] = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 64) {
       if (c0 > 0) P.load(mp, rr, nch, c0, lane);
-#pragma unroll
-      for (int j = 0; j < MR; ++j)
-        if (MR == 1 || j < p.rows.n) P.dot(rr, xv[j], nch, c0, lane, acc[j]);
+      if constexpr (MR == 1) P.dot(rr, xv[0], nch, c0, lane, acc[0]);
+      else P.dot_rows(rr, xv, p.rows.n, nch, c0, lane, acc);
     }
     int cs[R], cr[R];
 #pragma unroll

@@ -72,6 +72,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
   auto xform = [&](int j) {
     return j == 0 ? xv : X(reinterpret_cast<char*>(nws + W.cols) + size_t(j) * x_step<X>(W.cols), W.cols);
   };
+  X xa[MR];  // MR > 1: the rows' x forms
+#pragma unroll
+  for (int j = 0; j < MR; ++j) xa[j] = xform(j);
   __shared__ float red[32];
   __shared__ unsigned long long wbest[MR][kThreads / 32];
   __shared__ int s_last;
@@ -171,9 +174,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
       for (int i = 0; i < kRows; ++i) acc[j][i] = 0.f;
     for (int c0 = 0; c0 < nch; c0 += 64) {
       if (c0 > 0) P.load(mp, rr, nch, c0, lane);
-#pragma unroll
-      for (int j = 0; j < MR; ++j)
-        if (j < n) P.dot(rr, xform(j), nch, c0, lane, acc[j]);
+      if constexpr (MR == 1) P.dot(rr, xv, nch, c0, lane, acc[0]);
+      else P.dot_rows(rr, xa, n, nch, c0, lane, acc);
     }
     int cr[kRows];
 #pragma unroll
