@@ -107,7 +107,7 @@ TEST_P(CudaMtp, AcceptLeavesThePlainState) {
   const ModelConfig& c = be->config();
   auto base = prefilled(128);
   const int32_t run[8] = {17, 400, 33, 2900, 5, 1234, 77, 3001};
-  for (int n : {4, 8})  // n rows in one launch sequence (up to kMaxRows); each accepted length of 4, some of 8
+  for (int n : {2, 4, 8})  // n rows in one launch sequence (up to kMaxRows); each accepted length of 2 and 4, some of 8
   for (int m = 1; m <= n; m += n == 8 ? 3 : 1) {
     auto plain = base->clone();
     std::vector<float> plain_logits(size_t(m) * size_t(V));

@@ -236,17 +236,19 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv(const GemvParams p) {
 
 // One row per warp (total_rows <= warps of the grid) with the whole row in flight before the PDL wait: NP pieces of
 // 64 chunks (the out projections' 4096-column 4-bit rows: 2), so no DRAM round trip follows the x prologue. The same
-// sums in the same order as k_gemv (piece after piece into one per-lane accumulator).
-template <int FMT, class X, int NP, int SIDE = kSideNone>
+// sums in the same order as k_gemv (piece after piece into one per-lane accumulator). MR: 1, or kMaxRows for a
+// verify's rows (p.rows.n of them, each weight row dotted with every row's x, as k_gemv's MR).
+template <int FMT, class X, int NP, int SIDE = kSideNone, int MR = 1>
 __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) {
   extern __shared__ float4 smem4[];
   float* nws = reinterpret_cast<float*>(smem4);  // norm_w staged here before pdl_wait
-  X xv[1];
-  XF xr[1];  // side kinds reading the raw x only
-  x_forms(nws, p.cols, 1, xv, xr);
+  X xv[MR];
+  XF xr[MR];  // side kinds reading the raw x only
+  x_forms(nws, p.cols, p.rows.n, xv, xr);
   __shared__ float red[32];
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
+  const int n = MR == 1 ? 1 : p.rows.n;  // the guards j < n below are warp-uniform
   int sg, r;
   resolve_row(p, warp, sg, r);
   const int nch = p.cols / FmtInfo<FMT>::kElems;
@@ -263,21 +265,32 @@ __global__ void __launch_bounds__(kThreads, 2) k_gemv_whole(const GemvParams p) 
   const float* nw = stage_vec(p.norm_w, p.cols, nws);
   pdl_wait();
   // y[r] to accumulate into, read right after the wait beside the x prologue (not after the dots): final now (its
-  // writers ran before the kernel this one waited for); only this warp writes it
-  const bool early = r >= 0 && lane == 0 && p.seg[sg].accumulate;
+  // writers ran before the kernel this one waited for); only this warp writes it. A verify's rows read theirs
+  // after the dots (registers).
+  const bool early = MR == 1 && r >= 0 && lane == 0 && p.seg[sg].accumulate;
   const float y0 = early ? __ldcg(p.seg[sg].y + r) : 0.f;
   gemv_xs<SIDE>(p, nw, xv, xr, red);
   pdl_trigger();
   if (tr) trace_at(p.trace, 1);
   if constexpr (SIDE != kSideNone) side_dot(p, sp, xv, xr, lane);
   if (r >= 0) {
-    float acc[1] = {0.f};
+    float acc[MR][1];
 #pragma unroll
-    for (int k = 0; k < NP; ++k) P[k].dot(rr, xv[0], nch, 64 * k, lane, acc);
-    acc[0] = warp_sum(acc[0]);
-    if (lane == 0) {
-      const GemvSeg& g = p.seg[sg];
-      g.y[r] = g.accumulate ? (early ? y0 : g.y[r]) + acc[0] : acc[0];
+    for (int j = 0; j < MR; ++j) acc[j][0] = 0.f;
+#pragma unroll
+    for (int k = 0; k < NP; ++k) {
+      if constexpr (MR == 1) P[k].dot(rr, xv[0], nch, 64 * k, lane, acc[0]);
+      else P[k].dot_rows(rr, xv, n, nch, 64 * k, lane, acc);
+    }
+#pragma unroll
+    for (int j = 0; j < MR; ++j) {
+      if (j >= n) break;
+      acc[j][0] = warp_sum(acc[j][0]);
+      if (lane == 0) {
+        const GemvSeg& g = p.seg[sg];
+        float* y = row_at(g.y, j, p.rows.stride);
+        y[r] = g.accumulate ? (early ? y0 : y[r]) + acc[j][0] : acc[j][0];
+      }
     }
   }
   if constexpr (SIDE != kSideNone) side_rest(p, sp, xv, xr, warp, gridDim.x * (kThreads / 32), lane);
@@ -381,12 +394,19 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   // one instantiation set per side kind (tag: std::integral_constant<int, kind>)
   auto by_fmt = [&](auto tag) {
     constexpr int K = decltype(tag)::value;
-    // one format (std::integral_constant) and x form (TypeTag): a verify's rows (2 rows per warp), else the
-    // whole-row kernel (4-bit rows that fit it) or 2 / 4 rows per warp
+    // one format (std::integral_constant) and x form (TypeTag): the whole-row kernel (4-bit rows that fit it), else
+    // 2 rows per warp (a verify's rows) or 2 / 4 rows per warp
     auto go = [&](auto fmt, auto form) {
       constexpr int F = decltype(fmt)::value;
       using X = typename decltype(form)::type;
       if (multi) {
+        if constexpr (fmt_q4(F))
+          if (whole(k_gemv_whole<F, X, 2, K, kMaxRows>)) return;
+        if constexpr (fmt_q4(F) && std::is_same_v<X, XQ>)
+          if (p.rows.n == 2) {  // two rows (one draft): 4 weight rows per warp in flight, as a plain step's
+            run(k_gemv<F, X, 2, K, 2>, k_gemv<F, X, 4, K, 2>);
+            return;
+          }
         auto kr = k_gemv<F, X, 2, K, kMaxRows>;
         launch(kr, dim3(grid(kr)), dim3(kThreads), smem, s, pdl, p);
         return;
