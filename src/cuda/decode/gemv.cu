@@ -395,7 +395,7 @@ void gemv(const GemvSeg* segs, int nseg, const float* x, const float* norm_w, fl
   auto by_fmt = [&](auto tag) {
     constexpr int K = decltype(tag)::value;
     // one format (std::integral_constant) and x form (TypeTag): the whole-row kernel (4-bit rows that fit it), else
-    // 2 rows per warp (a verify's rows) or 2 / 4 rows per warp
+    // 2 / 4 weight rows per warp; a verify's rows (MR = kMaxRows) 2 per warp, or 2 / 4 for two rows (MR = 2)
     auto go = [&](auto fmt, auto form) {
       constexpr int F = decltype(fmt)::value;
       using X = typename decltype(form)::type;
