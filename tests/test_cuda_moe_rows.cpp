@@ -1,0 +1,139 @@
+// The MoE decode kernels' rows form (MoeArgs::rows: a speculative verify's rows in one launch, each row on 1/n of
+// the grid, so a warp holds several act rows or hidden rows and stages those after its first in shared memory)
+// against one launch per row: the same routing, act and residual, bit for bit. The model's expert sizes (E = 256,
+// k = 8, I = Is = 512) with the router-from-y form that the decode step uses. Skipped without a device.
+#include <gtest/gtest.h>
+
+#ifdef LILY_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "cuda_aff_stack.h"
+#include "cuda_test_buffers.h"
+#include "cuda/cuda_factory.h"
+#include "cuda/decode/kernels.h"
+
+using namespace lily;
+
+namespace {
+
+using testcuda::AffStack;
+using testcuda::Dev;
+using testcuda::make_stack;
+
+// (rows n, int8 x)
+class CudaMoeRows : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(CudaMoeRows, EqualOneLaunchPerRow) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int n = std::get<0>(GetParam());
+  struct Restore {
+    bool v = cuda::decode_int8_x();
+    ~Restore() {
+      cuda::set_decode_int8_x(v);
+      cuda::set_decode_grid_share(1);
+    }
+  } restore;
+  cuda::set_decode_int8_x(std::get<1>(GetParam()));
+  const int H = 1024, E = 256, K = 8, I = 512, Is = 512, A = K * I + Is;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Dev dev;
+  AffStack router, shgw, gate, up, dn, sg, su, sd;
+  make_stack(router, 1, E, H, 8, rng, dev);  // not read in the router-from-y form, but checked
+  make_stack(shgw, 1, 1, H, 8, rng, dev);
+  make_stack(gate, E, I, H, 4, rng, dev);
+  make_stack(up, E, I, H, 4, rng, dev);
+  make_stack(dn, E, H, I, 4, rng, dev);
+  make_stack(sg, 1, Is, H, 4, rng, dev);
+  make_stack(su, 1, Is, H, 4, rng, dev);
+  make_stack(sd, 1, H, Is, 4, rng, dev);
+  std::vector<float> nw(H);
+  for (auto& v : nw) v = 1.f + 0.3f * u(rng);
+
+  // one row's scratch, in floats (each piece 16-byte aligned): x = out | pre (part-major) | act | shg | route_w |
+  // route_idx | route_done
+  const int PRE = cuda::kMoePreMaxParts * cuda::kMoePrePartStride;
+  const int o_pre = H, o_act = o_pre + PRE, o_shg = o_act + A, o_w = o_shg + 4, o_idx = o_w + 16, o_done = o_idx + 16;
+  const int row_floats = o_done + 8;
+  const int64_t stride = int64_t(row_floats) * 4;
+  std::vector<float> init(size_t(n) * row_floats, 0.f);
+  for (int j = 0; j < n; ++j) {
+    float* r = init.data() + size_t(j) * row_floats;
+    for (int i = 0; i < H; ++i) r[i] = 2.f * u(rng);
+    for (int p = 0; p < 3; ++p)  // the logits' parts of elements 0..E (E: the shared-expert gate)
+      for (int e = 0; e <= E; ++e) r[o_pre + p * cuda::kMoePrePartStride + e] = 0.5f * u(rng);
+    std::memset(r + o_done, 0, 8 * 4);
+  }
+  float* const d_rows = dev.up(init);  // the rows launch's scratch
+  float* const d_one = dev.up(init);   // the per-row launches'
+
+  auto args = [&](float* base) {
+    cuda::MoeArgs a;
+    a.x = base;
+    a.out = base;
+    a.norm_w = dev.up(nw);
+    a.eps = 1e-6f;
+    a.router = router.d.m;
+    a.shg_w = shgw.d.m;
+    a.pre = base + o_pre;
+    a.pre_parts = 3;
+    a.pre_es = 1;
+    a.pre_ps = cuda::kMoePrePartStride;
+    a.shg = base + o_shg;
+    a.act = base + o_act;
+    a.route_w = base + o_w;
+    a.route_idx = reinterpret_cast<int32_t*>(base + o_idx);
+    a.route_done = reinterpret_cast<unsigned int*>(base + o_done);
+    a.early_route = 1;
+    a.E = E;
+    a.k = K;
+    a.gate = gate.d;
+    a.up = up.d;
+    a.down = dn.d;
+    a.sh_gate = sg.d.m;
+    a.sh_up = su.d.m;
+    a.sh_down = sd.d.m;
+    return a;
+  };
+  for (int rep = 0; rep < 2; ++rep) {  // again: the flags and counters must reset themselves
+    CK(cudaMemcpy(d_rows, init.data(), init.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_one, init.data(), init.size() * 4, cudaMemcpyHostToDevice));
+    cuda::MoeArgs a = args(d_rows);
+    a.rows = {n, stride};
+    cuda::set_decode_grid_share(n);  // as a verify step launches them
+    cuda::moe_route_gate_up(a, nullptr, true);
+    cuda::moe_down(a, nullptr, true);
+    cuda::set_decode_grid_share(1);
+    for (int j = 0; j < n; ++j) {
+      cuda::MoeArgs b = args(d_one + size_t(j) * row_floats);
+      cuda::moe_route_gate_up(b, nullptr, true);
+      cuda::moe_down(b, nullptr, true);
+    }
+    CK(cudaDeviceSynchronize());
+    const std::vector<float> got = testcuda::down(d_rows, init.size()), want = testcuda::down(d_one, init.size());
+    for (int j = 0; j < n; ++j) {
+      const float* g = got.data() + size_t(j) * row_floats;
+      const float* w = want.data() + size_t(j) * row_floats;
+      EXPECT_EQ(std::memcmp(g + o_idx, w + o_idx, K * 4), 0) << "rep " << rep << " row " << j << ": routing";
+      int bad_act = 0, bad_out = 0;
+      for (int i = 0; i < A; ++i) bad_act += std::memcmp(g + o_act + i, w + o_act + i, 4) != 0;
+      for (int i = 0; i < H; ++i) bad_out += std::memcmp(g + i, w + i, 4) != 0;
+      EXPECT_EQ(bad_act, 0) << "rep " << rep << " row " << j << ": act values differing of " << A;
+      EXPECT_EQ(bad_out, 0) << "rep " << rep << " row " << j << ": residual values differing of " << H;
+      EXPECT_EQ(g[0], g[0]) << "rep " << rep << " row " << j << ": NaN residual";
+      for (int i : {0, 2, 3, 4, 5, 6, 7})  // the counters left zeroed (word 1: the barrier's generation)
+        EXPECT_EQ(reinterpret_cast<const uint32_t*>(g + o_done)[i], 0u) << "row " << j << " word " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RowsAndActivations, CudaMoeRows,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Bool()));
+
+}  // namespace
+#endif
