@@ -242,10 +242,10 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   // < Is holds one that needs no routing: its loads go out before the wait (in the pair's own registers)
   auto unit_row = [&](int w) { return w < Is ? a.k * I + w : w - Is; };
   // the warp's units are warp + j * nwarps: j = 0, 1 its first pair, the next ns staged in shared memory
-  // (StagedRow, up to stage_n), any after them in pairs
+  // (StagedRow, up to stage_n; a plain launch stages one where it is the warp's last), any after them in pairs
   const int n_units = a.k * I + Is;  // act rows: the routed experts', then the shared expert's
   const int n_mine = warp < n_units ? (n_units - 1 - warp) / nwarps + 1 : 0;
-  const int ns = RF && a.stage_off ? max(0, min(n_mine - 2, a.stage_n)) : 0;
+  const int ns = !RF || !a.stage_off ? 0 : ROWS ? max(0, min(n_mine - 2, a.stage_n)) : n_mine == 3;
   typename StagedRow<FMT, ROWS>::Buf* const sbuf =
       reinterpret_cast<typename StagedRow<FMT, ROWS>::Buf*>(reinterpret_cast<char*>(smem4) + a.stage_off) +
       (threadIdx.x >> 5) * a.stage_n;
@@ -273,8 +273,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     if (warp < Is) first.load_second(a, s_idx, u1, lane);
     else if (warp < n_units) first.load(a, s_idx, unit_row(warp), u1, lane);
     if (a.stage_off) {  // uniform: every thread commits a group (load_x then leaves it pending)
-      for (int j = 0; j < ns; ++j)
-        StagedRow<FMT, ROWS>::issue(a, s_idx, unit_row(warp + (2 + j) * nwarps), sbuf[j], lane);
+      if constexpr (ROWS) {
+        for (int j = 0; j < ns; ++j)
+          StagedRow<FMT, ROWS>::issue(a, s_idx, unit_row(warp + (2 + j) * nwarps), sbuf[j], lane);
+      } else if (ns) {
+        StagedRow<FMT, ROWS>::issue(a, s_idx, unit_row(warp + 2 * nwarps), *sbuf, lane);
+      }
       cp_async_commit();
     }
     bt(4);
@@ -350,7 +354,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     const int n = n_units;
     if (warp < n) first.template finish<true>(a, xv, lane);
     bt(7);
-    for (int j = 0; j < ns; ++j) StagedRow<FMT, ROWS>::finish(a, unit_row(warp + (2 + j) * nwarps), sbuf[j], xv, lane);
+    if constexpr (ROWS) {
+      for (int j = 0; j < ns; ++j)
+        StagedRow<FMT, ROWS>::finish(a, unit_row(warp + (2 + j) * nwarps), sbuf[j], xv, lane);
+    } else if (ns) {
+      StagedRow<FMT, ROWS>::finish(a, unit_row(warp + 2 * nwarps), *sbuf, xv, lane);
+    }
     for (int w = warp + (2 + ns) * nwarps; w < n; w += 2 * nwarps)
       gate_up_rows2<FMT, ROWS>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane);
   } else {  // two routed rows per warp in flight
