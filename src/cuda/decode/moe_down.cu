@@ -123,20 +123,25 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
       reinterpret_cast<DownStaged<U>*>(reinterpret_cast<char*>(smem4) + a.stage_off) + (threadIdx.x >> 5) * a.stage_n;
   bt(6);
   if (warp < H) issue(warp, 0);
-  for (int j = 1; j <= ns; ++j) {  // one round each (the launcher's check: nch <= 32 * U)
-    const int row = warp + j * nwarps;
+  auto staged_chunks = [&](auto&& f) {  // f(slot u, chunk c, expert slot e, its chunk cc): one round of the lane's
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = lane + 32 * u;
       if (c < nch) {
         int e, cc;
         chunk_expert(c, e, cc);
-        const DMat& m = s_m[e];
-        cp_async16(&sbuf[j - 1].w[u][lane], m.w + int64_t(row) * m.row_bytes + int64_t(cc) * 16);
-        if constexpr (fmt_sb(FMT))
-          cp_async4(&sbuf[j - 1].sb[u][lane], m.sb + int64_t(row) * m.sb_row + chunk_group<FMT>(m, cc));
+        f(u, c, e, cc);
       }
     }
+  };
+  for (int j = 1; j <= ns; ++j) {  // one round each (the launcher's check: nch <= 32 * U)
+    const int row = warp + j * nwarps;
+    staged_chunks([&](int u, int, int e, int cc) {
+      const DMat& m = s_m[e];
+      cp_async16(&sbuf[j - 1].w[u][lane], m.w + int64_t(row) * m.row_bytes + int64_t(cc) * 16);
+      if constexpr (fmt_sb(FMT))
+        cp_async4(&sbuf[j - 1].sb[u][lane], m.sb + int64_t(row) * m.sb_row + chunk_group<FMT>(m, cc));
+    });
   }
   if (a.stage_off) cp_async_commit();  // waited for at the first staged row (load_x leaves it pending)
   pdl_trigger();  // once its first rows are requested: the next kernel's blocks request theirs after these
@@ -167,15 +172,10 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
     const bool staged = j >= 1 && j <= ns;
     if (staged) {  // the same sums, in the same order, as from registers
       cp_async_wait_all();  // the lane's own copies: no other lane reads them
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = lane + 32 * u;
-        if (c < nch) {
-          int e, cc;
-          chunk_expert(c, e, cc);
-          acc += s_w[e] * xv.template dot<FMT>(sbuf[j - 1].w[u][lane], fmt_sb(FMT) ? sbuf[j - 1].sb[u][lane] : 0u, c);
-        }
-      }
+      const DownStaged<U>& b = sbuf[j - 1];
+      staged_chunks([&](int u, int c, int e, int) {
+        acc += s_w[e] * xv.template dot<FMT>(b.w[u][lane], fmt_sb(FMT) ? b.sb[u][lane] : 0u, c);
+      });
     } else {
       for (int c0 = 0; c0 < nch; c0 += 32 * U) {
         if (c0 > 0) issue(row, c0);
