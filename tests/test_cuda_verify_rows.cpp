@@ -1,7 +1,9 @@
-// The MoE decode kernels' rows form (MoeArgs::rows: a speculative verify's rows in one launch, each row on 1/n of
-// the grid, so a warp holds several act rows or hidden rows and stages those after its first in shared memory)
-// against one launch per row: the same routing, act and residual, bit for bit. The model's expert sizes (E = 256,
-// k = 8, I = Is = 512) with the router-from-y form that the decode step uses. Skipped without a device.
+// The decode kernels' rows forms (a speculative verify's rows in one launch, each row on 1/n of the grid where the
+// verify sets that share) against one launch per row: the same results, bit for bit.
+// - MoE (MoeArgs::rows): a warp holds several act rows or hidden rows and stages those after its first in shared
+//   memory; the model's expert sizes (E = 256, k = 8, I = Is = 512) with the router-from-y form of the decode step.
+// - lm_head + argmax (Rows): two row sets per warp for 2-4 rows (MR = 2, 4), one for more (MR = 8).
+// Skipped without a device.
 #include <gtest/gtest.h>
 
 #ifdef LILY_HAVE_CUDA
@@ -133,6 +135,82 @@ TEST_P(CudaMoeRows, EqualOneLaunchPerRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RowsAndActivations, CudaMoeRows,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Bool()));
+
+// (rows n, int8 x)
+class CudaLmHeadRows : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+// Each row's logits and argmax id (written at its own cursor) as a launch for that row alone. 2048 columns: the
+// 4-bit form with two row sets per warp; 70001 rows: each set turns over many times.
+TEST_P(CudaLmHeadRows, EqualOneLaunchPerRow) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int n = std::get<0>(GetParam());
+  struct Restore {
+    bool v = cuda::decode_int8_x();
+    ~Restore() {
+      cuda::set_decode_int8_x(v);
+      cuda::set_decode_grid_share(1);
+    }
+  } restore;
+  cuda::set_decode_int8_x(std::get<1>(GetParam()));
+  const int H = 2048, V = 70001;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Dev dev;
+  AffStack w;
+  make_stack(w, 1, V, H, 4, rng, dev);
+  std::vector<float> nw(H);
+  for (auto& v : nw) v = 1.f + 0.3f * u(rng);
+  float* const d_nw = dev.up(nw);
+  // one row's scratch: x [H] | logits [V] | StepCtl (cursor j: the row's id goes to out_ids[j]; no input written)
+  const int o_lg = H, o_ctl = (H + V + 3) / 4 * 4;
+  const int row_floats = o_ctl + int((sizeof(cuda::StepCtl) + 15) / 16 * 4);
+  const int64_t stride = int64_t(row_floats) * 4;
+  std::vector<float> init(size_t(n) * row_floats, 0.f);
+  for (int j = 0; j < n; ++j) {
+    float* r = init.data() + size_t(j) * row_floats;
+    for (int i = 0; i < H; ++i) r[i] = 3.f * u(rng);
+    cuda::StepCtl c;
+    c.cursor = j;
+    c.n_given = 1 << 20;
+    std::memcpy(r + o_ctl, &c, sizeof(c));
+  }
+  float* const d_rows = dev.up(init);
+  float* const d_one = dev.up(init);
+  int32_t* const in_ids = dev.up(std::vector<int32_t>(16, -1));
+  int32_t* const ids_rows = dev.up(std::vector<int32_t>(16, -1));
+  int32_t* const ids_one = dev.up(std::vector<int32_t>(16, -1));
+  auto ctl = [&](float* base) { return reinterpret_cast<cuda::StepCtl*>(base + o_ctl); };
+  cuda::set_decode_grid_share(n);  // as a verify step launches it
+  cuda::lm_head_argmax(w.d.m, d_rows, d_nw, 1e-6f, d_rows + o_lg, in_ids, ids_rows, ctl(d_rows), nullptr, true,
+                       nullptr, cuda::Rows{n, stride});
+  cuda::set_decode_grid_share(1);
+  for (int j = 0; j < n; ++j) {
+    float* b = d_one + size_t(j) * row_floats;
+    cuda::lm_head_argmax(w.d.m, b, d_nw, 1e-6f, b + o_lg, in_ids, ids_one, ctl(b), nullptr, true);
+  }
+  CK(cudaDeviceSynchronize());
+  const std::vector<float> got = testcuda::down(d_rows, init.size()), want = testcuda::down(d_one, init.size());
+  const std::vector<int32_t> gid = testcuda::down(ids_rows, 16), wid = testcuda::down(ids_one, 16);
+  for (int j = 0; j < n; ++j) {
+    const float* g = got.data() + size_t(j) * row_floats;
+    const float* e = want.data() + size_t(j) * row_floats;
+    int bad = 0;
+    for (int i = 0; i < V; ++i) bad += std::memcmp(g + o_lg + i, e + o_lg + i, 4) != 0;
+    EXPECT_EQ(bad, 0) << "row " << j << ": logits differing of " << V;
+    EXPECT_EQ(gid[size_t(j)], wid[size_t(j)]) << "row " << j << ": argmax id";
+    EXPECT_GE(wid[size_t(j)], 0) << "row " << j;
+    cuda::StepCtl gc, ec;
+    std::memcpy(&gc, g + o_ctl, sizeof(gc));
+    std::memcpy(&ec, e + o_ctl, sizeof(ec));
+    EXPECT_EQ(gc.cursor, j + 1) << "row " << j;
+    EXPECT_EQ(gc.pos, ec.pos) << "row " << j;
+    EXPECT_EQ(gc.best, 0ull) << "row " << j;
+  }
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(testcuda::down(in_ids, 16)[size_t(j)], -1) << "no input written";
+}
+
+INSTANTIATE_TEST_SUITE_P(RowsAndActivations, CudaLmHeadRows,
                          ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Bool()));
 
 }  // namespace
