@@ -201,8 +201,8 @@ TEST_P(CudaLmHeadRows, EqualOneLaunchPerRow) {
     EXPECT_EQ(gid[size_t(j)], wid[size_t(j)]) << "row " << j << ": argmax id";
     EXPECT_GE(wid[size_t(j)], 0) << "row " << j;
     cuda::StepCtl gc, ec;
-    std::memcpy(&gc, g + o_ctl, sizeof(gc));
-    std::memcpy(&ec, e + o_ctl, sizeof(ec));
+    std::memcpy(static_cast<void*>(&gc), g + o_ctl, sizeof(gc));
+    std::memcpy(static_cast<void*>(&ec), e + o_ctl, sizeof(ec));
     EXPECT_EQ(gc.cursor, j + 1) << "row " << j;
     EXPECT_EQ(gc.pos, ec.pos) << "row " << j;
     EXPECT_EQ(gc.best, 0ull) << "row " << j;
