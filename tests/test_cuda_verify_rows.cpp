@@ -3,6 +3,8 @@
 // - MoE (MoeArgs::rows): a warp holds several act rows or hidden rows and stages those after its first in shared
 //   memory; the model's expert sizes (E = 256, k = 8, I = Is = 512) with the router-from-y form of the decode step.
 // - lm_head + argmax (Rows): two row sets per warp for 2-4 rows (MR = 2, 4), one for more (MR = 8).
+// - DeltaNet step (GdnArgs::rows): every row's conv and norms first, then the rows in turn on the state in
+//   registers; outputs, snapshots and the final state as after one launch per row.
 // - attention (AttnArgs::rows): row r computes the new K/V rows of rows < r itself; the outputs and the cache as
 //   after row 0, 1, ... launched one after another, and the ticket counters left zeroed.
 // Skipped without a device.
@@ -11,6 +13,8 @@
 #ifdef LILY_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <tuple>
@@ -309,6 +313,110 @@ TEST_P(CudaAttnRows, EqualOneLaunchPerRow) {
 INSTANTIATE_TEST_SUITE_P(RowsPositionsMerges, CudaAttnRows,
                          ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values(0, 200, 4000),
                                             ::testing::Values(0, 2)));
+
+// (rows n, row 0's position p0, y as an XQ image)
+class CudaGdnRows : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
+
+// The model's DeltaNet heads (16 key / 32 value heads of 128, 4 taps) in the split form. p0 = 1: the first rows'
+// conv windows reach before position 0 (zeros in the conv, the ring slots kept as they were).
+TEST_P(CudaGdnRows, EqualOneLaunchPerRow) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int n = std::get<0>(GetParam()), p0 = std::get<1>(GetParam());
+  const bool yq = std::get<2>(GetParam());
+  const int Hk = 16, Hv = 32, Dk = 128, Dv = 128, K = 4, layer = 1, nlayer = 2;
+  const int C = 2 * Hk * Dk + Hv * Dv, P = cuda::gdn_split_parts(Dv), NY = Hv * Dv;
+  std::mt19937 rng(700 + n + p0);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> convw(size_t(C) * K), dtb(Hv), aneg(Hv), nw(Dv);
+  for (auto& x : convw) x = 0.5f * u(rng);
+  for (auto& x : dtb) x = 0.5f * u(rng);
+  for (auto& x : aneg) x = -0.5f - 0.5f * std::fabs(u(rng));
+  for (auto& x : nw) x = 1.f + 0.2f * u(rng);
+  const size_t s_floats = size_t(nlayer) * Hv * Dv * Dk, r_floats = size_t(nlayer) * K * C;
+  std::vector<float> state(s_floats + r_floats);  // S | conv rings, as a snapshot slot lays them out
+  for (size_t i = 0; i < s_floats; ++i) state[i] = 0.1f * u(rng);
+  for (size_t i = s_floats; i < state.size(); ++i) state[i] = u(rng);
+  // one row's scratch, in floats: qkv | z | b | a | y | hss | yq image
+  const int o_z = C, o_b = o_z + NY, o_a = o_b + Hv, o_y = o_a + Hv, o_hss = o_y + NY, o_yq = o_hss + Hv * P;
+  const int row_floats = o_yq + int((cuda::xq_image_bytes(NY) + 15) / 16 * 4);
+  const int64_t stride = int64_t(row_floats) * 4;
+  std::vector<float> init(size_t(n) * row_floats, 0.f);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < o_y; ++i) init[size_t(j) * row_floats + i] = u(rng);
+  Dev dev;
+  float* const d_rows = dev.up(init);
+  float* const d_one = dev.up(init);
+  float* const st_rows = dev.up(state);
+  float* const st_one = dev.up(state);
+  std::vector<float*> snaps;
+  for (int i = 0; i + 1 < n; ++i) snaps.push_back(dev.poisoned(state.size()));
+  unsigned int* const qk_read = dev.up(std::vector<unsigned int>(Hk, 0u));
+  std::vector<cuda::StepCtl> ctls(size_t(n) + 1);
+  for (int j = 0; j <= n; ++j) {  // [0]: the rows launch's; [1 + j]: row j's own launch
+    cuda::StepCtl& c = ctls[size_t(j)];
+    c.S = j == 0 ? st_rows : st_one;
+    c.conv = (j == 0 ? st_rows : st_one) + s_floats;
+    c.pos = p0 + std::max(j - 1, 0);
+  }
+  cuda::StepCtl* const dctl = dev.up(ctls);
+  auto args = [&](float* base, int ci) {
+    cuda::GdnArgs g;
+    g.qkv = base;
+    g.z = base + o_z;
+    g.b = base + o_b;
+    g.a = base + o_a;
+    g.conv_w = dev.up(convw);
+    g.dt_bias = dev.up(dtb);
+    g.a_neg = dev.up(aneg);
+    g.norm_w = dev.up(nw);
+    g.layer = layer;
+    g.Hk = Hk;
+    g.Hv = Hv;
+    g.Dk = Dk;
+    g.Dv = Dv;
+    g.K = K;
+    g.eps = 1e-6f;
+    g.y = base + o_y;
+    g.hss = base + o_hss;
+    g.yq = yq ? static_cast<void*>(base + o_yq) : nullptr;
+    g.ctl = dctl + ci;
+    return g;
+  };
+  cuda::GdnArgs g = args(d_rows, 0);
+  g.rows = {n, stride};
+  for (int i = 0; i + 1 < n; ++i) g.snap[i] = snaps[size_t(i)];
+  g.snap_conv = int64_t(s_floats);
+  g.qk_read = qk_read;
+  cuda::gdn_decode(g, nullptr, true);
+  CK(cudaDeviceSynchronize());
+  const size_t s_off = size_t(layer) * Hv * Dv * Dk, s_len = size_t(Hv) * Dv * Dk;
+  const size_t r_off = s_floats + size_t(layer) * K * C, r_len = size_t(K) * C;
+  auto differing = [](const float* x, const float* y, size_t len) {
+    size_t bad = 0;
+    for (size_t i = 0; i < len; ++i) bad += std::memcmp(x + i, y + i, 4) != 0;
+    return bad;
+  };
+  for (int j = 0; j < n; ++j) {
+    cuda::gdn_decode(args(d_one + size_t(j) * row_floats, 1 + j), nullptr, true);
+    CK(cudaDeviceSynchronize());
+    const std::vector<float> want = testcuda::down(st_one, state.size());
+    const std::vector<float> got = testcuda::down(j + 1 < n ? snaps[size_t(j)] : st_rows, state.size());
+    EXPECT_EQ(differing(got.data() + s_off, want.data() + s_off, s_len), 0u) << "row " << j << ": S after it";
+    EXPECT_EQ(differing(got.data() + r_off, want.data() + r_off, r_len), 0u) << "row " << j << ": conv ring after it";
+  }
+  const std::vector<float> got = testcuda::down(d_rows, init.size()), want = testcuda::down(d_one, init.size());
+  for (int j = 0; j < n; ++j) {
+    const float* gr = got.data() + size_t(j) * row_floats;
+    const float* wr = want.data() + size_t(j) * row_floats;
+    EXPECT_EQ(differing(gr + o_y, wr + o_y, size_t(row_floats - o_y)), 0u) << "row " << j << ": y, hss, yq";
+    EXPECT_EQ(gr[o_hss], gr[o_hss]) << "row " << j << ": NaN";
+  }
+  EXPECT_EQ(testcuda::down(qk_read, Hk), std::vector<unsigned int>(Hk, 0u)) << "the read counters reset";
+}
+
+INSTANTIATE_TEST_SUITE_P(RowsPositionsForms, CudaGdnRows,
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values(1, 40),
+                                            ::testing::Bool()));
 
 }  // namespace
 #endif
