@@ -9,6 +9,7 @@
 // merges.
 // A verify's rows (AttnArgs::rows) run in one launch, grid z = rows, each row's blocks as the plain step's for that
 // row (attn_block), taken in ticket order (k_attn).
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/common/device_util.cuh"
@@ -580,27 +581,29 @@ void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
   if (a.nkv < 1 || a.nkv > kAttnMaxKv || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
   if (a.rope_dim > a.hd || a.rope_dim % 2) throw Error("attn_decode: rope_dim must be even and <= head_dim");
   if (a.rows.n < 1 || a.rows.n > kMaxRows) throw Error("attn_decode: 1 to " + std::to_string(kMaxRows) + " rows");
+  if (a.rows.n > 1 && (a.rows.stride <= 0 || a.rows.stride % 16))
+    throw Error("attn_decode: rows need a positive stride of whole 16-byte units");
   const int G = a.nq / a.nkv;
   const dim3 grid(kAttnSplits, a.nkv, a.rows.n), block(kWarps * 32);
   const size_t smem = size_t(kWarps) * G * a.hd * 4;  // per-warp partial slabs (64 KB at hd 256, G 8)
-  auto run = [&](auto kern) {
-    allow_smem(kern, smem);
-    // the spread merge has every split block of a row wait for its kv head's others: all must be resident at once
-    if (a.merge_levels == 0 && resident_grid(kern, kWarps * 32, smem) < kAttnSplits * a.nkv) a.merge_levels = 2;
-    launch(kern, grid, block, smem, s, pdl, a);
+  // one: the plain step's kernel; rows: a verify's. The spread merge has every split block of a row wait for its kv
+  // head's others, so all must be resident at once; both kernels take the same merge (the same sums, so that a
+  // verify's rows equal plain steps), the two-level one where either kernel's split blocks do not all fit.
+  auto run = [&](auto one, auto rows) {
+    allow_smem(one, smem);
+    allow_smem(rows, smem);
+    const int fit = std::min(resident_grid(one, kWarps * 32, smem), resident_grid(rows, kWarps * 32, smem));
+    if (a.merge_levels == 0 && fit < kAttnSplits * a.nkv) a.merge_levels = 2;
+    if (a.rows.n == 1) launch(one, grid, block, smem, s, pdl, a);
+    else launch(rows, grid, block, smem, s, pdl, a);
   };
-  auto pick = [&](auto nr) {
-    constexpr int NR = decltype(nr)::value;
-    if (a.hd == 256 && G == 8) run(k_attn<256, 8, NR>);
-    else if (a.hd == 256 && G == 4) run(k_attn<256, 4, NR>);
-    else if (a.hd == 128 && G == 8) run(k_attn<128, 8, NR>);
-    else if (a.hd == 64 && G == 4) run(k_attn<64, 4, NR>);
-    else if (a.hd == 64 && G == 8) run(k_attn<64, 8, NR>);
-    else throw Error("attn_decode: head_dim " + std::to_string(a.hd) + " x group " + std::to_string(G) +
-                     " not instantiated");
-  };
-  if (a.rows.n == 1) pick(std::integral_constant<int, 1>{});
-  else pick(std::integral_constant<int, kMaxRows>{});
+  if (a.hd == 256 && G == 8) run(k_attn<256, 8, 1>, k_attn<256, 8, kMaxRows>);
+  else if (a.hd == 256 && G == 4) run(k_attn<256, 4, 1>, k_attn<256, 4, kMaxRows>);
+  else if (a.hd == 128 && G == 8) run(k_attn<128, 8, 1>, k_attn<128, 8, kMaxRows>);
+  else if (a.hd == 64 && G == 4) run(k_attn<64, 4, 1>, k_attn<64, 4, kMaxRows>);
+  else if (a.hd == 64 && G == 8) run(k_attn<64, 8, 1>, k_attn<64, 8, kMaxRows>);
+  else throw Error("attn_decode: head_dim " + std::to_string(a.hd) + " x group " + std::to_string(G) +
+                   " not instantiated");
 }
 
 }  // namespace lily::cuda

@@ -248,9 +248,11 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
       run(k_lm_head<C::kFmt, C::kR, X, C::kNB, 1>, size_t(W.cols) * 8 + size_t(W.cols / 16) * 4);
     } else {  // norm_w + the rows' x forms
       const size_t smem = size_t(W.cols) * 4 + size_t(rows.n) * x_step<X>(W.cols);
-      if (C::kNB == 2 && rows.n == 2) run(k_lm_head<C::kFmt, kRowsMR, X, 2, 2>, smem);
-      else if (C::kNB == 2 && rows.n <= 4) run(k_lm_head<C::kFmt, kRowsMR, X, 2, 4>, smem);
-      else run(k_lm_head<C::kFmt, kRowsMR, X, 1, kMaxRows>, smem);
+      if constexpr (C::kNB == 2) {  // only these formats' kernels have the two-set form
+        if (rows.n == 2) return run(k_lm_head<C::kFmt, kRowsMR, X, 2, 2>, smem);
+        if (rows.n <= 4) return run(k_lm_head<C::kFmt, kRowsMR, X, 2, 4>, smem);
+      }
+      run(k_lm_head<C::kFmt, kRowsMR, X, 1, kMaxRows>, smem);
     }
   };
   // one chunk pair per lane and row (Q4): two sets of 2 rows per warp (sets of 4 rows spill: measured slower)
