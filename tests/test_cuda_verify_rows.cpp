@@ -34,20 +34,23 @@ using testcuda::AffStack;
 using testcuda::Dev;
 using testcuda::make_stack;
 
+// Sets the decode kernels' x form for a test and restores it, and the grid share, at scope exit.
+struct DecodeForms {
+  bool int8_x = cuda::decode_int8_x();
+  explicit DecodeForms(bool x) { cuda::set_decode_int8_x(x); }
+  ~DecodeForms() {
+    cuda::set_decode_int8_x(int8_x);
+    cuda::set_decode_grid_share(1);
+  }
+};
+
 // (rows n, int8 x)
 class CudaMoeRows : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(CudaMoeRows, EqualOneLaunchPerRow) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const int n = std::get<0>(GetParam());
-  struct Restore {
-    bool v = cuda::decode_int8_x();
-    ~Restore() {
-      cuda::set_decode_int8_x(v);
-      cuda::set_decode_grid_share(1);
-    }
-  } restore;
-  cuda::set_decode_int8_x(std::get<1>(GetParam()));
+  const DecodeForms forms(std::get<1>(GetParam()));
   const int H = 1024, E = 256, K = 8, I = 512, Is = 512, A = K * I + Is;
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -152,14 +155,7 @@ class CudaLmHeadRows : public ::testing::TestWithParam<std::tuple<int, bool>> {}
 TEST_P(CudaLmHeadRows, EqualOneLaunchPerRow) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const int n = std::get<0>(GetParam());
-  struct Restore {
-    bool v = cuda::decode_int8_x();
-    ~Restore() {
-      cuda::set_decode_int8_x(v);
-      cuda::set_decode_grid_share(1);
-    }
-  } restore;
-  cuda::set_decode_int8_x(std::get<1>(GetParam()));
+  const DecodeForms forms(std::get<1>(GetParam()));
   const int H = 2048, V = 70001;
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
