@@ -267,19 +267,20 @@ __device__ __forceinline__ void split_put_qkv(int cc, float y, float* sq, float*
   else if (cc < 2 * Dk) sk[cc - Dk] = y;
   else sv[cc - 2 * Dk] = y;
 }
-// Step 2's sums of squares of q (warps 0..3) and k (warps 4..7): each warp's part into red[warp] (after the barrier
-// that published sq, sk), then, after a barrier, the totals in every thread (red is free again after the next one).
+// Step 2's sums of squares of q (warps 0..3) and k (warps 4..7) through red; every thread gets both. Begins after
+// the barrier that published sq, sk; ends after its own (red is free again after the next barrier).
 template <int Dk>
-__device__ __forceinline__ void split_qk_parts(const float* sq, const float* sk, float* red, int t, int lane,
-                                               int warp) {
-  const int half = kSplitThreads / 2, i = t % half;
-  const bool isk = t >= half;
-  float acc = 0.f;
-  for (int e = i; e < Dk; e += half) acc += isk ? sk[e] * sk[e] : sq[e] * sq[e];
-  acc = warp_sum(acc);
-  if (lane == 0) red[warp] = acc;
-}
-__device__ __forceinline__ void split_qk_totals(const float* red, float& qq, float& kk) {
+__device__ __forceinline__ void split_qk_sums(const float* sq, const float* sk, float* red, int t, int lane, int warp,
+                                              float& qq, float& kk) {
+  {
+    const int half = kSplitThreads / 2, i = t % half;
+    const bool isk = t >= half;
+    float acc = 0.f;
+    for (int e = i; e < Dk; e += half) acc += isk ? sk[e] * sk[e] : sq[e] * sq[e];
+    acc = warp_sum(acc);
+    if (lane == 0) red[warp] = acc;
+  }
+  __syncthreads();
   qq = 0.f;
   kk = 0.f;
 #pragma unroll
@@ -345,10 +346,9 @@ __device__ __forceinline__ float* split_snap(const GdnArgs& g, int i) {
 }
 
 // MR: 1 (one position), or kMaxRows for the rows form (GdnArgs::rows, g.rows.n positions pos .. pos + n - 1): the
-// block runs step 1 (conv inputs in SplitWin, each row's q, k, v in slots of its own) and step 2's sums for all rows,
-// then step 3 for each row in turn on its rows of S in registers with no barrier between rows, then warp r runs row
-// r's step 4; after row i < n - 1 its part of the state (rows of S, the rings of the channels it writes) goes to
-// snapshot g.snap[i], after the last to the state. Each row's arithmetic is the single-row form's, in the same order.
+// block runs steps 1-4 for each row in turn, its rows of S carried in registers and the conv inputs in SplitWin;
+// after row i < n - 1 its part of the state (rows of S, the rings of the channels it writes) goes to snapshot
+// g.snap[i], after the last to the state. Each row's arithmetic is the single-row form's, in the same order.
 template <int NPL, int MR>
 __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   constexpr bool kRows = MR > 1;
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
   }
   if (tr) trace_at(g.trace, 30);  // S, conv tap and ring loads issued
   const float dt_bias = g.dt_bias[j], a_neg = g.a_neg[j];
-  const float nrm_w = kRows || t < kSplitRows ? g.norm_w[v0 + lane] : 0.f;  // lane == t where t < kSplitRows
+  const float nrm_w = t < kSplitRows ? g.norm_w[v0 + t] : 0.f;
   if (tr) trace_at(g.trace, 12);
   pdl_wait();
   if (tr) trace_at(g.trace, 1);
@@ -460,12 +460,8 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
     // the last row) by one of them: that block first waits until the others have counted their reads.
     unsigned int* const qk_read = g.qk_read + hk;
     const unsigned int readers = unsigned(ratio * P - 1);
-    // 1. conv + SiLU of every row (win holds all the rows' inputs), each row's q, k, v in slots of its own; the
-    // rings as they stand after each row
-    __shared__ float rq[kMaxRows][Dk], rk[kMaxRows][Dk], rv[kMaxRows][kSplitRows], ro[kMaxRows][kSplitRows];
-    __shared__ float rred[kMaxRows][kSplitThreads / 32];
     for (int r = 0; r < n; ++r) {
-      float* const snap = r + 1 < n ? split_snap(g, r) : nullptr;
+      float* const snap = r + 1 < n ? split_snap(g, r) : nullptr;  // the state after this row: snapshot, or null
       if (r == n - 1 && write_qk) {  // block-uniform
         if (t == 0) {
           while (*reinterpret_cast<volatile unsigned int*>(qk_read) < readers) __nanosleep(64);
@@ -473,6 +469,8 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
         }
         __syncthreads();
       }
+      // 1. conv + SiLU over positions pos + r - K + 1 .. pos + r; the ring as it stands after this row (the
+      // channels this block writes, as in the single-row form)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int cc = t + h * kSplitThreads;
@@ -483,26 +481,20 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
           if (tap < K) acc += cw[h][tap] * (pos + r - (K - 1) + tap >= 0 ? win[r + tap][cc] : 0.f);
         if (cc >= 2 * Dk || write_qk)
           split_put_ring<Dk>(snap ? snap + g.snap_conv + ring_off : ring, ch[h], K, pos, r, win, cc);
-        split_put_qkv<Dk>(cc, silu_f(acc), rq[r], rk[r], rv[r]);
+        split_put_qkv<Dk>(cc, silu_f(acc), sq, sk, sv);
       }
-    }
-    __syncthreads();
-    if (!write_qk && t == 0) atomicAdd(qk_read, 1u);  // every thread's ring loads have landed (in win)
-    // 2. every row's sums of squares of q and k
-    for (int r = 0; r < n; ++r) split_qk_parts<Dk>(rq[r], rk[r], rred[r], t, lane, warp);
-    __syncthreads();
-    // 3. the rows in turn on this block's rows of S (in registers): no barrier between them
-    for (int r = 0; r < n; ++r) {
-      float* const snap = r + 1 < n ? split_snap(g, r) : nullptr;
+      __syncthreads();
+      if (r == 0 && !write_qk && t == 0) atomicAdd(qk_read, 1u);  // every thread's ring loads have landed (in win)
+      // 2. l2 norms and gates
       float qq, kk;
-      split_qk_totals(rred[r], qq, kk);
-      const DeltaStep<NPL> D(rq[r], rk[r], qq, kk, br[r], ar[r], dt_bias, a_neg, lane);
-      split_s_rows(D, s, rv[r], ro[r], snap ? snap + s_off : S, v0, warp, lane);
+      split_qk_sums<Dk>(sq, sk, red, t, lane, warp, qq, kk);
+      const DeltaStep<NPL> D(sq, sk, qq, kk, br[r], ar[r], dt_bias, a_neg, lane);
+      // 3. this block's rows of S
+      split_s_rows(D, s, sv, so, snap ? snap + s_off : S, v0, warp, lane);
+      __syncthreads();  // so complete; sq, sk, sv, red free for the next row
+      // 4. the gated norm's own part of this row
+      if (warp == 0) split_out<MR>(g, r, so, nrm_w, zr[r][lane], j, Dv, v0, P, part, lane);
     }
-    __syncthreads();
-    // 4. warp r: row r's gated norm part
-    for (int r = warp; r < n; r += kSplitThreads / 32)
-      split_out<MR>(g, r, ro[r], nrm_w, zr[r][lane], j, Dv, v0, P, part, lane);
   } else {
     float xin[2];
 #pragma unroll
@@ -529,9 +521,7 @@ __global__ void __launch_bounds__(kSplitThreads) k_gdn_split(const GdnArgs g) {
     if (tr) trace_at(g.trace, 7);
     // 2. l2 norms and gates
     float qq, kk;
-    split_qk_parts<Dk>(sq, sk, red, t, lane, warp);
-    __syncthreads();
-    split_qk_totals(red, qq, kk);
+    split_qk_sums<Dk>(sq, sk, red, t, lane, warp, qq, kk);
     const DeltaStep<NPL> D(sq, sk, qq, kk, bj, aj, dt_bias, a_neg, lane);
     if (tr) trace_at(g.trace, 8);
 
