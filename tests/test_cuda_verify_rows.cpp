@@ -3,10 +3,8 @@
 // - MoE (MoeArgs::rows): a warp holds several act rows or hidden rows and stages those after its first in shared
 //   memory; the model's expert sizes (E = 256, k = 8, I = Is = 512) with the router-from-y form of the decode step.
 // - lm_head + argmax (Rows): two row sets per warp for 2-4 rows (MR = 2, 4), one for more (MR = 8).
-// - DeltaNet step (GdnArgs::rows): every row's conv and norms first, then the rows in turn on the state in
-//   registers; outputs, snapshots and the final state as after one launch per row.
-// - attention (AttnArgs::rows): row r computes the new K/V rows of rows < r itself; the outputs and the cache as
-//   after row 0, 1, ... launched one after another, and the ticket counters left zeroed.
+// - DeltaNet step (GdnArgs::rows): the rows in turn on the state; outputs, snapshots and the final state as after
+//   one launch per row.
 // Skipped without a device.
 #include <gtest/gtest.h>
 
@@ -215,101 +213,6 @@ TEST_P(CudaLmHeadRows, EqualOneLaunchPerRow) {
 
 INSTANTIATE_TEST_SUITE_P(RowsAndActivations, CudaLmHeadRows,
                          ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Bool()));
-
-// (rows n, row 0's position p0, merge levels)
-class CudaAttnRows : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
-
-// The model's heads (16 query / 2 KV of 256, rope 64). p0 = 4000: 63 splits per row, so the rows' blocks do not all
-// fit on the GPU at once and later rows' blocks start as earlier rows' finish (the tickets).
-TEST_P(CudaAttnRows, EqualOneLaunchPerRow) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  const int n = std::get<0>(GetParam()), p0 = std::get<1>(GetParam()), levels = std::get<2>(GetParam());
-  const int nq = 16, nkv = 2, hd = 256, G = nq / nkv, layer = 1, nlayer = 2, max_ctx = p0 + n + 1;
-  std::mt19937 rng(300 + n + p0);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<uint16_t> kv(size_t(nlayer) * 2 * nkv * max_ctx * hd, 0);
-  for (auto& x : kv) x = f32_to_f16(2.f * u(rng));  // positions >= p0 are overwritten by the rows
-  std::vector<float> qn(hd), kn(hd);
-  for (auto& x : qn) x = 1.f + 0.2f * u(rng);
-  for (auto& x : kn) x = 1.f + 0.2f * u(rng);
-  // one row's scratch, in floats: q | k | v | part | out | StepCtl
-  const int o_k = nq * 2 * hd, o_v = o_k + nkv * hd, o_part = o_v + nkv * hd;
-  const int o_out = o_part + nkv * cuda::kAttnPartSlots * (G * hd + 2 * G), o_ctl = o_out + nq * hd;
-  const int row_floats = o_ctl + int((sizeof(cuda::StepCtl) + 15) / 16 * 4);
-  const int64_t stride = int64_t(row_floats) * 4;
-  std::vector<float> init(size_t(n) * row_floats, 0.f);
-  Dev dev;
-  uint16_t* const kv_rows = dev.up(kv);
-  uint16_t* const kv_one = dev.up(kv);
-  auto ctl_of = [&](std::vector<float>& v, int j, uint16_t* cache) {
-    cuda::StepCtl c;
-    c.kv = cache;
-    c.pos = p0 + j;
-    c.max_ctx = max_ctx;
-    std::memcpy(v.data() + size_t(j) * row_floats + o_ctl, &c, sizeof(c));
-  };
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < o_part; ++i) init[size_t(j) * row_floats + i] = u(rng);
-  std::vector<float> init_one = init;
-  for (int j = 0; j < n; ++j) {
-    ctl_of(init, j, kv_rows);
-    ctl_of(init_one, j, kv_one);
-  }
-  float* const d_rows = dev.up(init);
-  float* const d_one = dev.up(init_one);
-  auto args = [&](float* base) {
-    cuda::AttnArgs a;
-    a.q = base;
-    a.k = base + o_k;
-    a.v = base + o_v;
-    a.q_norm = dev.up(qn);
-    a.k_norm = dev.up(kn);
-    a.layer = layer;
-    a.nq = nq;
-    a.nkv = nkv;
-    a.hd = hd;
-    a.rope_dim = 64;
-    a.theta = 1e7;
-    a.eps = 1e-6f;
-    a.part = base + o_part;
-    a.out = base + o_out;
-    a.ctl = reinterpret_cast<cuda::StepCtl*>(base + o_ctl);
-    a.merge_levels = levels;
-    return a;
-  };
-  for (int rep = 0; rep < 2; ++rep) {  // again: the tickets and merge counters must reset themselves
-    cuda::AttnArgs a = args(d_rows);
-    a.rows = {n, stride};
-    cuda::attn_decode(a, nullptr, true);
-    // the reference without PDL: each row's launch reads the K/V rows the previous one appended
-    for (int j = 0; j < n; ++j) cuda::attn_decode(args(d_one + size_t(j) * row_floats), nullptr, false);
-    CK(cudaDeviceSynchronize());
-    const std::vector<float> got = testcuda::down(d_rows, init.size()), want = testcuda::down(d_one, init.size());
-    for (int j = 0; j < n; ++j) {
-      const float* g = got.data() + size_t(j) * row_floats;
-      const float* w = want.data() + size_t(j) * row_floats;
-      int bad = 0;
-      for (int i = 0; i < nq * hd; ++i) bad += std::memcmp(g + o_out + i, w + o_out + i, 4) != 0;
-      EXPECT_EQ(bad, 0) << "rep " << rep << " row " << j << ": outputs differing of " << nq * hd;
-      EXPECT_EQ(g[o_out], g[o_out]) << "rep " << rep << " row " << j << ": NaN output";
-      cuda::StepCtl c;
-      std::memcpy(static_cast<void*>(&c), g + o_ctl, sizeof(c));
-      EXPECT_EQ(c.attn_ticket, 0u) << "row " << j;
-      EXPECT_EQ(c.attn_exit, 0u) << "row " << j;
-      for (unsigned v : c.attn_done) EXPECT_EQ(v, 0u) << "row " << j;
-      for (unsigned v : c.attn_gdone) EXPECT_EQ(v, 0u) << "row " << j;
-    }
-    const std::vector<uint16_t> kg = testcuda::down(kv_rows, kv.size()), kw = testcuda::down(kv_one, kv.size());
-    EXPECT_EQ(std::memcmp(kg.data(), kw.data(), kv.size() * 2), 0) << "rep " << rep << ": the caches differ";
-    // the rows' K/V rows were written (not left as the random fill)
-    const size_t at = ((size_t(layer) * 2 + 1) * nkv + 1) * max_ctx * hd + size_t(p0 + n - 1) * hd;
-    EXPECT_EQ(f16_to_f32(kg[at]), f16_to_f32(f32_to_f16(init[size_t(n - 1) * row_floats + o_v + hd])));
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(RowsPositionsMerges, CudaAttnRows,
-                         ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values(0, 200, 4000),
-                                            ::testing::Values(0, 2)));
 
 // (rows n, row 0's position p0, y as an XQ image)
 class CudaGdnRows : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};

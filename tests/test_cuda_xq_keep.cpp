@@ -121,8 +121,11 @@ TEST(CudaXqKeep, GemvNormPrologue) {
       const std::vector<float> sp = small_part(w, xn, is_big), model = model_matvec(w, xn, !q6);
       const double e_exact = err_vs(got, want, sp), e_model = err_vs(got, model, sp);
       EXPECT_LT(e_model, 1e-5);               // the form as the host model has it, up to f32 rounding
-      if (!five) EXPECT_LT(e_exact, 2e-4);    // CudaAffineForms' int8-x bound, here of the small part
-      else EXPECT_GT(e_exact, 1e-3);          // the 5-massive chunk is not kept: its others lose their bits
+      if (!five) {
+        EXPECT_LT(e_exact, 2e-4);  // CudaAffineForms' int8-x bound, here of the small part
+      } else {
+        EXPECT_GT(e_exact, 1e-3);  // the 5-massive chunk is not kept: its others lose their bits
+      }
       std::printf("[ xq keep gemv %s%s ] vs exact %.2e (of the small part), vs model %.2e\n", q6 ? "kQ6" : "4-bit",
                   five ? " 5-massive" : "", e_exact, e_model);
     }
@@ -145,7 +148,9 @@ TEST(CudaXqKeep, GemvXqImage) {
   std::vector<float> xd, xs32;
   testcuda::xq_decode(img, cols, xd, xs32);
   for (int i = 0; i < cols; ++i)
-    if (is_big[size_t(i)]) EXPECT_EQ(xd[size_t(i)], x[size_t(i)]) << "element " << i << " not kept exactly";
+    if (is_big[size_t(i)]) {
+      EXPECT_EQ(xd[size_t(i)], x[size_t(i)]) << "element " << i << " not kept exactly";
+    }
   const float ss = 4.f * float(cols), r = 1.f / std::sqrt(ss / float(cols) + 1e-6f);
   std::vector<float> xr(x), want(rows), model(rows);
   for (auto& v : xr) v *= r;

@@ -7,9 +7,6 @@
 // sigmoid output gate (merge_slice); AttnArgs::merge_levels 2 / 1 (tests, and 2 where the split blocks cannot all be
 // resident): the last block of each group of kAttnGroup splits, then the last group (or the last block of all splits)
 // merges.
-// A verify's rows (AttnArgs::rows) run in one launch, grid z = rows, each row's blocks as the plain step's for that
-// row (attn_block), taken in ticket order (k_attn).
-#include <algorithm>
 #include <type_traits>
 
 #include "cuda/common/device_util.cuh"
@@ -149,17 +146,17 @@ __device__ __forceinline__ void merge_weights(const float* pk, int n, int stride
 // Merges n partials of one kv head (layout as merge_weights): then each thread sums 4 consecutive outputs over the
 // splits, MU splits' loads in flight at a time.
 // dst != null: writes the merged partial there (acc relative to the new max, m, l: a group of the two-level merge);
-// dst == null: writes the normalised output times the sigmoid gate (qg: the query | gate rows) to out. Starts and ends with a barrier.
+// dst == null: writes the normalised output times the sigmoid gate to a.out. Starts and ends with a barrier.
 template <int HD, int G, int MU>
-__device__ __forceinline__ void merge_parts(const float* qg, float* out, const float* pk, int n, int stride, float* wsp,
-                                            int kvh, float* dst) {
+__device__ __forceinline__ void merge_parts(const AttnArgs& a, const float* pk, int n, int stride, float* wsp, int kvh,
+                                            float* dst) {
   merge_weights<HD, G>(pk, n, stride, wsp, dst);
   __syncthreads();
   for (int i4 = threadIdx.x; i4 < G * HD / 4; i4 += blockDim.x) {
     const int i = i4 * 4, g = i / HD, d = i % HD;
     const int h = kvh * G + g;
     float4 gt = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (!dst) gt = *reinterpret_cast<const float4*>(qg + h * 2 * HD + HD + d);  // the gate's load first
+    if (!dst) gt = *reinterpret_cast<const float4*>(a.q + h * 2 * HD + HD + d);  // the gate's load first
     float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s = 0; s < n; s += MU) {
       float4 v[MU];
@@ -175,7 +172,7 @@ __device__ __forceinline__ void merge_parts(const float* qg, float* out, const f
     if (dst)
       *reinterpret_cast<float4*>(dst + i) = num;
     else
-      *reinterpret_cast<float4*>(out + h * HD + d) = make_float4(num.x * sigmoid_f(gt.x), num.y * sigmoid_f(gt.y),
+      *reinterpret_cast<float4*>(a.out + h * HD + d) = make_float4(num.x * sigmoid_f(gt.x), num.y * sigmoid_f(gt.y),
                                                                    num.z * sigmoid_f(gt.z), num.w * sigmoid_f(gt.w));
   }
   __syncthreads();
@@ -186,8 +183,8 @@ __device__ __forceinline__ void merge_parts(const float* qg, float* out, const f
 // butterfly over the T lanes. Its first output's partial values and gate are loaded before the weights' (m, l),
 // so both L2 round trips overlap. Every block computes all the weights (n x G, tiny).
 template <int HD, int G>
-__device__ __forceinline__ void merge_slice(const float* qg, float* out, unsigned long long* trace, const float* pk,
-                                            int n, int stride, int slice, float* wsp, int kvh, bool trl) {
+__device__ __forceinline__ void merge_slice(const AttnArgs& a, const float* pk, int n, int stride, int slice,
+                                            float* wsp, int kvh, bool trl) {
   constexpr int NO = G * HD / 4, kT = kWarps * 32, kSpt = 4;  // outputs; threads; splits held per thread
   const int O = (NO + n - 1) / n, o0 = slice * O;
   if (o0 >= NO) return;  // uniform over the block
@@ -196,7 +193,7 @@ __device__ __forceinline__ void merge_slice(const float* qg, float* out, unsigne
   const int sub = int(threadIdx.x) % T;
   auto load = [&](int oi, float4 (&v)[kSpt], float4& gt) {
     const int i = (o0 + oi) * 4, g = i / HD, d = i % HD;
-    gt = *reinterpret_cast<const float4*>(qg + (kvh * G + g) * 2 * HD + HD + d);
+    gt = *reinterpret_cast<const float4*>(a.q + (kvh * G + g) * 2 * HD + HD + d);
 #pragma unroll
     for (int u = 0; u < kSpt; ++u) {
       const int sp = sub + u * T;
@@ -209,7 +206,7 @@ __device__ __forceinline__ void merge_slice(const float* qg, float* out, unsigne
   if (first < hi) load(first, v, gt);
   merge_weights<HD, G>(pk, n, stride, wsp, nullptr);
   __syncthreads();
-  if (trl) trace_at(trace, 10);
+  if (trl) trace_at(a.trace, 10);
   // warp-uniform trip count (the butterfly's shuffles need every lane of the warp)
   for (int oi0 = (int(threadIdx.x) >> 5) * (32 / T); oi0 < hi; oi0 += step) {
     const int oi = oi0 + lane / T;
@@ -237,39 +234,30 @@ __device__ __forceinline__ void merge_slice(const float* qg, float* out, unsigne
       num.w += __shfl_xor_sync(0xffffffffu, num.w, o);
     }
     if (valid && sub == 0)
-      *reinterpret_cast<float4*>(out + (kvh * G + g) * HD + d) = make_float4(
+      *reinterpret_cast<float4*>(a.out + (kvh * G + g) * HD + d) = make_float4(
           num.x * sigmoid_f(gt.x), num.y * sigmoid_f(gt.y), num.z * sigmoid_f(gt.z), num.w * sigmoid_f(gt.w));
-    if (trl && oi0 == 0) trace_at(trace, 11);  // thread 0's first output summed
+    if (trl && oi0 == 0) trace_at(a.trace, 11);  // thread 0's first output summed
   }
 }
 
-// One block's work: split `split` of kv head kvh for row `row` of a verify's rows (NR: the most rows of a launch; 1:
-// the plain step, row 0). Row r (its query, output, scratch and StepCtl at r * rows.stride from row 0's, its position
-// pos = p0 + r) attends to the cached positions < p0 and to the new rows 0..r at p0..pos, whose k / v it computes
-// from the q/k/v GEMV's rows into shared memory exactly as their own rows do (the same norm, rope and fp16
-// rounding), so its result equals that of a launch for row r alone after rows < r appended theirs; only row r's
-// split 0 writes its K/V row to the cache.
-template <int HD, int G, int NR>
-__device__ __forceinline__ void attn_block(const AttnArgs& a, const int split, const int kvh, const int row) {
+template <int HD, int G>
+__global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
   constexpr int DPL = HD / 32;
   __shared__ float qs[G][HD];
-  __shared__ float kn[NR][HD], vn[NR][HD];
+  __shared__ float kn[HD], vn[HD];
   __shared__ float wm[kWarps][G], wl[kWarps][G];
-  __shared__ float rc[NR][HD / 2], rs[NR][HD / 2], qw[HD], kw[HD];
+  __shared__ float rc[HD / 2], rs[HD / 2], qw[HD], kw[HD];
   __shared__ int s_last;
+  const int kvh = blockIdx.y, split = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  auto at = [&](auto* p, int r) { return NR == 1 ? p : row_at(p, r, a.rows.stride); };  // row r's copy of p
-  const float* const qg = at(a.q, row);
-  float* const out = at(a.out, row);
-  float* const part_base = at(a.part, row);
 
   // Before pdl_wait: ctl (pos) is written only by the previous step's lm_head, and the cached K/V rows < pos by
   // earlier steps, so the split and this warp's first K/V rows can be loaded while the previous kernel finishes.
-  const bool tr = NR == 1 && a.trace && threadIdx.x == 0 && split == 0 && kvh == 0;
+  const bool tr = a.trace && threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0;
   if (tr) trace_at(a.trace, 0);
-  StepCtl* ctl = at(a.ctl, row);
+  StepCtl* ctl = a.ctl;
   const int pos = ctl->pos, max_ctx = ctl->max_ctx;
-  const int T = pos + 1, p0 = pos - row;  // p0: row 0's position (the first new K/V row)
+  const int T = pos + 1;
   // >= min_split positions per split, at most kAttnSplits splits: 4K context -> 64 splits x nkv blocks
   int nsplit = min(kAttnSplits, (T + a.min_split - 1) / a.min_split);
   const int chunk = (T + nsplit - 1) / nsplit;
@@ -280,11 +268,11 @@ __device__ __forceinline__ void attn_block(const AttnArgs& a, const int split, c
   uint16_t* Vc = ctl->kv + ((int64_t(a.layer) * 2 + 1) * a.nkv + kvh) * int64_t(max_ctx) * HD;
   constexpr int U = kKvInFlight;
   KvRaw<DPL> kraw[U] = {}, vraw[U] = {};
-  auto issue = [&](int tb) {  // rows tb, tb + kWarps, ... of this warp (the new rows p0.. come from kn/vn)
+  auto issue = [&](int tb) {  // rows tb, tb + kWarps, ... of this warp (the new row pos comes from kn/vn)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int t = tb + u * kWarps;
-      if (t < t1 && t < p0) {
+      if (t < t1 && t < pos) {
         kraw[u].load(Kc + int64_t(t) * HD + lane * DPL);
         vraw[u].load(Vc + int64_t(t) * HD + lane * DPL);
       }
@@ -297,41 +285,33 @@ __device__ __forceinline__ void attn_block(const AttnArgs& a, const int split, c
     qw[d] = a.q_norm[d];
     kw[d] = a.k_norm[d];
   }
-  // RoPE angles of the new positions p0..pos (double, as the reference), computed once per block while waiting
-  const int half = a.rope_dim / 2;
-  for (int i = threadIdx.x; i < (row + 1) * half; i += blockDim.x) {
-    const int r = NR == 1 ? 0 : i / half, j = i - r * half;
-    const double ang = double(p0 + r) * pow(a.theta, -2.0 * j / double(a.rope_dim));
+  // RoPE angles of this position (double, as the reference), computed once per block while waiting
+  for (int j = threadIdx.x; j < a.rope_dim / 2; j += blockDim.x) {
+    const double ang = double(pos) * pow(a.theta, -2.0 * j / double(a.rope_dim));
     double sn, cs;
     sincos(ang, &sn, &cs);
-    rc[r][j] = float(cs);
-    rs[r][j] = float(sn);
+    rc[j] = float(cs);
+    rs[j] = float(sn);
   }
   pdl_wait();
   if (tr) trace_at(a.trace, 1);
 
-  // q heads of this kv head, the new rows' k and v: all loads issued before any is stored (a strided loop with a
-  // runtime bound issued them one round trip at a time: ~4 us)
+  // q heads of this kv head, new k and v: all loads issued before any is stored (a strided loop with a runtime
+  // bound issued them one round trip at a time: ~4 us)
   {
     constexpr int kT = kWarps * 32, QN = (G * HD + kT - 1) / kT, KN = (HD + kT - 1) / kT;
-    float qv[QN], kv[NR][KN], vv[NR][KN];
+    float qv[QN], kv[KN], vv[KN];
 #pragma unroll
     for (int u = 0; u < QN; ++u) {
       const int i = int(threadIdx.x) + u * kT;
-      if (i < G * HD) qv[u] = qg[(kvh * G + i / HD) * 2 * HD + i % HD];
+      if (i < G * HD) qv[u] = a.q[(kvh * G + i / HD) * 2 * HD + i % HD];
     }
 #pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      if (r > row) break;
-      const float* const kr = at(a.k, r);
-      const float* const vr = at(a.v, r);
-#pragma unroll
-      for (int u = 0; u < KN; ++u) {
-        const int d = int(threadIdx.x) + u * kT;
-        if (d < HD) {
-          kv[r][u] = kr[kvh * HD + d];
-          vv[r][u] = vr[kvh * HD + d];
-        }
+    for (int u = 0; u < KN; ++u) {
+      const int d = int(threadIdx.x) + u * kT;
+      if (d < HD) {
+        kv[u] = a.k[kvh * HD + d];
+        vv[u] = a.v[kvh * HD + d];
       }
     }
 #pragma unroll
@@ -340,33 +320,28 @@ __device__ __forceinline__ void attn_block(const AttnArgs& a, const int split, c
       if (i < G * HD) qs[i / HD][i % HD] = qv[u];
     }
 #pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      if (r > row) break;
-#pragma unroll
-      for (int u = 0; u < KN; ++u) {
-        const int d = int(threadIdx.x) + u * kT;
-        if (d < HD) {
-          kn[r][d] = kv[r][u];
-          vn[r][d] = vv[r][u];
-        }
+    for (int u = 0; u < KN; ++u) {
+      const int d = int(threadIdx.x) + u * kT;
+      if (d < HD) {
+        kn[d] = kv[u];
+        vn[d] = vv[u];
       }
     }
   }
   __syncthreads();
   if (tr) trace_at(a.trace, 7);
   const float qscale = rsqrtf(float(HD)) * kLog2e;
-  for (int g = warp; g < G + 1 + row; g += kWarps) {  // the query heads at pos, the new k rows at p0 + r
-    if (g < G) norm_rope_warp<HD>(qs[g], qw, a.rope_dim, rc[row], rs[row], a.eps, qscale);
-    else norm_rope_warp<HD>(kn[g - G], kw, a.rope_dim, rc[g - G], rs[g - G], a.eps, 1.f);
+  for (int g = warp; g < G + 1; g += kWarps) {
+    if (g < G) norm_rope_warp<HD>(qs[g], qw, a.rope_dim, rc, rs, a.eps, qscale);
+    else norm_rope_warp<HD>(kn, kw, a.rope_dim, rc, rs, a.eps, 1.f);
   }
   __syncthreads();
   if (tr) trace_at(a.trace, 8);
-  for (int i = threadIdx.x; i < (row + 1) * HD; i += blockDim.x) {  // the cache holds fp16: use the rounded values
-    const int r = NR == 1 ? 0 : i / HD, d = i - r * HD;
-    const uint16_t kb = f2kv(kn[r][d]), vb = f2kv(vn[r][d]);
-    if (split == 0 && r == row) { Kc[int64_t(pos) * HD + d] = kb; Vc[int64_t(pos) * HD + d] = vb; }
-    kn[r][d] = kv2f(kb);
-    vn[r][d] = kv2f(vb);
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {  // the cache holds fp16: use the rounded values here too
+    const uint16_t kb = f2kv(kn[d]), vb = f2kv(vn[d]);
+    if (split == 0) { Kc[int64_t(pos) * HD + d] = kb; Vc[int64_t(pos) * HD + d] = vb; }
+    kn[d] = kv2f(kb);
+    vn[d] = kv2f(vb);
   }
   __syncthreads();
   if (tr) trace_at(a.trace, 2);
@@ -387,20 +362,19 @@ __device__ __forceinline__ void attn_block(const AttnArgs& a, const int split, c
     const int t = tb + u * kWarps;
     if (t >= t1) break;  // warp-uniform
     float kr[DPL], vr[DPL];
-    if (t < p0) {
+    if (t < pos) {
       kraw[u].unpack(kr);
       vraw[u].unpack(vr);
       // rolling: the slot's next row (U * kWarps positions on) is requested as soon as this one is unpacked, so
       // its DRAM latency overlaps this round's math instead of following it
       const int tn = t + U * kWarps;
-      if (tn < t1 && tn < p0) {
+      if (tn < t1 && tn < pos) {
         kraw[u].load(Kc + int64_t(tn) * HD + lane * DPL);
         vraw[u].load(Vc + int64_t(tn) * HD + lane * DPL);
       }
     } else {
-      const int r = NR == 1 ? 0 : t - p0;
 #pragma unroll
-      for (int e = 0; e < DPL; ++e) { kr[e] = kn[r][lane * DPL + e]; vr[e] = vn[r][lane * DPL + e]; }
+      for (int e = 0; e < DPL; ++e) { kr[e] = kn[lane * DPL + e]; vr[e] = vn[lane * DPL + e]; }
     }
     float sc[G];
 #pragma unroll
@@ -477,7 +451,7 @@ __device__ __forceinline__ void attn_block(const AttnArgs& a, const int split, c
   __syncthreads();
   // publish this split
   const int stride = G * HD + 2 * G;
-  float* part = part_base + (int64_t(kvh) * kAttnPartSlots + split) * stride;
+  float* part = a.part + (int64_t(kvh) * kAttnPartSlots + split) * stride;
   for (int i4 = threadIdx.x; i4 < G * HD / 4; i4 += blockDim.x) {
     float4 t = slab4[i4];
 #pragma unroll
@@ -509,16 +483,15 @@ __device__ __forceinline__ void attn_block(const AttnArgs& a, const int split, c
     }
     __syncthreads();
     if (threadIdx.x == 32) count_past(done, seen, unsigned(nsplit));
-    const bool trl = NR == 1 && a.trace && threadIdx.x == 0 && kvh == 0 && split == 0;
+    const bool trl = a.trace && threadIdx.x == 0 && kvh == 0 && split == 0;
     if (trl) trace_at(a.trace, 5);
-    merge_slice<HD, G>(qg, out, a.trace, part_base + int64_t(kvh) * kAttnPartSlots * stride, nsplit, stride, split,
-                       slab, kvh, trl);
+    merge_slice<HD, G>(a, a.part + int64_t(kvh) * kAttnPartSlots * stride, nsplit, stride, split, slab, kvh, trl);
     if (trl) trace_at(a.trace, 6);
     return;
   }
   const bool two = a.merge_levels == 2 && nsplit > kAttnGroup;
   const int ngroup = (nsplit + kAttnGroup - 1) / kAttnGroup;
-  const float* pk = part_base + int64_t(kvh) * kAttnPartSlots * stride;
+  const float* pk = a.part + int64_t(kvh) * kAttnPartSlots * stride;
   float* wsp = slab;  // reused for the merge weights [n][G] (n * G <= kWarps * G * HD) once every slab read is done
   if (two) {  // the last split of each group merges the group into slot kAttnSplits + group
     const int grp = split / kAttnGroup, gsz = min(kAttnGroup, nsplit - grp * kAttnGroup);
@@ -527,8 +500,8 @@ __device__ __forceinline__ void attn_block(const AttnArgs& a, const int split, c
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    merge_parts<HD, G, kAttnGroup>(qg, out, pk + grp * kAttnGroup * stride, gsz, stride, wsp, kvh,
-                                   part_base + (int64_t(kvh) * kAttnPartSlots + kAttnSplits + grp) * stride);
+    merge_parts<HD, G, kAttnGroup>(a, pk + grp * kAttnGroup * stride, gsz, stride, wsp, kvh,
+                                   a.part + (int64_t(kvh) * kAttnPartSlots + kAttnSplits + grp) * stride);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -541,36 +514,13 @@ __device__ __forceinline__ void attn_block(const AttnArgs& a, const int split, c
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  const bool trl = NR == 1 && a.trace && threadIdx.x == 0 && kvh == 0;
+  const bool trl = a.trace && threadIdx.x == 0 && kvh == 0;
   if (trl) trace_at(a.trace, 5);
   // last block of this kv head: merge the splits (or the groups) and apply the gate
-  if (two) merge_parts<HD, G, kAttnGroup>(qg, out, pk + kAttnSplits * stride, ngroup, stride, wsp, kvh, nullptr);
-  else merge_parts<HD, G, 32>(qg, out, pk, nsplit, stride, wsp, kvh, nullptr);
+  if (two) merge_parts<HD, G, kAttnGroup>(a, pk + kAttnSplits * stride, ngroup, stride, wsp, kvh, nullptr);
+  else merge_parts<HD, G, 32>(a, pk, nsplit, stride, wsp, kvh, nullptr);
   if (threadIdx.x == 0) ctl->attn_done[kvh] = 0;
   if (trl) trace_at(a.trace, 6);
-}
-
-// The plain step (NR = 1): block (split, kv head). A verify's rows (NR > 1, grid z = rows): each block takes a ticket
-// (row 0's StepCtl::attn_ticket) and works as block (split, kv head, row) in ticket order, so that a row's blocks
-// start only after all of the earlier rows' have: the spread merge has a row's split blocks wait for one another,
-// which needs only one row's blocks resident at a time whatever order the GPU starts blocks in. The last block out
-// resets the ticket.
-template <int HD, int G, int NR>
-__global__ void __launch_bounds__(kWarps * 32) k_attn(const AttnArgs a) {
-  if constexpr (NR == 1) {
-    attn_block<HD, G, 1>(a, blockIdx.x, blockIdx.y, 0);
-  } else {
-    __shared__ unsigned s_role;
-    if (threadIdx.x == 0) s_role = atomicAdd(&a.ctl->attn_ticket, 1u);
-    __syncthreads();
-    const unsigned role = s_role, per_row = gridDim.x * gridDim.y;
-    attn_block<HD, G, NR>(a, int(role % gridDim.x), int(role / gridDim.x % gridDim.y), int(role / per_row));
-    __syncthreads();
-    if (threadIdx.x == 0 && atomicAdd(&a.ctl->attn_exit, 1u) == per_row * gridDim.z - 1u) {
-      a.ctl->attn_ticket = 0;
-      a.ctl->attn_exit = 0;
-    }
-  }
 }
 
 }  // namespace
@@ -580,28 +530,20 @@ void attn_decode(const AttnArgs& args, cudaStream_t s, bool pdl) {
   a.min_split = kDefaultMinSplit;
   if (a.nkv < 1 || a.nkv > kAttnMaxKv || a.nq % a.nkv) throw Error("attn_decode: unsupported head counts");
   if (a.rope_dim > a.hd || a.rope_dim % 2) throw Error("attn_decode: rope_dim must be even and <= head_dim");
-  if (a.rows.n < 1 || a.rows.n > kMaxRows) throw Error("attn_decode: 1 to " + std::to_string(kMaxRows) + " rows");
-  if (a.rows.n > 1 && (a.rows.stride <= 0 || a.rows.stride % 16))
-    throw Error("attn_decode: rows need a positive stride of whole 16-byte units");
   const int G = a.nq / a.nkv;
-  const dim3 grid(kAttnSplits, a.nkv, a.rows.n), block(kWarps * 32);
+  const dim3 grid(kAttnSplits, a.nkv), block(kWarps * 32);
   const size_t smem = size_t(kWarps) * G * a.hd * 4;  // per-warp partial slabs (64 KB at hd 256, G 8)
-  // one: the plain step's kernel; rows: a verify's. The spread merge has every split block of a row wait for its kv
-  // head's others, so all must be resident at once; both kernels take the same merge (the same sums, so that a
-  // verify's rows equal plain steps), the two-level one where either kernel's split blocks do not all fit.
-  auto run = [&](auto one, auto rows) {
-    allow_smem(one, smem);
-    allow_smem(rows, smem);
-    const int fit = std::min(resident_grid(one, kWarps * 32, smem), resident_grid(rows, kWarps * 32, smem));
-    if (a.merge_levels == 0 && fit < kAttnSplits * a.nkv) a.merge_levels = 2;
-    if (a.rows.n == 1) launch(one, grid, block, smem, s, pdl, a);
-    else launch(rows, grid, block, smem, s, pdl, a);
+  auto run = [&](auto kern) {
+    allow_smem(kern, smem);
+    // the spread merge has every split block wait for its kv head's others: all must be resident at once
+    if (a.merge_levels == 0 && resident_grid(kern, kWarps * 32, smem) < kAttnSplits * a.nkv) a.merge_levels = 2;
+    launch(kern, grid, block, smem, s, pdl, a);
   };
-  if (a.hd == 256 && G == 8) run(k_attn<256, 8, 1>, k_attn<256, 8, kMaxRows>);
-  else if (a.hd == 256 && G == 4) run(k_attn<256, 4, 1>, k_attn<256, 4, kMaxRows>);
-  else if (a.hd == 128 && G == 8) run(k_attn<128, 8, 1>, k_attn<128, 8, kMaxRows>);
-  else if (a.hd == 64 && G == 4) run(k_attn<64, 4, 1>, k_attn<64, 4, kMaxRows>);
-  else if (a.hd == 64 && G == 8) run(k_attn<64, 8, 1>, k_attn<64, 8, kMaxRows>);
+  if (a.hd == 256 && G == 8) run(k_attn<256, 8>);
+  else if (a.hd == 256 && G == 4) run(k_attn<256, 4>);
+  else if (a.hd == 128 && G == 8) run(k_attn<128, 8>);
+  else if (a.hd == 64 && G == 4) run(k_attn<64, 4>);
+  else if (a.hd == 64 && G == 8) run(k_attn<64, 8>);
   else throw Error("attn_decode: head_dim " + std::to_string(a.hd) + " x group " + std::to_string(G) +
                    " not instantiated");
 }

@@ -162,8 +162,17 @@ void CudaBackend::enqueue_attn(const DLayer& d, const GemvSide& side_a, const Ge
   a.ctl = ctl_;
   const bool tr = trace_ && d.full_idx == 0;
   a.trace = tr ? trace_ : nullptr;
-  a.rows = rows_;  // a verify's rows in one launch (row r at pos + r sees rows < r)
-  attn_decode(a, s, pdl);
+  for (int r = 0; r < rows_.n; ++r) {  // a verify's rows one after another (row r at pos + r sees rows < r)
+    AttnArgs ar = a;
+    const int64_t st = rows_.stride;
+    ar.q = row_at(a.q, r, st);
+    ar.k = row_at(a.k, r, st);
+    ar.v = row_at(a.v, r, st);
+    ar.part = row_at(a.part, r, st);
+    ar.out = row_at(a.out, r, st);
+    ar.ctl = row_at(a.ctl, r, st);
+    attn_decode(ar, s, pdl);
+  }
   mark("attention");
   GemvSeg o = {d.o, x_, 1};
   gemv(&o, 1, y_, nullptr, eps, s, pdl, nullptr, nullptr, &side_m, rows_);

@@ -105,8 +105,6 @@ struct StepCtl {
   unsigned int lm_done = 0;      // blocks of the lm_head kernel finished this step
   unsigned int attn_done[kAttnMaxKv] = {};  // attention blocks (or groups) finished, per kv head
   unsigned int attn_gdone[kAttnMaxKv * (kAttnSplits / kAttnGroup)] = {};  // splits finished per (kv head, group)
-  unsigned int attn_ticket = 0;  // a verify's attention launch (row 0's): blocks started, in the order they start
-  unsigned int attn_exit = 0;    // and blocks finished (the last resets both)
 };
 
 // ---- the rows of a speculative verify in one launch ----
@@ -338,7 +336,6 @@ struct AttnArgs {
   float* part = nullptr;        // scratch [nkv][kAttnPartSlots][G*hd + 2*G] (acc, m, l): splits, then groups
   float* out = nullptr;         // [nq*hd]
   StepCtl* ctl = nullptr;
-  Rows rows;                    // a verify's rows (q, out, part, ctl, k, v of row r at r * rows.stride): one launch
   int min_split = 64;           // positions per split at least (set by attn_decode)
   int merge_levels = 0;         // 0 (default): the merge spread over the split blocks; 2: groups of kAttnGroup splits
                                 // merged first, then the groups; 1: the last block merges all (references for the
