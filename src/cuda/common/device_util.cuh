@@ -343,21 +343,30 @@ struct XQ {
     }
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the chunk's other half (g ^ 1)
     const float osum = __shfl_xor_sync(0xffffffffu, sum, 1);
-    // xq_keep_rule: this half's big elements (bit i: element i of the half) and the max of the others
-    const float thr = amax * (1.f / 256.f);
-    uint32_t big = 0;
-    float rest = 0.f;
+    // xq_keep_rule, behind a test every kept chunk passes: Sum|x| <= 4 amax + 28 amax / 256 (at most 4 elements
+    // above amax / 256); ordinary chunks (Sum|x| ~ 10 amax) skip the rest
+    float asum = 0.f;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const bool b = fabsf(f[i]) > thr;
-      big |= uint32_t(b) << i;
-      rest = fmaxf(rest, b ? 0.f : fabsf(f[i]));
+    for (int i = 0; i < 16; ++i) asum += fabsf(f[i]);
+    asum += __shfl_xor_sync(0xffffffffu, asum, 1);
+    bool keep = false;
+    uint32_t big = 0, obig = 0;
+    float rest = 0.f;
+    if (asum <= amax * (4.f + 28.f / 256.f) * 1.001f) {  // rare; uniform over the chunk's two threads
+      const unsigned pair = 3u << (threadIdx.x & 30);
+      const float thr = amax * (1.f / 256.f);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {  // this half's big elements (bit i: element i of the half), max of the others
+        const bool b = fabsf(f[i]) > thr;
+        big |= uint32_t(b) << i;
+        rest = fmaxf(rest, b ? 0.f : fabsf(f[i]));
+      }
+      obig = __shfl_xor_sync(pair, big, 1);
+      rest = fmaxf(rest, __shfl_xor_sync(pair, rest, 1));
+      keep = xq_keep_rule(__popc(big) + __popc(obig), rest);
     }
-    const uint32_t obig = __shfl_xor_sync(0xffffffffu, big, 1);
-    rest = fmaxf(rest, __shfl_xor_sync(0xffffffffu, rest, 1));
     if (!valid) return;
     const int c = g >> 1, slot = (g & 1) * nch + c;
-    const bool keep = xq_keep_rule(__popc(big) + __popc(obig), rest);
     if (keep) {  // rare: the kept values (this half's after the even half's), their codes 0
       const uint32_t mask = (g & 1) ? (obig | big << 16) : (big | obig << 16);
       int k = c * kXqKeep + ((g & 1) ? __popc(obig) : 0);
@@ -733,15 +742,14 @@ struct XqChunk {
   const uint32_t* km;   // the form's km + chunk
   const float* kv;      // the form's kv + kXqKeep * chunk
 };
-// Sum(q v) over a marked chunk's kept elements (m: their mask; element e: nibble e % 8 of code word e / 8, word j =
-// plane 2j | plane 2j+1 << 4); the rare branch of q4i8_dot.
-__device__ __forceinline__ float q4_kept_dot(const Q4Codes& c, uint32_t m, const float* kv) {
+// Sum(q v) over a marked chunk's kept elements (m: their mask; element e: nibble e % 8 of code word e / 8); the rare
+// branch of q4i8_dot, a call so that the dots' unrolled loops keep their registers.
+__device__ __noinline__ float q4_kept_dot(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, uint32_t m,
+                                          const float* kv) {
   float a = 0.f;
   for (int k = 0; m; ++k, m &= m - 1u) {
     const int e = __ffs(int(m)) - 1, j = e >> 3;
-    const int lo = j == 0 ? c.w[0] : j == 1 ? c.w[2] : j == 2 ? c.w[4] : c.w[6];
-    const int hi = j == 0 ? c.w[1] : j == 1 ? c.w[3] : j == 2 ? c.w[5] : c.w[7];
-    const uint32_t word = uint32_t(lo) | uint32_t(hi) << 4;
+    const uint32_t word = j == 0 ? w0 : j == 1 ? w1 : j == 2 ? w2 : w3;
     a = fmaf(float((word >> (4 * (e & 7))) & 15u), kv[k], a);
   }
   return a;
@@ -765,7 +773,9 @@ __device__ __forceinline__ float q4i8_dot(const Q4Codes& c, const XqChunk& x) {
   sh = __dp4a(c.w[7], x.h1.w, sh);
   sl = __dp4a(c.w[7], x.l1.w, sl);
   float sxq = float(sh * 254 + sl) * fabsf(x.d);  // Sum(q x) over the chunk
-  if (xq_marked(x.d)) sxq += q4_kept_dot(c, *x.km, x.kv);
+  if (xq_marked(x.d))  // code word j = plane 2j | plane 2j+1 << 4
+    sxq += q4_kept_dot(uint32_t(c.w[0] | c.w[1] << 4), uint32_t(c.w[2] | c.w[3] << 4), uint32_t(c.w[4] | c.w[5] << 4),
+                       uint32_t(c.w[6] | c.w[7] << 4), *x.km, x.kv);
   return fmaf(c.s, sxq, c.b * x.xs);
 }
 __device__ __forceinline__ XqChunk XQ::chunk(int xc) const {
