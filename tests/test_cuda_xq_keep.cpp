@@ -106,7 +106,7 @@ TEST(CudaXqKeep, GemvNormPrologue) {
         float* dy = dev.poisoned(size_t(rows));
         cuda::GemvSeg seg{dm, dy, 0};
         cuda::gemv(&seg, 1, dev.up(x), dev.up(nw), 1e-6f, nullptr, false);
-        CK(cudaDeviceSynchronize());
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // (ASSERT returns void)
         return down(dy, size_t(rows));
       };
       const std::vector<float> sp = small_part(w, xn, is_big);
@@ -190,7 +190,7 @@ TEST(CudaXqKeep, LmHead) {
     c.n_given = 1;
     cuda::StepCtl* dc = dev.up(std::vector<cuda::StepCtl>{c});
     cuda::lm_head_argmax(m.d.m, dev.up(x), dev.up(nw), 1e-6f, dl, din, dout, dc, nullptr, false);
-    CK(cudaDeviceSynchronize());
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // (ASSERT returns void)
     return down(dl, size_t(rows));
   };
   const std::vector<float> sp = small_part(m.twin[0], xn, is_big);

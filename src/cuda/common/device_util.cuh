@@ -744,8 +744,8 @@ struct XqChunk {
 };
 // Sum(q v) over a marked chunk's kept elements (m: their mask; element e: nibble e % 8 of code word e / 8); the rare
 // branch of q4i8_dot, a call so that the dots' unrolled loops keep their registers.
-__device__ __noinline__ float q4_kept_dot(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, uint32_t m,
-                                          const float* kv) {
+static __device__ __noinline__ float q4_kept_dot(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, uint32_t m,
+                                                 const float* kv) {
   float a = 0.f;
   for (int k = 0; m; ++k, m &= m - 1u) {
     const int e = __ffs(int(m)) - 1, j = e >> 3;

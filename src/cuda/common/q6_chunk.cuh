@@ -48,7 +48,7 @@ __device__ __forceinline__ int q6_signed(uint32_t c) { return int((c + 0x6060606
 
 // Sum((q - 32) v) over the kept elements of a marked XQ chunk's half that this chunk covers (mh: their columns
 // (bits 0..15), before: the kept elements of the chunk's earlier half, whose values come first in kv).
-__device__ __noinline__ float q6_kept_dot(uint4 raw, uint32_t mh, uint32_t before, const float* kv) {
+static __device__ __noinline__ float q6_kept_dot(uint4 raw, uint32_t mh, uint32_t before, const float* kv) {
   float a = 0.f;
   int k = __popc(before);
   for (mh &= 0xffffu; mh; mh &= mh - 1u, ++k) {
