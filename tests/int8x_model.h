@@ -18,23 +18,10 @@ inline std::vector<float> quant_hilo(const float* x, int n, int chunk = 32) {  /
   for (int c = 0; c < n; c += chunk) {
     float amax = 0.f;
     for (int i = c; i < c + chunk; ++i) amax = std::max(amax, std::fabs(x[i]));
-    // kept aside exactly (XQ): at most 4 elements above amax / 256, the others coded against their own max
-    int nbig = 0;
-    float rest = 0.f;
-    for (int i = c; i < c + chunk; ++i) {
-      if (std::fabs(x[i]) > amax * (1.f / 256.f)) ++nbig;
-      else rest = std::max(rest, std::fabs(x[i]));
-    }
-    const bool keep = chunk == 32 && nbig >= 1 && nbig <= 4 && rest > 0.f;
-    const float a = keep ? rest : amax;
-    const float dx = a * (1.f / 127.f);
-    const float inv = a > 0.f ? 127.f / a : 0.f, inv2 = a > 0.f ? 32258.f / a : 0.f;
+    const float dx = amax * (1.f / 127.f);
+    const float inv = amax > 0.f ? 127.f / amax : 0.f, inv2 = amax > 0.f ? 32258.f / amax : 0.f;
     const float d = dx * (1.f / 254.f);
     for (int i = c; i < c + chunk; ++i) {
-      if (keep && std::fabs(x[i]) > amax * (1.f / 256.f)) {
-        q[size_t(i)] = x[i];
-        continue;
-      }
       const float h = std::rint(x[i] * inv);
       const float l = std::clamp(std::rint(std::fma(-h, dx, x[i]) * inv2), -127.f, 127.f);
       q[size_t(i)] = float(254.0 * h + l) * d;

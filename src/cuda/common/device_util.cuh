@@ -231,10 +231,6 @@ __device__ __forceinline__ float sigmoid_f(float x) { return 1.f / (1.f + __expf
 //  XQ: 4-bit and kQ6 weights (whose code words follow the same order), for the dp4a path: x per 32-element chunk c as d[c] * (254*xh + xl) with xh, xl int8 in
 //      [-127, 127] (xh = round(x/dx), dx = max|x|/127 over the chunk; xl = round((x - xh*dx) * 254/dx); d = dx/254),
 //      so each element carries <= max|x|/64516 absolute error (~16 bits); exact f32 chunk sums xs32 for the bias.
-//      Massive activations (a few elements thousands of times the rest): when at most kXqKeep elements of a chunk
-//      exceed max|x|/256 (xq_keep_rule), they are kept aside exactly (km[c]: their bit mask, kv[kXqKeep c ..]: their
-//      f32 values in element order, their codes 0), the others coded against their own max, and d[c] is stored
-//      negated as the mark; the dots add s * q * v for the kept elements (a branch taken only on marked chunks).
 //      The 16 bytes of piece p (elements 16p .. 16p+15) of chunk c sit at xh[p*nch + c] (lanes reading consecutive
 //      chunks hit consecutive 16-byte slots: no bank conflicts) in nibble order: word 0 = elements 0,2,4,6,
 //      word 1 = 1,3,5,7, word 2 = 8,10,12,14, word 3 = 9,11,13,15, matching (w & 0x0f0f0f0f) and
@@ -302,30 +298,19 @@ struct XqCodes {
   __device__ __forceinline__ float scale() const { return dx * (1.f / 254.f); }
 };
 
-// The kept-aside rule of a chunk (XQ above): big = the elements above amax / 256 (amax: the chunk's max |x|), rest
-// = the max |x| of the others; kept when 1 <= |big| <= kXqKeep and rest > 0 (then every other element is at least
-// 256 times smaller than the largest, and its codes are taken against rest instead of amax).
-constexpr int kXqKeep = 4;
-__device__ __forceinline__ bool xq_keep_rule(int nbig, float rest) {
-  return nbig >= 1 && nbig <= kXqKeep && rest > 0.f;
-}
-__device__ __forceinline__ bool xq_marked(float d) { return __float_as_int(d) < 0; }
-
 struct XqChunk;  // one chunk's operands (below)
 struct XQ {
-  int4* xh;      // [2 * nch] 16 bytes: piece p of chunk c at p * nch + c
-  int4* xl;      // [2 * nch] as xh
-  float* d;      // [nch] the chunk's step; negated: the chunk has kept elements
-  float* xs32;   // [nch] the chunk's exact sum
-  uint32_t* km;  // [nch] bit e: element e kept aside (read only where d is negated)
-  float* kv;     // [nch * kXqKeep] the kept values in element order
+  int4* xh;
+  int4* xl;
+  float* d;
+  float* xs32;
   int nch;
   static constexpr bool kPairs = true;  // put() shuffles between the two threads of a chunk: all lanes call it
-  static size_t __host__ __device__ bytes(int n) { return size_t(n) * 2 + size_t(n / 32) * (12 + 4 * kXqKeep); }
+  static size_t __host__ __device__ bytes(int n) { return size_t(n) * 2 + size_t(n / 32) * 8; }
   __device__ XQ() {}  // placed later (arrays of forms, one per row)
   __device__ XQ(void* base, int n)
       : xh(static_cast<int4*>(base)), xl(xh + n / 16), d(reinterpret_cast<float*>(xl + n / 16)), xs32(d + n / 32),
-        km(reinterpret_cast<uint32_t*>(xs32 + n / 32)), kv(reinterpret_cast<float*>(km + n / 32)), nch(n / 32) {}
+        nch(n / 32) {}
   __device__ __forceinline__ void put(int g, bool valid, const float4 (&v)[4]) {
     float f[16];
 #pragma unroll
@@ -343,52 +328,19 @@ struct XQ {
     }
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the chunk's other half (g ^ 1)
     const float osum = __shfl_xor_sync(0xffffffffu, sum, 1);
-    // xq_keep_rule, behind a test every kept chunk passes: Sum|x| <= 4 amax + 28 amax / 256 (at most 4 elements
-    // above amax / 256); ordinary chunks (Sum|x| ~ 10 amax) skip the rest
-    float asum = 0.f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) asum += fabsf(f[i]);
-    asum += __shfl_xor_sync(0xffffffffu, asum, 1);
-    bool keep = false;
-    uint32_t big = 0, obig = 0;
-    float rest = 0.f;
-    if (asum <= amax * (4.f + 28.f / 256.f) * 1.001f) {  // rare; uniform over the chunk's two threads
-      const unsigned pair = 3u << (threadIdx.x & 30);
-      const float thr = amax * (1.f / 256.f);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {  // this half's big elements (bit i: element i of the half), max of the others
-        const bool b = fabsf(f[i]) > thr;
-        big |= uint32_t(b) << i;
-        rest = fmaxf(rest, b ? 0.f : fabsf(f[i]));
-      }
-      obig = __shfl_xor_sync(pair, big, 1);
-      rest = fmaxf(rest, __shfl_xor_sync(pair, rest, 1));
-      keep = xq_keep_rule(__popc(big) + __popc(obig), rest);
-    }
     if (!valid) return;
-    const int c = g >> 1, slot = (g & 1) * nch + c;
-    if (keep) {  // rare: the kept values (this half's after the even half's), their codes 0
-      const uint32_t mask = (g & 1) ? (obig | big << 16) : (big | obig << 16);
-      int k = c * kXqKeep + ((g & 1) ? __popc(obig) : 0);
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-        if ((big >> i) & 1u) {
-          kv[k++] = f[i];
-          f[i] = 0.f;
-        }
-      if ((g & 1) == 0) km[c] = mask;
-    }
-    const XqCodes q(keep ? rest : amax);
+    const XqCodes q(amax);
     uint32_t h[16], l[16];  // low bytes: the codes
 #pragma unroll
     for (int i = 0; i < 16; ++i) q.code(f[i], h[i], l[i]);
     auto pk = [](const uint32_t* t, int o) {  // the low bytes of t[o], t[o+2], t[o+4], t[o+6]
       return int(__byte_perm(__byte_perm(t[o], t[o + 2], 0x0040), __byte_perm(t[o + 4], t[o + 6], 0x0040), 0x5410));
     };
+    const int c = g >> 1, slot = (g & 1) * nch + c;
     xh[slot] = make_int4(pk(h, 0), pk(h, 1), pk(h, 8), pk(h, 9));
     xl[slot] = make_int4(pk(l, 0), pk(l, 1), pk(l, 8), pk(l, 9));
     if ((g & 1) == 0) {
-      d[c] = keep ? -q.scale() : q.scale();
+      d[c] = q.scale();
       xs32[c] = sum + osum;
     }
   }
@@ -401,20 +353,13 @@ struct XQ {
     const int c = e0 >> 5, p = (e0 >> 4) & 1, h8 = (e0 >> 3) & 1;
     const int2 hw = reinterpret_cast<const int2*>(xh + p * nch + c)[h8];
     const int2 lw = reinterpret_cast<const int2*>(xl + p * nch + c)[h8];
-    const float dm = d[c], dc = fabsf(dm);
+    const float dc = d[c];
     const uint32_t he = uint32_t(hw.x) ^ 0x80808080u, ho = uint32_t(hw.y) ^ 0x80808080u;
     const uint32_t le = uint32_t(lw.x) ^ 0x80808080u, lo = uint32_t(lw.y) ^ 0x80808080u;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       o[2 * k] = dc * fmaf(254.f, sbyte_f(he, k), sbyte_f(le, k));
       o[2 * k + 1] = dc * fmaf(254.f, sbyte_f(ho, k), sbyte_f(lo, k));
-    }
-    if (xq_marked(dm)) {  // the kept elements among e0 .. e0+7
-      const uint32_t m = km[c];
-      const int e = e0 & 31;
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        if ((m >> (e + k)) & 1u) o[k] = kv[c * kXqKeep + __popc(m & ((1u << (e + k)) - 1u))];
     }
   }
 };
@@ -424,15 +369,9 @@ struct XQ {
 // chunk c (elements 32c .. 32c+31, lane e holding element 32c+e) with the formulas of XQ::put.
 __device__ __forceinline__ void xq_put_chunk(void* img, int n, int c, float v, int lane) {
   const float amax = warp_max(fabsf(v)), sum = warp_sum(v);
-  const bool b = fabsf(v) > amax * (1.f / 256.f);
-  const uint32_t big = __ballot_sync(0xffffffffu, b);
-  const float rest = warp_max(b ? 0.f : fabsf(v));
-  const bool keep = xq_keep_rule(__popc(big), rest);
-  const XqCodes q(keep ? rest : amax);
+  const XqCodes q(amax);
   uint32_t h, l;
-  q.code(keep && b ? 0.f : v, h, l);
-  float* ds = reinterpret_cast<float*>(static_cast<int8_t*>(img) + 2 * n);  // d | xs32 | km | kv (XQ)
-  if (keep && b) ds[2 * (n / 32) + n / 32 + c * kXqKeep + __popc(big & ((1u << lane) - 1u))] = v;
+  q.code(v, h, l);
   // byte of element e in piece p = e / 16 (XQ's nibble order): word ((e % 16) / 8) * 2 + e % 2, byte (e % 8) / 2
   const int e = lane & 15, slot = (lane >> 4) * (n / 32) + c;
   const int off = slot * 16 + (((e >> 3) << 1) | (e & 1)) * 4 + ((e & 7) >> 1);
@@ -440,9 +379,9 @@ __device__ __forceinline__ void xq_put_chunk(void* img, int n, int c, float v, i
   xh[off] = int8_t(h);
   xh[n + off] = int8_t(l);
   if (lane == 0) {
-    ds[c] = keep ? -q.scale() : q.scale();
-    ds[n / 32 + c] = sum;
-    if (keep) reinterpret_cast<uint32_t*>(ds)[2 * (n / 32) + c] = big;
+    float* d = reinterpret_cast<float*>(xh + 2 * n);
+    d[c] = q.scale();
+    d[n / 32 + c] = sum;
   }
 }
 
@@ -610,13 +549,6 @@ __device__ __forceinline__ void load_xq_image(const void* img, int n, XQ& out, c
   if (c < n / 32) {
     out.d[c] = d * r;
     out.xs32[c] = s * r;
-    if (xq_marked(d)) {  // rare: the kept elements, times the head's factor as the step
-      const uint32_t* km = reinterpret_cast<const uint32_t*>(ds + 2 * (n / 32));
-      const float* kv = ds + 3 * (n / 32) + c * kXqKeep;
-      out.km[c] = __ldcg(km + c);
-#pragma unroll
-      for (int k = 0; k < kXqKeep; ++k) out.kv[c * kXqKeep + k] = __ldcg(kv + k) * r;
-    }
   }
   __syncthreads();
 }
@@ -738,22 +670,8 @@ struct Q4Codes {
 // One chunk of an XQ x (loaded once, dotted with several weight rows): hi / lo codes, scale d and Sum(x).
 struct XqChunk {
   int4 h0, h1, l0, l1;
-  float d, xs;          // d negated: kept elements (XQ), read from km / kv only then
-  const uint32_t* km;   // the form's km + chunk
-  const float* kv;      // the form's kv + kXqKeep * chunk
+  float d, xs;
 };
-// Sum(q v) over a marked chunk's kept elements (m: their mask; element e: nibble e % 8 of code word e / 8); the rare
-// branch of q4i8_dot, a call so that the dots' unrolled loops keep their registers.
-static __device__ __noinline__ float q4_kept_dot(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, uint32_t m,
-                                                 const float* kv) {
-  float a = 0.f;
-  for (int k = 0; m; ++k, m &= m - 1u) {
-    const int e = __ffs(int(m)) - 1, j = e >> 3;
-    const uint32_t word = j == 0 ? w0 : j == 1 ? w1 : j == 2 ? w2 : w3;
-    a = fmaf(float((word >> (4 * (e & 7))) & 15u), kv[k], a);
-  }
-  return a;
-}
 // The chunk's dot: 16 dp4a (two exact int32 sums, 254*hi + lo < 2^24 so the float conversion is exact), then
 // s * Sum(q x) + b * Sum(x).
 __device__ __forceinline__ float q4i8_dot(const Q4Codes& c, const XqChunk& x) {
@@ -772,14 +690,11 @@ __device__ __forceinline__ float q4i8_dot(const Q4Codes& c, const XqChunk& x) {
   sl = __dp4a(c.w[6], x.l1.z, sl);
   sh = __dp4a(c.w[7], x.h1.w, sh);
   sl = __dp4a(c.w[7], x.l1.w, sl);
-  float sxq = float(sh * 254 + sl) * fabsf(x.d);  // Sum(q x) over the chunk
-  if (xq_marked(x.d))  // code word j = plane 2j | plane 2j+1 << 4
-    sxq += q4_kept_dot(uint32_t(c.w[0] | c.w[1] << 4), uint32_t(c.w[2] | c.w[3] << 4), uint32_t(c.w[4] | c.w[5] << 4),
-                       uint32_t(c.w[6] | c.w[7] << 4), *x.km, x.kv);
+  const float sxq = float(sh * 254 + sl) * x.d;  // Sum(q x) over the chunk
   return fmaf(c.s, sxq, c.b * x.xs);
 }
 __device__ __forceinline__ XqChunk XQ::chunk(int xc) const {
-  return XqChunk{xh[xc], xh[nch + xc], xl[xc], xl[nch + xc], d[xc], xs32[xc], km + xc, kv + xc * kXqKeep};
+  return XqChunk{xh[xc], xh[nch + xc], xl[xc], xl[nch + xc], d[xc], xs32[xc]};
 }
 // 4-bit chunk against XQ (kQ4, kQ4Z or kQ4H: s * Sum(q x) + b * Sum(x) with the group's scale and bias)
 template <int FMT>

@@ -46,19 +46,6 @@ __device__ __forceinline__ float chunk_dot<kQ6>(uint4 raw, uint32_t, const float
 // and its bit 7 is then flipped (q + 0x60 - 0x80 = q - 32).
 __device__ __forceinline__ int q6_signed(uint32_t c) { return int((c + 0x60606060u) ^ 0x80808080u); }
 
-// Sum((q - 32) v) over the kept elements of a marked XQ chunk's half that this chunk covers (mh: their columns
-// (bits 0..15), before: the kept elements of the chunk's earlier half, whose values come first in kv).
-static __device__ __noinline__ float q6_kept_dot(uint4 raw, uint32_t mh, uint32_t before, const float* kv) {
-  float a = 0.f;
-  int k = __popc(before);
-  for (mh &= 0xffffu; mh; mh &= mh - 1u, ++k) {
-    const int j = __ffs(int(mh)) - 1, G = (j >> 3) * 2 + (j & 1), b = (j & 7) >> 1;  // as q6_chunk_at
-    const uint32_t lo = ((j >> 3) ? raw.y : raw.x) >> (4 * (j & 7)) & 15u, hi = (raw.z >> (8 * b + 2 * G)) & 3u;
-    a = fmaf(float(int(lo | hi << 4) - 32), kv[k], a);
-  }
-  return a;
-}
-
 // Against XQ's int8 x (chunk xc of 16 columns = half xc & 1 of XQ's 32-column chunk xc >> 1, whose int4 words hold
 // that half's columns 0, 2, 4, 6 | 1, 3, 5, 7 | 8, 10, 12, 14 | 9, 11, 13, 15: code words 0..3). 8 dp4a give the
 // exact int32 sums of (q - 32) * hi and (q - 32) * lo; 254 * hi-sum + lo-sum <= 16 * 32 * 127 * 255 < 2^24, so the
@@ -76,11 +63,7 @@ __device__ __forceinline__ float XQ::dot<kQ6>(uint4 raw, uint32_t, int xc) const
   sl = __dp4a(w2, l.z, sl);
   sh = __dp4a(w3, h.w, sh);
   sl = __dp4a(w3, l.w, sl);
-  const float dc = d[c];
-  float sxq = float(sh * 254 + sl) * fabsf(dc);
-  if (xq_marked(dc)) sxq += q6_kept_dot(raw, km[c] >> (16 * (xc & 1)), km[c] & ((1u << (16 * (xc & 1))) - 1u),
-                                       kv + c * kXqKeep);
-  return __uint_as_float(raw.w) * sxq;
+  return __uint_as_float(raw.w) * (float(sh * 254 + sl) * d[c]);
 }
 
 // Weight j (0..15) of a chunk in f32 (the slow reference reader: dmat_at).

@@ -259,10 +259,8 @@ struct MoeArgs {
   int early_route = 0;             // set by the caller when down follows the fused kernel: the fused kernel publishes
                                    // the routing through route_done[4] and down reads it before its PDL wait
                                    // (route_done[5]: down blocks past the flag; both left zeroed)
-  int stage_off = 0;               // set by the launchers (fused rows first where stage2_ok; down): byte offset of
-                                   // the warps' staged-row buffers in dynamic shared memory; 0: none
-  int stage_n = 0;                 // staged-row buffers per warp (with stage_off): a warp's act rows (fused) or
-                                   // hidden rows (down) after its first ones, copied by cp.async before the x prologue
+  int stage2_off = 0;              // fused, rows first (set by its launcher where stage2_ok): byte offset of the
+                                   // warps' StagedRow buffers in dynamic shared memory; 0: none
   Rows rows;                       // n > 1: n rows in one launch (blockIdx.y = row, each row the grid a single row
                                    // would get): x, logits, shg, route_done, act, route_idx, route_w, out and pre
                                    // per row at the stride; no traces

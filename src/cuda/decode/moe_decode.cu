@@ -103,12 +103,11 @@ struct GateUpPair {
         }
   }
 };
-// One of a warp's act rows after its first pair (rows first only, where stage2_ok; MoeArgs::stage_n of them),
-// copied into shared memory by cp.async as soon as the routing is known, each lane its own chunks of GateUpPair's
-// first round (one round: nch <= chunks_one()), dotted after the first pair: its DRAM round trip overlaps the first
-// pair's instead of following it. The same sums, in the same order, as gate_up_rows2 of that row alone.
+// A warp's one act row of a second round (rows first only, where stage2_ok), copied into shared memory by
+// cp.async as soon as the routing is known, each lane its own chunks of GateUpPair's first round (one round: nch <=
+// chunks_one()), dotted after the first pair: its DRAM round trip overlaps the first pair's instead of following it.
+// The same sums, in the same order, as gate_up_rows2 of that row alone.
 constexpr size_t kStagedRowBytes = 2 * 2 * 32 * (16 + 4);  // StagedRow::Buf (U = 2)
-constexpr int kMaxStagedRows = 4;  // StagedRow buffers per warp: 80 KB a block, two blocks an SM
 template <int FMT, bool ROWS>
 struct StagedRow {
   static constexpr int U = GateUpPair<FMT>::U;
@@ -241,14 +240,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   // RF: work unit w is act row unit_row(w); the shared expert's rows come first, so the first pair of warps
   // < Is holds one that needs no routing: its loads go out before the wait (in the pair's own registers)
   auto unit_row = [&](int w) { return w < Is ? a.k * I + w : w - Is; };
-  // the warp's units are warp + j * nwarps: j = 0, 1 its first pair, the next ns staged in shared memory
-  // (StagedRow, up to stage_n; a plain launch stages one where it is the warp's last), any after them in pairs
+  // stage2: this warp's work ends with one unit of a second round, staged in shared memory (StagedRow)
   const int n_units = a.k * I + Is;  // act rows: the routed experts', then the shared expert's
-  const int n_mine = warp < n_units ? (n_units - 1 - warp) / nwarps + 1 : 0;
-  const int ns = !RF || !a.stage_off ? 0 : ROWS ? max(0, min(n_mine - 2, a.stage_n)) : n_mine == 3;
+  const bool staged = RF && a.stage2_off && warp + 2 * nwarps < n_units && warp + 3 * nwarps >= n_units;
   typename StagedRow<FMT, ROWS>::Buf* const sbuf =
-      reinterpret_cast<typename StagedRow<FMT, ROWS>::Buf*>(reinterpret_cast<char*>(smem4) + a.stage_off) +
-      (threadIdx.x >> 5) * a.stage_n;
+      reinterpret_cast<typename StagedRow<FMT, ROWS>::Buf*>(reinterpret_cast<char*>(smem4) + a.stage2_off) +
+      (threadIdx.x >> 5);
   GateUpPair<FMT, ROWS> first;  // RF: the warp's first pair, requested before the x prologue
   if (RF && warp < Is) {
     first.set(a, nullptr, 0, a.k * I + warp, a.k * I + warp);
@@ -272,13 +269,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     const int u1 = warp + nwarps < n_units ? unit_row(warp + nwarps) : -1;
     if (warp < Is) first.load_second(a, s_idx, u1, lane);
     else if (warp < n_units) first.load(a, s_idx, unit_row(warp), u1, lane);
-    if (a.stage_off) {  // uniform: every thread commits a group (load_x then leaves it pending)
-      if constexpr (ROWS) {
-        for (int j = 0; j < ns; ++j)
-          StagedRow<FMT, ROWS>::issue(a, s_idx, unit_row(warp + (2 + j) * nwarps), sbuf[j], lane);
-      } else if (ns) {
-        StagedRow<FMT, ROWS>::issue(a, s_idx, unit_row(warp + 2 * nwarps), *sbuf, lane);
-      }
+    if (a.stage2_off) {  // uniform: every thread commits a group (load_x then leaves it pending)
+      if (staged) StagedRow<FMT, ROWS>::issue(a, s_idx, unit_row(warp + 2 * nwarps), *sbuf, lane);
       cp_async_commit();
     }
     bt(4);
@@ -290,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
   if (xf_first) load_x(row_ptr<ROWS>(a, a.x), nw, a.eps, H, xr, red, nullptr, {}, tr ? a.trace_x : nullptr);
   else  // both (stage2: the staged row's copies stay pending)
     load_x(row_ptr<ROWS>(a, a.x), nw, a.eps, H, xv, red, rblock ? &xr : nullptr, {}, tr ? a.trace_x : nullptr, &rx,
-           false, nullptr, RF && a.stage_off);
+           false, nullptr, RF && a.stage2_off);
   pdl_trigger();
   if (tr) trace_at(a.trace, 2);
   bt(5);
@@ -354,14 +346,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_moe_route_gate_up(const MoeArgs
     const int n = n_units;
     if (warp < n) first.template finish<true>(a, xv, lane);
     bt(7);
-    if constexpr (ROWS) {
-      for (int j = 0; j < ns; ++j)
-        StagedRow<FMT, ROWS>::finish(a, unit_row(warp + (2 + j) * nwarps), sbuf[j], xv, lane);
-    } else if (ns) {
+    if (staged) {
       StagedRow<FMT, ROWS>::finish(a, unit_row(warp + 2 * nwarps), *sbuf, xv, lane);
+    } else {
+      for (int w = warp + 2 * nwarps; w < n; w += 2 * nwarps)
+        gate_up_rows2<FMT, ROWS>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane);
     }
-    for (int w = warp + (2 + ns) * nwarps; w < n; w += 2 * nwarps)
-      gate_up_rows2<FMT, ROWS>(a, s_idx, unit_row(w), w + nwarps < n ? unit_row(w + nwarps) : -1, xv, lane);
   } else {  // two routed rows per warp in flight
     for (int row = warp; row < a.k * I; row += 2 * nwarps)
       gate_up_rows2<FMT, ROWS>(a, s_idx, row, row + nwarps < a.k * I ? row + nwarps : -1, xv, lane);
@@ -386,15 +376,14 @@ bool stage2_ok(const MoeArgs& a) {
   return al(a.gate.m, a.gate.w_stride) && al(a.up.m, a.up.w_stride) && al(a.sh_gate, 0) && al(a.sh_up, 0);
 }
 
-// The fused kernel's dynamic shared memory: norm_w, x in the expert rows' form (xbytes) and in f32, then
-// stage_n StagedRow buffers per warp (their offset into *stage_off; none: 0).
-size_t fused_smem(int H, size_t xbytes, int stage_n, int* stage_off) {
+// The fused kernel's dynamic shared memory: norm_w, x in the expert rows' form (xbytes) and in f32, then with
+// stage2 the StagedRow buffers (their offset into *stage2_off).
+size_t fused_smem(int H, size_t xbytes, bool stage2, int* stage2_off) {
   size_t smem = size_t(H) * 4 + (xbytes + 15) / 16 * 16 + XF::bytes(H);
-  *stage_off = 0;
-  if (stage_n > 0) {
+  if (stage2) {
     smem = (smem + 15) / 16 * 16;
-    *stage_off = int(smem);
-    smem += size_t(kThreads / 32) * stage_n * kStagedRowBytes;
+    *stage2_off = int(smem);
+    smem += size_t(kThreads / 32) * kStagedRowBytes;
   }
   return smem;
 }
@@ -437,24 +426,8 @@ void moe_route_gate_up(const MoeArgs& args, cudaStream_t s, bool pdl) {
     throw Error("moe_route_gate_up: router and shared gate must share format and cols with the experts' input");
   const int H = a.gate.m.cols;
   auto run = [&](auto kern, size_t xbytes, bool stage2 = false) {
-    a.stage_n = stage2 ? 1 : 0;  // a plain step's warps hold at most 3 units on a full GPU
-    size_t smem = fused_smem(H, xbytes, a.stage_n, &a.stage_off);
-    int grid = fused_grid(kern, a, smem);
-    if (stage2 && a.rows.n > 1) {  // each row on 1/n of the grid: stage the warps' further units, as many as keep
-      // the grid (the blocks resident per SM) as it is with one
-      const int units = a.k * a.gate.m.rows + a.sh_gate.rows, nw = grid * (kThreads / 32);
-      for (int n = std::min(kMaxStagedRows, (units + nw - 1) / nw - 2); n > 1; --n) {
-        int off;
-        const size_t sm = fused_smem(H, xbytes, n, &off);
-        if (fused_grid(kern, a, sm) == grid) {
-          a.stage_n = n;
-          a.stage_off = off;
-          smem = sm;
-          break;
-        }
-      }
-    }
-    launch(kern, dim3(grid, a.rows.n), dim3(kThreads), smem, s, pdl, a);
+    const size_t smem = fused_smem(H, xbytes, stage2, &a.stage2_off);
+    launch(kern, dim3(fused_grid(kern, a, smem), a.rows.n), dim3(kThreads), smem, s, pdl, a);
   };
   // rows_tag: std::bool_constant<a.rows.n > 1> (the ROWS instantiations)
   auto by_router = [&](auto fmt_tag, auto x_tag, auto rows_tag) {

@@ -30,16 +30,6 @@ __device__ __forceinline__ void route_weights_down(const MoeArgs& a, float* w) {
   }
 }
 
-// A warp's hidden row after its first (MoeArgs::stage_n of them, where the rows are one round of U chunks per lane),
-// copied into shared memory by cp.async before the act prologue: [chunk slot][lane].
-template <int U>
-struct DownStaged {
-  uint4 w[U][32];
-  uint32_t sb[U][32];
-};
-constexpr int kDownU = 5;  // chunks per lane in flight (144 chunks per row for k=8, I=Is=512 at 4 bits)
-constexpr int kDownMaxStaged = 3;
-
 // NT threads: 256, or kDownWide where the act vector has 257..288 16-element groups (k = 8, I = Is = 512: 288), so
 // that its int8 quantisation is one pass over the threads, not two.
 constexpr int kDownWide = 288;
@@ -95,14 +85,10 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   __syncthreads();
   // this warp's first weight loads go out before the act prologue, so their DRAM latency overlaps it
   const int nch = a.k * cpr + cprs;
-  constexpr int U = kDownU;
+  constexpr int U = 5;  // chunks per lane in flight (144 chunks per row for k=8, I=Is=512 at 4 bits)
   uint4 raw[U];
   uint32_t sb[U];
   int ee[U];
-  // chunk c of a row: expert slot e (k: the shared expert) and its chunk cc there
-  auto chunk_expert = [&](int c, int& e, int& cc) {
-    if (c < a.k * cpr) { e = c / cpr; cc = c - e * cpr; } else { e = a.k; cc = c - a.k * cpr; }
-  };
   auto issue = [&](int row, int c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -110,40 +96,14 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
       ee[u] = -1;
       if (c < nch) {
         int e, cc;
-        chunk_expert(c, e, cc);
+        if (c < a.k * cpr) { e = c / cpr; cc = c - e * cpr; } else { e = a.k; cc = c - a.k * cpr; }
         chunk_load<FMT>(s_m[e], row, cc, raw[u], sb[u]);
         ee[u] = e;
       }
     }
   };
-  // the warp's rows are warp + j * nwarps: j = 0 and those after the staged ones in registers, j = 1..ns staged
-  const int n_mine = warp < H ? (H - 1 - warp) / nwarps + 1 : 0;
-  const int ns = a.stage_off ? max(0, min(n_mine - 1, a.stage_n)) : 0;
-  DownStaged<U>* const sbuf =
-      reinterpret_cast<DownStaged<U>*>(reinterpret_cast<char*>(smem4) + a.stage_off) + (threadIdx.x >> 5) * a.stage_n;
   bt(6);
   if (warp < H) issue(warp, 0);
-  auto staged_chunks = [&](auto&& f) {  // f(slot u, chunk c, expert slot e, its chunk cc): one round of the lane's
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = lane + 32 * u;
-      if (c < nch) {
-        int e, cc;
-        chunk_expert(c, e, cc);
-        f(u, c, e, cc);
-      }
-    }
-  };
-  for (int j = 1; j <= ns; ++j) {  // one round each (the launcher's check: nch <= 32 * U)
-    const int row = warp + j * nwarps;
-    staged_chunks([&](int u, int, int e, int cc) {
-      const DMat& m = s_m[e];
-      cp_async16(&sbuf[j - 1].w[u][lane], m.w + int64_t(row) * m.row_bytes + int64_t(cc) * 16);
-      if constexpr (fmt_sb(FMT))
-        cp_async4(&sbuf[j - 1].sb[u][lane], m.sb + int64_t(row) * m.sb_row + chunk_group<FMT>(m, cc));
-    });
-  }
-  if (a.stage_off) cp_async_commit();  // waited for at the first staged row (load_x leaves it pending)
   pdl_trigger();  // once its first rows are requested: the next kernel's blocks request theirs after these
   bt(7);
   // early_route: the residual row this warp adds to, read now (final: written before the fused kernel's wait, which
@@ -167,26 +127,15 @@ __global__ void __launch_bounds__(NT) k_moe_down(const MoeArgs a) {
   pdl_trigger();
   if (tre) trace_at(a.trace, 8);
   bt(4);
-  for (int row = warp, j = 0; row < H; row += nwarps, ++j) {
+  for (int row = warp; row < H; row += nwarps) {
     float acc = 0.f;
-    const bool staged = j >= 1 && j <= ns;
-    if (staged) {  // the same sums, in the same order, as from registers
-      cp_async_wait_all();  // the lane's own copies: no other lane reads them
-      const DownStaged<U>& b = sbuf[j - 1];
-      staged_chunks([&](int u, int c, int e, int) {
-        acc += s_w[e] * xv.template dot<FMT>(b.w[u][lane], fmt_sb(FMT) ? b.sb[u][lane] : 0u, c);
-      });
-    } else {
-      for (int c0 = 0; c0 < nch; c0 += 32 * U) {
-        if (c0 > 0) issue(row, c0);
+    for (int c0 = 0; c0 < nch; c0 += 32 * U) {
+      if (c0 > 0) issue(row, c0);
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (ee[u] >= 0) acc += s_w[ee[u]] * xv.template dot<FMT>(raw[u], sb[u], c0 + lane + 32 * u);
-      }
+      for (int u = 0; u < U; ++u)
+        if (ee[u] >= 0) acc += s_w[ee[u]] * xv.template dot<FMT>(raw[u], sb[u], c0 + lane + 32 * u);
     }
-    // the next row held in registers: its loads before this row's reduction
-    const int next = row + (j == 0 ? ns + 1 : 1) * nwarps;
-    if (!staged && next < H) issue(next, 0);
+    if (row + nwarps < H) issue(row + nwarps, 0);  // the next row's loads before this row's reduction
     acc = warp_sum(acc);
     if (lane == 0)
       row_ptr<ROWS>(a, a.out)[row] = (a.early_route && row == warp ? out0 : row_ptr<ROWS>(a, a.out)[row]) + acc;
@@ -210,36 +159,11 @@ void moe_down(const MoeArgs& args, cudaStream_t s, bool pdl) {
   a.route_packed = route_packed_ok(a);
   const int n = a.k * a.down.m.cols + a.sh_down.cols;
   const int H = a.down.m.rows;
-  const size_t smem0 = size_t(n) * 4 + size_t(n / 16) * 4;
-  // a warp's hidden rows after its first may be staged (DownStaged) where each is one round of loads from 16-byte
-  // aligned rows
-  auto al = [](const DMat& m, int64_t stride) {
-    return (reinterpret_cast<uintptr_t>(m.w) & 15) == 0 && m.row_bytes % 16 == 0 && stride % 16 == 0;
-  };
-  const int nch = a.k * (a.down.m.cols / fmt_chunk_elems(a.down.m.fmt)) + a.sh_down.cols / fmt_chunk_elems(a.down.m.fmt);
-  const bool stage_ok = nch <= 32 * kDownU && al(a.down.m, a.down.w_stride) && al(a.sh_down, 0);
+  const size_t smem = size_t(n) * 4 + size_t(n / 16) * 4;
   auto run = [&](auto kern, int nt = kThreads) {
+    allow_smem(kern, smem);
     const int wpb = nt / 32;
-    auto grid = [&](size_t smem) {
-      allow_smem(kern, smem);  // before the occupancy query: above 48 KB it counts only with the limit raised
-      return std::min((H + wpb - 1) / wpb, decode_grid(resident_grid(kern, nt, smem)));
-    };
-    size_t smem = smem0;
-    int blocks = grid(smem);
-    a.stage_n = a.stage_off = 0;
-    if (stage_ok) {  // as many staged rows as the warps hold beyond their first, where the grid stays as it is
-      const size_t off = (smem0 + 15) / 16 * 16;
-      const int nw = blocks * wpb;
-      for (int k = std::min(kDownMaxStaged, (H + nw - 1) / nw - 1); k >= 1; --k) {
-        const size_t sm = off + size_t(wpb) * k * sizeof(DownStaged<kDownU>);
-        if (grid(sm) == blocks) {
-          a.stage_n = k;
-          a.stage_off = int(off);
-          smem = sm;
-          break;
-        }
-      }
-    }
+    const int blocks = std::min((H + wpb - 1) / wpb, decode_grid(resident_grid(kern, nt, smem)));
     launch(kern, dim3(blocks, a.rows.n), dim3(nt), smem, s, pdl, a);
   };
   const int ng = n / 16;

@@ -53,7 +53,7 @@ __device__ __forceinline__ void finish_row(StepCtl* ctl, int32_t* in_ids, int32_
 // loads go out only after this set's dots). The NB loop with a chunk loop inside (so that it served NB = 1 and wider
 // rows too, in place of the separate NB = 1 loop) made this kernel ~30 us slower per step (rows done
 // 82.5 -> 112.7 us after the last layer, docs/performance-log.md), so the two loops stay.
-// MR: the most rows (Rows, a speculative verify) per launch; 1: the plain kernel (rows ignored). MR > 1:
+// MR: the most rows (Rows, a speculative verify) per launch; 1: the plain kernel (rows ignored). MR > 1 (NB = 1):
 // rows.n <= MR rows, each with its x, logits and StepCtl at rows.stride and its x form in shared memory after the
 // previous row's (x_step); each weight row loaded is dotted with every row's x, and each row keeps its own argmax.
 // A lane's sum for one logit runs over chunks lane, lane + 32, ... in that order whatever kRows and NB are (RowSet
@@ -62,6 +62,7 @@ template <int FMT, int kRows, class X, int NB, int MR>
 __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const float* x, const float* norm_w, float eps,
                                                       float* logits, int32_t* in_ids, int32_t* out_ids,
                                                       StepCtl* ctl, unsigned long long* trace, const Rows rows) {
+  static_assert(MR == 1 || NB == 1, "k_lm_head: the rows form keeps one row set per warp");
   const int n = MR == 1 ? 1 : rows.n;  // the guards j < n below are warp-uniform; their loops unroll over MR
   if (MR > 1) trace = nullptr;
   auto at = [&](auto* p, int j) { return MR == 1 ? p : row_at(p, j, rows.stride); };  // row j's copy of p
@@ -151,22 +152,17 @@ __global__ void __launch_bounds__(kThreads, 2) k_lm_head(const DMat W, const flo
           go = false;
           continue;
         }
-        float acc[MR][kRows];  // [x row][weight row]
+        float acc[kRows];
 #pragma unroll
-        for (int j = 0; j < MR; ++j)
-#pragma unroll
-          for (int i = 0; i < kRows; ++i) acc[j][i] = 0.f;
-        if constexpr (MR == 1) S[b].dot(rs[b], xv, nch, 0, lane, acc[0]);
-        else S[b].dot_rows(rs[b], xa, n, nch, 0, lane, acc);
+        for (int i = 0; i < kRows; ++i) acc[i] = 0.f;
+        S[b].dot(rs[b], xv, nch, 0, lane, acc);
         int cr[kRows];
 #pragma unroll
         for (int i = 0; i < kRows; ++i) cr[i] = rs[b][i];
         row += kRows * nwarps;  // the next set's base
         rows_at(row + (NB - 1) * kRows * nwarps, rs[b]);
         if (rs[b][0] >= 0) S[b].load(mp, rs[b], nch, 0, lane);
-#pragma unroll
-        for (int j = 0; j < MR; ++j)
-          if (j < n) take(acc[j], cr, j);
+        take(acc, cr, 0);
       }
     }
   }
@@ -223,8 +219,8 @@ struct LmCfg {
   static constexpr int kFmt = FMT, kR = kRows, kNB = NB;
   using XT = X;
 };
-// The rows form's rows per set: with MR x rows the accumulators are MR * kRows registers. Up to 4 rows keep the
-// plain kernel's two sets where it has them (MR = 2 or 4); more rows, one set of 2 (NB = 1).
+// The rows form's rows per set: with MR x rows the accumulators are MR * kRows registers, and each weight chunk
+// loaded already feeds n dots, so one set of 2 rows (NB = 1) keeps the loads busy enough.
 constexpr int kRowsMR = 2;
 
 }  // namespace
@@ -247,12 +243,7 @@ void lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float ep
     if (rows.n == 1) {  // norm_w + the larger x form (XF)
       run(k_lm_head<C::kFmt, C::kR, X, C::kNB, 1>, size_t(W.cols) * 8 + size_t(W.cols / 16) * 4);
     } else {  // norm_w + the rows' x forms
-      const size_t smem = size_t(W.cols) * 4 + size_t(rows.n) * x_step<X>(W.cols);
-      if constexpr (C::kNB == 2) {  // only these formats' kernels have the two-set form
-        if (rows.n == 2) return run(k_lm_head<C::kFmt, kRowsMR, X, 2, 2>, smem);
-        if (rows.n <= 4) return run(k_lm_head<C::kFmt, kRowsMR, X, 2, 4>, smem);
-      }
-      run(k_lm_head<C::kFmt, kRowsMR, X, 1, kMaxRows>, smem);
+      run(k_lm_head<C::kFmt, kRowsMR, X, 1, kMaxRows>, size_t(W.cols) * 4 + size_t(rows.n) * x_step<X>(W.cols));
     }
   };
   // one chunk pair per lane and row (Q4): two sets of 2 rows per warp (sets of 4 rows spill: measured slower)
